@@ -1,0 +1,40 @@
+#pragma once
+// Checkpoints: the model as safetensors (SPEC §6 names, config JSON in the metadata
+// under "gmlp.config"), and the training state for exact resumption.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gmlp/config.h"
+#include "gmlp/model.h"
+#include "gmlp/optimizer.h"
+#include "gmlp/rng.h"
+#include "gmlp/safetensors.h"
+
+namespace gmlp {
+
+inline constexpr const char* kConfigKey = "gmlp.config";
+
+// Atomic write of the weights with the config in the metadata.
+void save_model(const Model& model, const std::string& path);
+// The config stored in a checkpoint's metadata; Error naming the file when absent/bad.
+ModelConfig read_model_config(const SafeTensorsFile& file);
+// Copies every parameter from `file` (tensor names prefixed by `prefix`), insisting on
+// the exact set of names, F32 and the exact shapes.
+void load_weights(Model& model, const SafeTensorsFile& file, const std::string& prefix = "");
+std::unique_ptr<Model> load_model(const std::string& path);
+
+// Everything a resumed run needs to continue exactly where it stopped. The weights are
+// stored here too, so this one file is self-consistent whatever happens to the others.
+struct TrainState {
+  int64_t step = 0;         // updates done
+  Rng rng;                  // draws the training windows
+  nlohmann::json run;       // the RunConfig JSON and data description of the run
+  double elapsed_s = 0.0;   // training wall time so far
+};
+void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path);
+// Restores weights, optimizer moments and the state; Error when the file does not match
+// the model (names, shapes) or is corrupt.
+TrainState load_train_state(Model& model, AdamW& opt, const std::string& path);
+
+}  // namespace gmlp

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything gmlp.cpp needs from Debian's archive. Idempotent: packages
+# already present are skipped, so re-running costs one dpkg query.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev libopenblas0-openmp   # BLAS, linked explicitly (never libblas.so)
+  nlohmann-json3-dev libcli11-dev              # config JSON, command-line parsing
+  libgtest-dev libgmock-dev                    # tests
+  python3 python3-torch python3-numpy          # the PyTorch oracle for parity tests
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,175 @@
+// Forward and backward of the causal gMLP LM, composed from src/ops.
+//
+// Kept for the backward, per layer: the block input x (residual stream), its LayerNorm
+// statistics, the pre-GELU projection u, the gate's LayerNorm statistics and the
+// spatial output F. Everything else (LayerNorm outputs, GELU(u), the normalised gate,
+// the gated product S) is recomputed from those in the backward: elementwise work that
+// is cheap next to the GEMMs and saves several [T*B, d_ffn] buffers per layer.
+#include <algorithm>
+#include <cstring>
+
+#include "gmlp/error.h"
+#include "gmlp/model.h"
+#include "ops/ops.h"
+
+namespace gmlp {
+
+struct Model::Arena {
+  int B = 0, T = 0;  // capacity
+  std::vector<int32_t> tokens, targets;                 // [M] sequence-major
+  std::vector<float> x;                                 // (L+1) x [M, d]
+  std::vector<float> ln_mean, ln_rstd, g_mean, g_rstd;  // L x [M]
+  std::vector<float> u;                                 // L x [M, d_ffn]
+  std::vector<float> F;                                 // L x [M, dh]
+  std::vector<float> f_mean, f_rstd;                    // [M] final norm
+  std::vector<float> logits, dlogits;                   // [M, V]
+  // Scratch reused by every layer.
+  std::vector<float> h, dh, dx;                         // [M, d]
+  std::vector<float> z, dz;                             // [M, d_ffn]
+  std::vector<float> S, dS, G, dF, dG;                  // [M, dh]
+};
+
+Model::Model(const ModelConfig& config) : cfg_(config) {
+  cfg_.validate();
+  layout_ = param_layout(cfg_);
+  const size_t total = layout_.back().offset + layout_.back().size;
+  weights_.assign(total, 0.f);
+  grads_.assign(total, 0.f);
+  w_ = param_views(cfg_, weights_.data());
+  g_ = param_views(cfg_, grads_.data());
+  if (cfg_.pos_embedding == "sinusoidal") {
+    pe_.resize(size_t(cfg_.seq_len) * cfg_.d_model);
+    ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe_.data());
+  }
+}
+
+Model::~Model() = default;
+
+void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
+
+void Model::ensure_arena(int B, int T) {
+  if (arena_ && B * T <= arena_->B * arena_->T) return;
+  const size_t M = size_t(B) * T, L = cfg_.n_layers, d = cfg_.d_model, f = cfg_.d_ffn, h = f / 2,
+               V = cfg_.vocab_size;
+  auto a = std::make_unique<Arena>();
+  a->B = B;
+  a->T = T;
+  a->tokens.resize(M);
+  a->targets.resize(M);
+  a->x.resize((L + 1) * M * d);
+  for (auto* v : {&a->ln_mean, &a->ln_rstd, &a->g_mean, &a->g_rstd}) v->resize(L * M);
+  a->u.resize(L * M * f);
+  a->F.resize(L * M * h);
+  a->f_mean.resize(M);
+  a->f_rstd.resize(M);
+  a->logits.resize(M * V);
+  a->dlogits.resize(M * V);
+  for (auto* v : {&a->h, &a->dh, &a->dx}) v->resize(M * d);
+  for (auto* v : {&a->z, &a->dz}) v->resize(M * f);
+  for (auto* v : {&a->S, &a->dS, &a->G, &a->dF, &a->dG}) v->resize(M * h);
+  arena_ = std::move(a);
+}
+
+const float* Model::logits() const {
+  require(arena_ != nullptr, "Model::logits called before forward");
+  return arena_->logits.data();
+}
+
+double Model::forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T) {
+  require(B > 0 && T > 0, "forward: empty batch");
+  require(T <= cfg_.seq_len, "forward: sequence of " + std::to_string(T) + " tokens is longer than the model's window n = " +
+                                 std::to_string(cfg_.seq_len));
+  ensure_arena(B, T);
+  Arena& a = *arena_;
+  B_ = B;
+  T_ = T;
+  have_targets_ = targets != nullptr;
+  const int M = B * T, d = cfg_.d_model, f = cfg_.d_ffn, h = f / 2, V = cfg_.vocab_size;
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < B; ++b) {
+      const int32_t id = tokens[int64_t(b) * stride + t];
+      require(id >= 0 && id < V, "forward: token id " + std::to_string(id) + " outside the vocabulary of " +
+                                     std::to_string(V));
+      a.tokens[size_t(t) * B + b] = id;
+      a.targets[size_t(t) * B + b] = targets ? targets[int64_t(b) * stride + t] : -1;
+    }
+  const bool tanh_gelu = cfg_.gelu == "tanh";
+
+  float* x = a.x.data();
+  ops::embedding_forward(w_.embed, d, a.tokens.data(), M, B, pe_.empty() ? nullptr : pe_.data(), x);
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const BlockParams& p = w_.blocks[size_t(l)];
+    const float* xl = x + size_t(l) * M * d;
+    float* xn = x + size_t(l + 1) * M * d;
+    float* u = a.u.data() + size_t(l) * M * f;
+    float* F = a.F.data() + size_t(l) * M * h;
+    ops::layernorm_forward(xl, d, M, d, p.norm_w, p.norm_b, cfg_.norm_eps, a.h.data(), d,
+                           a.ln_mean.data() + size_t(l) * M, a.ln_rstd.data() + size_t(l) * M);
+    ops::linear_forward(a.h.data(), M, d, p.proj_in_w, p.proj_in_b, f, u);
+    ops::gelu_forward(u, a.z.data(), int64_t(M) * f, tanh_gelu);
+    const ops::SguParams sp{p.sgu_norm_w, p.sgu_norm_b, p.spatial_w, p.spatial_b, cfg_.seq_len, cfg_.norm_eps};
+    ops::sgu_forward(sp, a.z.data(), T, B, h, a.S.data(), a.g_mean.data() + size_t(l) * M,
+                     a.g_rstd.data() + size_t(l) * M, F, a.G.data());
+    // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < d; ++c) xn[size_t(r) * d + c] = xl[size_t(r) * d + c] + p.proj_out_b[c];
+    ops::gemm(false, true, M, d, h, 1.f, a.S.data(), h, p.proj_out_w, h, 1.f, xn, d);
+  }
+  const float* xL = x + size_t(cfg_.n_layers) * M * d;
+  ops::layernorm_forward(xL, d, M, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
+                         a.f_rstd.data());
+  ops::linear_forward(a.h.data(), M, d, w_.head_w, w_.head_b, V, a.logits.data());
+  if (!targets) return 0.0;
+  for (int r = 0; r < M; ++r)
+    require(a.targets[size_t(r)] < V, "forward: target id " + std::to_string(a.targets[size_t(r)]) +
+                                          " outside the vocabulary of " + std::to_string(V));
+  return ops::cross_entropy(a.logits.data(), M, V, a.targets.data(), nullptr, nullptr);
+}
+
+void Model::backward() {
+  require(arena_ != nullptr && have_targets_, "Model::backward needs a forward with targets first");
+  Arena& a = *arena_;
+  const int B = B_, T = T_, M = B * T, d = cfg_.d_model, f = cfg_.d_ffn, h = f / 2, V = cfg_.vocab_size;
+  const bool tanh_gelu = cfg_.gelu == "tanh";
+  const float* x = a.x.data();
+
+  ops::cross_entropy(a.logits.data(), M, V, a.targets.data(), a.dlogits.data(), nullptr);
+  const float* xL = x + size_t(cfg_.n_layers) * M * d;
+  ops::layernorm_forward(xL, d, M, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, a.h.data(), d, nullptr, nullptr);
+  ops::linear_backward(a.dlogits.data(), a.h.data(), M, d, w_.head_w, V, a.dh.data(), false, g_.head_w, g_.head_b);
+  ops::layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), w_.norm_w, M, d, a.dx.data(), d,
+                          false, g_.norm_w, g_.norm_b);
+
+  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
+    const BlockParams& p = w_.blocks[size_t(l)];
+    BlockParams& gp = g_.blocks[size_t(l)];
+    const float* xl = x + size_t(l) * M * d;
+    const float* u = a.u.data() + size_t(l) * M * f;
+    const float* F = a.F.data() + size_t(l) * M * h;
+    const float* gmean = a.g_mean.data() + size_t(l) * M;
+    const float* grstd = a.g_rstd.data() + size_t(l) * M;
+    // a.dx holds dL/d(block output); the residual passes it to the input unchanged,
+    // and the branch's contribution is added by the block LayerNorm's backward below.
+    ops::gelu_forward(u, a.z.data(), int64_t(M) * f, tanh_gelu);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < h; ++c) a.S[size_t(r) * h + c] = a.z[size_t(r) * f + c] * F[size_t(r) * h + c];
+    ops::linear_backward(a.dx.data(), a.S.data(), M, h, p.proj_out_w, d, a.dS.data(), false, gp.proj_out_w,
+                         gp.proj_out_b);
+    const ops::SguParams sp{p.sgu_norm_w, p.sgu_norm_b, p.spatial_w, p.spatial_b, cfg_.seq_len, cfg_.norm_eps};
+    const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, gp.spatial_w, gp.spatial_b};
+    ops::sgu_backward(sp, sg, a.dS.data(), a.z.data(), T, B, h, gmean, grstd, F, a.dz.data(), a.G.data(),
+                      a.dF.data(), a.dG.data());
+    ops::gelu_backward(u, a.dz.data(), a.dz.data(), int64_t(M) * f, tanh_gelu);
+    ops::layernorm_forward(xl, d, M, d, p.norm_w, p.norm_b, cfg_.norm_eps, a.h.data(), d, nullptr, nullptr);
+    ops::linear_backward(a.dz.data(), a.h.data(), M, d, p.proj_in_w, f, a.dh.data(), false, gp.proj_in_w,
+                         gp.proj_in_b);
+    ops::layernorm_backward(a.dh.data(), d, xl, d, a.ln_mean.data() + size_t(l) * M,
+                            a.ln_rstd.data() + size_t(l) * M, p.norm_w, M, d, a.dx.data(), d, true, gp.norm_w,
+                            gp.norm_b);
+  }
+  ops::embedding_backward(a.dx.data(), d, a.tokens.data(), M, g_.embed);
+}
+
+}  // namespace gmlp

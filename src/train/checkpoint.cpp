@@ -1,0 +1,108 @@
+#include "gmlp/checkpoint.h"
+
+#include <set>
+
+#include "gmlp/error.h"
+
+namespace gmlp {
+namespace {
+constexpr const char* kStateKey = "gmlp.train_state";
+
+void add_params(SafeTensorsWriter& w, const Model& model, const float* base, const std::string& prefix) {
+  for (const auto& p : model.params()) w.add_f32(prefix + p.name, p.shape, base + p.offset);
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void read_params(const Model& model, const SafeTensorsFile& f, const std::string& prefix, float* base) {
+  for (const auto& p : model.params()) {
+    require(f.has(prefix + p.name), f.path() + ": missing tensor '" + prefix + p.name + "' (shape " +
+                                        shape_str(p.shape) + ")");
+    f.read_f32(prefix + p.name, p.shape, base + p.offset);
+  }
+}
+}  // namespace
+
+void save_model(const Model& model, const std::string& path) {
+  SafeTensorsWriter w;
+  add_params(w, model, model.weights(), "");
+  w.set_metadata(kConfigKey, model.config().to_json().dump());
+  w.set_metadata("format", "pt");  // lets tools that expect PyTorch's marker load it
+  w.write(path);
+}
+
+ModelConfig read_model_config(const SafeTensorsFile& file) {
+  auto it = file.metadata().find(kConfigKey);
+  require(it != file.metadata().end(),
+          file.path() + ": no '" + std::string(kConfigKey) + "' metadata; not a gmlp checkpoint");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file.path() + ": '" + std::string(kConfigKey) + "' metadata is not valid JSON: " + e.what());
+  }
+  return ModelConfig::from_json(j, file.path() + " [" + kConfigKey + "]");
+}
+
+void load_weights(Model& model, const SafeTensorsFile& file, const std::string& prefix) {
+  std::set<std::string> expected;
+  for (const auto& p : model.params()) expected.insert(prefix + p.name);
+  for (const auto& name : file.names())
+    if (name.rfind(prefix, 0) == 0)
+      require(expected.count(name) != 0, file.path() + ": unexpected tensor '" + name + "' for this config");
+  read_params(model, file, prefix, model.weights());
+}
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  const auto file = SafeTensorsFile::load(path);
+  auto model = std::make_unique<Model>(read_model_config(file));
+  load_weights(*model, file, "");
+  return model;
+}
+
+void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path) {
+  SafeTensorsWriter w;
+  add_params(w, model, model.weights(), "model.");
+  add_params(w, model, opt.m().data(), "adam_m.");
+  add_params(w, model, opt.v().data(), "adam_v.");
+  nlohmann::json meta = {{"step", st.step},
+                         {"adam_steps", opt.steps_taken()},
+                         {"rng_state", std::to_string(st.rng.state())},
+                         {"rng_inc", std::to_string(st.rng.inc())},
+                         {"elapsed_s", st.elapsed_s},
+                         {"run", st.run}};
+  w.set_metadata(kConfigKey, model.config().to_json().dump());
+  w.set_metadata(kStateKey, meta.dump());
+  w.write(path);
+}
+
+TrainState load_train_state(Model& model, AdamW& opt, const std::string& path) {
+  const auto file = SafeTensorsFile::load(path);
+  auto it = file.metadata().find(kStateKey);
+  require(it != file.metadata().end(), path + ": no '" + std::string(kStateKey) + "' metadata; not a training state");
+  const ModelConfig stored = read_model_config(file);
+  require(stored.to_json() == model.config().to_json(),
+          path + ": the training state was saved for a different model config: " + stored.to_json().dump());
+  TrainState st;
+  try {
+    const auto meta = nlohmann::json::parse(it->second);
+    st.step = meta.at("step").get<int64_t>();
+    st.rng.restore(std::stoull(meta.at("rng_state").get<std::string>()),
+                   std::stoull(meta.at("rng_inc").get<std::string>()));
+    st.elapsed_s = meta.at("elapsed_s").get<double>();
+    st.run = meta.at("run");
+    opt.set_steps_taken(meta.at("adam_steps").get<int64_t>());
+  } catch (const std::exception& e) {
+    throw Error(path + ": malformed '" + std::string(kStateKey) + "' metadata: " + e.what());
+  }
+  read_params(model, file, "model.", model.weights());
+  read_params(model, file, "adam_m.", opt.m().data());
+  read_params(model, file, "adam_v.", opt.v().data());
+  return st;
+}
+
+}  // namespace gmlp

@@ -1,0 +1,58 @@
+// AdamW and clipping. The arithmetic follows torch.optim.AdamW (single-tensor path)
+// step for step, so a run here and the PyTorch reference stay within float rounding.
+#include "gmlp/optimizer.h"
+
+#include <cmath>
+
+namespace gmlp {
+
+AdamW::AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConfig& cfg)
+    : m_(total, 0.f), v_(total, 0.f), b1_(cfg.beta1), b2_(cfg.beta2), eps_(cfg.eps), wd_(cfg.weight_decay) {
+  for (const auto& p : layout) (p.decay ? decay_ranges_ : plain_ranges_).push_back({p.offset, p.size});
+}
+
+void AdamW::step(float* params, const float* grads, float lr) {
+  ++t_;
+  const double bc1 = 1.0 - std::pow(double(b1_), double(t_));
+  const double bc2 = 1.0 - std::pow(double(b2_), double(t_));
+  const float step_size = float(double(lr) / bc1);
+  const float bc2_sqrt = float(std::sqrt(bc2));
+  const float b1 = b1_, b2 = b2_, eps = eps_;
+  float* m = m_.data();
+  float* v = v_.data();
+  auto update = [&](size_t off, size_t n, float decay) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = off; i < off + n; ++i) {
+      const float g = grads[i];
+      float p = params[i] * decay;
+      m[i] = b1 * m[i] + (1.f - b1) * g;
+      v[i] = b2 * v[i] + (1.f - b2) * g * g;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      params[i] = p - step_size * (m[i] / denom);
+    }
+  };
+  for (auto [off, n] : decay_ranges_) update(off, n, 1.f - lr * wd_);
+  for (auto [off, n] : plain_ranges_) update(off, n, 1.f);
+}
+
+double grad_norm(const float* grads, size_t n) {
+  double s = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+  for (size_t i = 0; i < n; ++i) s += double(grads[i]) * grads[i];
+  return std::sqrt(s);
+}
+
+double clip_grad_norm(float* grads, size_t n, float max_norm) {
+  const double norm = grad_norm(grads, n);
+  if (max_norm > 0) {
+    const double coef = double(max_norm) / (norm + 1e-6);
+    if (coef < 1.0) {
+      const float c = float(coef);
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < n; ++i) grads[i] *= c;
+    }
+  }
+  return norm;
+}
+
+}  // namespace gmlp

@@ -1,0 +1,75 @@
+#include "test_util.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+namespace gmlp::test {
+
+TempDir::TempDir(const std::string& tag) {
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() /
+          ("gmlp_" + tag + "_" + std::to_string(getpid()) + "_" + std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+CommandResult run_command(const std::string& cmd) {
+  std::string full = "(" + cmd + ") 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string gmlp_exe() { return GMLP_EXE; }
+std::string source_dir() { return GMLP_SOURCE_DIR; }
+
+std::string reference_fixture_dir() {
+  static std::once_flag once;
+  static std::string dir;
+  static std::string error;
+  std::call_once(once, [] {
+    dir = std::string(GMLP_BINARY_DIR) + "/fixtures";
+    std::filesystem::create_directories(dir);
+    auto r = run_command("/usr/bin/python3 " + source_dir() + "/tests/reference/dump_fixtures.py --out " + dir);
+    if (r.exit_code != 0) error = "dump_fixtures.py failed (" + std::to_string(r.exit_code) + "):\n" + r.output;
+  });
+  if (!error.empty()) ADD_FAILURE() << error;
+  return dir;
+}
+
+::testing::AssertionResult all_close(const float* got, const float* want, size_t n, float atol, float rtol,
+                                     const std::string& what) {
+  size_t worst = 0, bad = 0;
+  double worst_excess = -1e300;
+  for (size_t i = 0; i < n; ++i) {
+    const double tol = atol + rtol * std::fabs(double(want[i]));
+    const double err = std::fabs(double(got[i]) - double(want[i]));
+    if (!(err <= tol)) ++bad;  // NaN counts as bad
+    const double excess = std::isnan(err) ? 1e300 : err - tol;
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << what << ": " << bad << " of " << n << " elements off (atol " << atol << ", rtol " << rtol << "); worst at ["
+     << worst << "] got " << got[worst] << " want " << want[worst];
+  return ::testing::AssertionFailure() << os.str();
+}
+
+}  // namespace gmlp::test

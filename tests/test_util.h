@@ -1,0 +1,41 @@
+#pragma once
+// Helpers shared by the tests: temp dirs, running commands, comparing tensors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace gmlp::test {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command, capturing its output.
+CommandResult run_command(const std::string& cmd);
+// The gmlp executable built beside the tests.
+std::string gmlp_exe();
+std::string source_dir();
+
+// Fixtures from tests/reference/dump_fixtures.py, generated once per test process.
+std::string reference_fixture_dir();
+
+// |got - want| <= atol + rtol * |want| elementwise; reports the worst element.
+::testing::AssertionResult all_close(const float* got, const float* want, size_t n, float atol, float rtol,
+                                     const std::string& what);
+
+}  // namespace gmlp::test
