@@ -8,6 +8,7 @@ PKGS=(
   libopenblas-openmp-dev libopenblas0-openmp   # BLAS, linked explicitly (never libblas.so)
   nlohmann-json3-dev libcli11-dev              # config JSON, command-line parsing
   libgtest-dev libgmock-dev                    # tests
+  libreadline8                                 # needed by the bible program that extracts the corpus
   python3 python3-torch python3-numpy          # the PyTorch oracle for parity tests
 )
 

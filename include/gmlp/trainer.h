@@ -1,0 +1,59 @@
+#pragma once
+// The language-model training loop: random windows from a corpus, AdamW with a
+// schedule and clipping, periodic validation in bits per byte, a JSONL metrics log,
+// atomic checkpoints (periodic, final, and on interruption), and exact resumption.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gmlp/config.h"
+#include "gmlp/dataset.h"
+#include "gmlp/model.h"
+#include "gmlp/tokenizer.h"
+
+namespace gmlp {
+
+struct TrainOptions {
+  RunConfig run;
+  std::string data_path;
+  std::string out_dir;
+  bool resume = false;       // continue the run saved in out_dir
+  int64_t extend_to = 0;     // with resume: raise the run's total steps to this (0 = keep)
+  int64_t stop_after = 0;    // stop (as if interrupted) after this many steps of this invocation; 0 = off
+  bool progress_bar = true;  // a live one-line bar on a terminal; plain log lines otherwise
+};
+
+struct EvalResult {
+  double loss = 0.0;          // mean nats per token
+  double bits_per_byte = 0.0;
+  int64_t tokens = 0;
+  int64_t bytes = 0;
+};
+
+// Mean loss and bits/byte of `model` over the validation windows of `tokens`
+// (at most max_batches batches of `batch` windows; <= 0 means all).
+EvalResult evaluate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
+                    int64_t max_batches);
+
+struct TrainSummary {
+  int64_t steps = 0;
+  bool interrupted = false;
+  double last_loss = 0.0;
+  EvalResult val;
+  double elapsed_s = 0.0;
+  double tokens_per_s = 0.0;
+};
+
+// Set from a signal handler: the loop checkpoints and returns at the next step.
+extern std::atomic<bool> g_stop_requested;
+
+// File names inside a run directory.
+std::string model_file(const std::string& out_dir);
+std::string state_file(const std::string& out_dir);
+std::string metrics_file(const std::string& out_dir);
+
+TrainSummary train(const TrainOptions& opts);
+
+}  // namespace gmlp

@@ -1,0 +1,447 @@
+// The ops (src/ops): every backward against central differences of its forward, the
+// blocked spatial op against its naive loops, gemm's transposes, cross-entropy, and the
+// optimizer and schedule arithmetic. Tolerances are set so that a sign error, a dropped
+// term, a transposed index or a factor of two fails (checked by mutating the ops).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
+#include "gmlp/config.h"
+#include "gmlp/optimizer.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+using Vec = std::vector<float>;
+using Idx = std::vector<size_t>;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+Vec uniform(size_t n, float lo, float hi, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Element indices of a [rows, cols] block with rows ld apart.
+Idx block(int rows, int cols, int ld) {
+  Idx at;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) at.push_back(size_t(r) * ld + c);
+  return at;
+}
+Idx all(size_t n) { return block(1, int(n), int(n)); }
+
+// Sequence positions: all T, or (sampled) for a long sequence only those at both ends
+// and on both sides of the 64-row block boundary, to keep the forward passes few.
+// `chunks` are the elements of those rows (len each), `lower` their part of the lower
+// triangle (j <= i) of a matrix with row stride ld.
+std::vector<int> rows_of(int T, bool sampled = false) {
+  std::vector<int> rows;
+  for (int t = 0; t < T; ++t)
+    if (!sampled || T <= 8 || t < 3 || t == T / 2 || (t >= 62 && t <= 65) || t >= T - 2) rows.push_back(t);
+  return rows;
+}
+Idx chunks(const std::vector<int>& rows, int len) {
+  Idx at;
+  for (int t : rows)
+    for (int e = 0; e < len; ++e) at.push_back(size_t(t) * len + e);
+  return at;
+}
+Idx lower(const std::vector<int>& rows, int ld) {
+  Idx at;
+  for (int i : rows)
+    for (int j = 0; j <= i; ++j) at.push_back(size_t(i) * ld + j);
+  return at;
+}
+
+// buf[at[k]] - base[at[k]] (base empty: just buf[at[k]]): what a backward wrote or added.
+Vec gather(const Vec& buf, const Idx& at, const Vec& base = {}) {
+  Vec out;
+  for (size_t i : at) out.push_back(buf[i] - (base.empty() ? 0.f : base[i]));
+  return out;
+}
+
+// The objective sum(out * R) in double; out's rows are ld apart, R is compact [rows, cols].
+double dot(const float* out, const Vec& R, int rows, int cols, int ld) {
+  double s = 0.0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) s += double(out[size_t(r) * ld + c]) * R[size_t(r) * cols + c];
+  return s;
+}
+double dot(const Vec& out, const Vec& R) { return dot(out.data(), R, 1, int(R.size()), int(R.size())); }
+
+struct Tol {
+  double atol = 1e-3, rtol = 1e-2;
+};
+
+// Central differences of loss() with respect to x[at[k]], against analytic[k]. loss()
+// reruns the forward from the current x; the step is the float difference actually made.
+::testing::AssertionResult grad_check(Vec& x, const Idx& at, const Vec& analytic,
+                                      const std::function<double()>& loss, const std::string& what, Tol tol = {},
+                                      float h = 1e-2f) {
+  size_t bad = 0;
+  std::ostringstream first;
+  for (size_t k = 0; k < at.size(); ++k) {
+    float& xi = x[at[k]];
+    const float x0 = xi, xp = x0 + h, xm = x0 - h;
+    xi = xp;
+    const double lp = loss();
+    xi = xm;
+    const double lm = loss();
+    xi = x0;
+    const double num = (lp - lm) / (double(xp) - double(xm));
+    if (!(std::fabs(analytic[k] - num) <= tol.atol + tol.rtol * std::fabs(num)) && bad++ == 0)  // NaN fails
+      first << "first at element " << at[k] << ": analytic " << analytic[k] << ", numeric " << num;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << at.size() << " gradients off; "
+                                       << first.str();
+}
+
+bool all_finite(const Vec& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+TEST(OpsGradCheck, Linear) {
+  std::mt19937 rng(1);
+  const int M = 7, in = 5, out = 3;
+  Vec x = uniform(M * in, -1, 1, rng), W = uniform(out * in, -1, 1, rng), b = uniform(out, -1, 1, rng);
+  const Vec R = uniform(M * out, -1, 1, rng), dW0 = uniform(W.size(), -1, 1, rng), db0 = uniform(out, -1, 1, rng);
+  Vec y(M * out);
+  auto loss = [&] {
+    ops::linear_forward(x.data(), M, in, W.data(), b.data(), out, y.data());
+    return dot(y, R);
+  };
+  Vec dx(M * in, kNaN), dW = dW0, db = db0;
+  ops::linear_backward(R.data(), x.data(), M, in, W.data(), out, dx.data(), false, dW.data(), db.data());
+  EXPECT_TRUE(grad_check(x, all(x.size()), dx, loss, "dx"));
+  EXPECT_TRUE(grad_check(W, all(W.size()), gather(dW, all(W.size()), dW0), loss, "dW"));
+  EXPECT_TRUE(grad_check(b, all(out), gather(db, all(out), db0), loss, "db"));
+  // accumulate_dx adds onto what is there.
+  const Vec dx0 = uniform(dx.size(), -1, 1, rng);
+  Vec dx2 = dx0;
+  ops::linear_backward(R.data(), x.data(), M, in, W.data(), out, dx2.data(), true, dW.data(), db.data());
+  EXPECT_TRUE(test::all_close(gather(dx2, all(dx.size()), dx0).data(), dx.data(), dx.size(), 1e-6f, 1e-5f,
+                              "accumulated dx"));
+}
+
+TEST(OpsGradCheck, LayerNormStridedAndAccumulating) {
+  std::mt19937 rng(2);
+  const int M = 6, C = 7, ldx = 10, ldy = 9, lddy = 11, lddx = 8;
+  const float eps = 1e-5f;
+  Vec x(M * ldx, kNaN);  // the padding is NaN: reading it would poison the output
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < C; ++c) x[r * ldx + c] = 3.f * r - 5.f + uniform(1, -2, 2, rng)[0];
+  Vec w = uniform(C, 0.5f, 1.5f, rng), b = uniform(C, -0.5f, 0.5f, rng);
+  const Vec R = uniform(M * C, -1, 1, rng);
+  Vec dy(M * lddy, kNaN);
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < C; ++c) dy[r * lddy + c] = R[r * C + c];
+  Vec y(M * ldy), mean(M), rstd(M);
+  auto loss = [&] {
+    ops::layernorm_forward(x.data(), ldx, M, C, w.data(), b.data(), eps, y.data(), ldy, mean.data(), rstd.data());
+    return dot(y.data(), R, M, C, ldy);
+  };
+  loss();
+  for (bool acc : {false, true}) {
+    SCOPED_TRACE(acc ? "accumulate_dx" : "overwrite dx");
+    const Vec dx0 = uniform(M * lddx, -1, 1, rng), dw0 = uniform(C, -1, 1, rng), db0 = uniform(C, -1, 1, rng);
+    Vec dx = dx0, dw = dw0, db = db0;
+    ops::layernorm_backward(dy.data(), lddy, x.data(), ldx, mean.data(), rstd.data(), w.data(), M, C, dx.data(),
+                            lddx, acc, dw.data(), db.data());
+    const Idx rows = block(M, C, lddx);
+    EXPECT_TRUE(grad_check(x, block(M, C, ldx), gather(dx, rows, acc ? dx0 : Vec{}), loss, "dx"));
+    EXPECT_TRUE(grad_check(w, all(C), gather(dw, all(C), dw0), loss, "dw"));
+    EXPECT_TRUE(grad_check(b, all(C), gather(db, all(C), db0), loss, "db"));
+    for (int r = 0; r < M; ++r)
+      for (int c = C; c < lddx; ++c) EXPECT_EQ(dx[r * lddx + c], dx0[r * lddx + c]) << "dx padding written";
+  }
+}
+
+TEST(OpsGradCheck, Gelu) {
+  for (bool tanh_approx : {false, true}) {
+    SCOPED_TRACE(tanh_approx ? "tanh" : "erf");
+    std::mt19937 rng(3);
+    const int n = 41;
+    Vec x = uniform(n, -4, 4, rng), y(n);
+    const Vec R = uniform(n, -1, 1, rng);
+    auto loss = [&] {
+      ops::gelu_forward(x.data(), y.data(), n, tanh_approx);
+      return dot(y, R);
+    };
+    Vec dx = R;  // dx may alias dy
+    ops::gelu_backward(x.data(), dx.data(), dx.data(), n, tanh_approx);
+    EXPECT_TRUE(grad_check(x, all(n), dx, loss, "dx", {1e-4, 2e-3}));
+  }
+}
+
+// An [n, n] matrix (n > T), uniform in its lower triangle [:T, :T], `rest` elsewhere:
+// NaN for weights (the masked half must never be read), 0 for gradient accumulators.
+Vec causal(int T, int n, float scale, float rest, std::mt19937& rng) {
+  Vec W(size_t(n) * n, rest);
+  for (size_t i : lower(rows_of(T), n)) W[i] = uniform(1, -scale, scale, rng)[0];
+  return W;
+}
+
+// Every dW entry outside the lower triangle [:T, :T] is still exactly zero.
+void expect_zero_outside_lower(const Vec& dW, int T, int n) {
+  int nonzero = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) nonzero += !(j <= i && i < T) && dW[size_t(i) * n + j] != 0.f;
+  EXPECT_EQ(nonzero, 0) << "dW entries outside tril(W[:T, :T]) written";
+}
+
+TEST(OpsGradCheck, SpatialCausal) {
+  for (int T : {5, 70}) {  // 70 crosses the 64-row block boundary
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::mt19937 rng(4);
+    const int n = T + 3, cols = 6;
+    Vec W = causal(T, n, 0.5f, kNaN, rng), b = uniform(n, -1, 1, rng), G = uniform(T * cols, -1, 1, rng);
+    for (int i = T; i < n; ++i) b[i] = kNaN;
+    const Vec R = uniform(T * cols, -1, 1, rng);
+    const Vec dW0 = causal(T, n, 1.f, 0.f, rng);
+    const Vec db0 = uniform(n, -1, 1, rng);
+    Vec F(T * cols);
+    auto loss = [&] {
+      ops::spatial_causal_forward(W.data(), n, b.data(), T, cols, G.data(), F.data());
+      return dot(F, R);
+    };
+    loss();
+    EXPECT_TRUE(all_finite(F)) << "forward read the masked half of W";
+    Vec dG(G.size(), kNaN), dW = dW0, db = db0;
+    ops::spatial_causal_backward(W.data(), n, T, cols, G.data(), R.data(), dG.data(), dW.data(), db.data());
+    EXPECT_TRUE(all_finite(dG)) << "backward read the masked half of W";
+    const std::vector<int> rows = rows_of(T, true);
+    EXPECT_TRUE(grad_check(G, chunks(rows, cols), gather(dG, chunks(rows, cols)), loss, "dG"));
+    EXPECT_TRUE(grad_check(W, lower(rows, n), gather(dW, lower(rows, n), dW0), loss, "dW"));
+    EXPECT_TRUE(grad_check(b, all(T), gather(db, all(T), db0), loss, "db"));
+    expect_zero_outside_lower(dW, T, n);
+  }
+}
+
+TEST(OpsGradCheck, SpatialGatingUnit) {
+  for (int T : {6, 70}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::mt19937 rng(5);
+    const int B = 2, dh = 5, n = T + 2, M = T * B;
+    Vec Z = uniform(M * 2 * dh, -2, 2, rng), nw = uniform(dh, 0.5f, 1.5f, rng), nb = uniform(dh, -0.5f, 0.5f, rng);
+    Vec W = causal(T, n, 0.3f, kNaN, rng), sb = uniform(n, 0.5f, 1.5f, rng);
+    const Vec R = uniform(M * dh, -1, 1, rng);
+    const ops::SguParams p{nw.data(), nb.data(), W.data(), sb.data(), n, 1e-5f};
+    Vec S(M * dh), gmean(M), grstd(M), F(M * dh), G(M * dh);
+    auto loss = [&] {
+      ops::sgu_forward(p, Z.data(), T, B, dh, S.data(), gmean.data(), grstd.data(), F.data(), G.data());
+      return dot(S, R);
+    };
+    loss();
+    EXPECT_TRUE(all_finite(S));
+    const Vec nw0 = uniform(dh, -1, 1, rng), nb0 = uniform(dh, -1, 1, rng), sb0 = uniform(n, -1, 1, rng);
+    const Vec dW0 = causal(T, n, 1.f, 0.f, rng);
+    Vec gnw = nw0, gnb = nb0, gW = dW0, gsb = sb0;
+    Vec dZ(Z.size(), kNaN), sG(M * dh, kNaN), sdF(M * dh, kNaN), sdG(M * dh, kNaN);  // dZ is overwritten
+    ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gsb.data()}, R.data(), Z.data(), T, B, dh,
+                      gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
+    const std::vector<int> rows = rows_of(T, true);
+    EXPECT_TRUE(grad_check(Z, chunks(rows, B * 2 * dh), gather(dZ, chunks(rows, B * 2 * dh)), loss, "dZ"));
+    EXPECT_TRUE(grad_check(nw, all(dh), gather(gnw, all(dh), nw0), loss, "norm dw"));
+    EXPECT_TRUE(grad_check(nb, all(dh), gather(gnb, all(dh), nb0), loss, "norm db"));
+    EXPECT_TRUE(grad_check(W, lower(rows, n), gather(gW, lower(rows, n), dW0), loss, "spatial dW"));
+    EXPECT_TRUE(grad_check(sb, all(T), gather(gsb, all(T), sb0), loss, "spatial db"));
+    expect_zero_outside_lower(gW, T, n);
+  }
+}
+
+TEST(OpsGradCheck, EmbeddingRepeatedTokens) {
+  std::mt19937 rng(6);
+  const int V = 6, d = 5, T = 4, B = 3, M = T * B;
+  const std::vector<int32_t> tokens = {2, 0, 2, 5, 2, 0, 3, 5, 5, 2, 0, 3};  // token 1, 4 unused
+  Vec E = uniform(V * d, -1, 1, rng), x(M * d);
+  const Vec pe = uniform(T * d, -1, 1, rng), R = uniform(M * d, -1, 1, rng), dE0 = uniform(E.size(), -1, 1, rng);
+  auto loss = [&] {
+    ops::embedding_forward(E.data(), d, tokens.data(), M, B, pe.data(), x.data());
+    return dot(x, R);
+  };
+  loss();
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < d; ++c) ASSERT_EQ(x[r * d + c], E[tokens[r] * d + c] + pe[(r / B) * d + c]);
+  Vec dE = dE0;
+  ops::embedding_backward(R.data(), d, tokens.data(), M, dE.data());
+  EXPECT_TRUE(grad_check(E, all(E.size()), gather(dE, all(E.size()), dE0), loss, "dE"));
+}
+
+TEST(OpsGradCheck, CrossEntropyWithIgnoredTargets) {
+  std::mt19937 rng(7);
+  const int M = 9, V = 7;
+  const std::vector<int32_t> targets = {3, -1, 0, 6, -1, 2, 2, -1, 5};
+  Vec logits = uniform(M * V, -3, 3, rng), dlogits(logits.size(), kNaN);
+  int64_t count = 0;
+  ops::cross_entropy(logits.data(), M, V, targets.data(), dlogits.data(), &count);
+  EXPECT_EQ(count, 6);
+  auto loss = [&] { return ops::cross_entropy(logits.data(), M, V, targets.data(), nullptr, nullptr); };
+  EXPECT_TRUE(grad_check(logits, all(logits.size()), dlogits, loss, "dlogits", {1e-5, 1e-3}));
+}
+
+TEST(OpsSpatial, FastMatchesNaive) {
+  for (int T : {1, 7, 64, 65, 130}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::mt19937 rng(8);
+    const int n = T + 5, cols = 7;
+    const Vec W = causal(T, n, 0.3f, kNaN, rng), b = uniform(n, -1, 1, rng), G = uniform(T * cols, -1, 1, rng);
+    const Vec dF = uniform(T * cols, -1, 1, rng), db0 = uniform(n, -1, 1, rng);
+    const Vec dW0 = causal(T, n, 1.f, 0.f, rng);
+    Vec F(G.size()), Fn(G.size()), dG(G.size()), dGn(G.size()), dW = dW0, dWn = dW0, db = db0, dbn = db0;
+    ops::spatial_causal_forward(W.data(), n, b.data(), T, cols, G.data(), F.data());
+    ops::spatial_causal_forward_naive(W.data(), n, b.data(), T, cols, G.data(), Fn.data());
+    ops::spatial_causal_backward(W.data(), n, T, cols, G.data(), dF.data(), dG.data(), dW.data(), db.data());
+    ops::spatial_causal_backward_naive(W.data(), n, T, cols, G.data(), dF.data(), dGn.data(), dWn.data(),
+                                       dbn.data());
+    EXPECT_TRUE(test::all_close(F.data(), Fn.data(), F.size(), 1e-5f, 1e-5f, "F"));
+    EXPECT_TRUE(test::all_close(dG.data(), dGn.data(), dG.size(), 1e-5f, 1e-5f, "dG"));
+    EXPECT_TRUE(test::all_close(dW.data(), dWn.data(), dW.size(), 1e-5f, 1e-5f, "dW"));
+    EXPECT_TRUE(test::all_close(db.data(), dbn.data(), db.size(), 1e-5f, 1e-5f, "db"));
+  }
+}
+
+TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
+  std::mt19937 rng(9);
+  const float alpha = 0.7f;
+  for (int K : {3, 0})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.f, 1.f, 0.5f}) {
+          SCOPED_TRACE(::testing::Message() << "K=" << K << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+          const int M = 5, N = 4;
+          // op(A) is [M, K], op(B) is [K, N]; stored transposed when flagged, rows padded.
+          const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+          const Vec A = uniform(size_t(ta ? K : M) * lda + 1, -1, 1, rng);
+          const Vec Bm = uniform(size_t(tb ? N : K) * ldb + 1, -1, 1, rng);
+          const Vec C0 = uniform(size_t(M) * ldc, -1, 1, rng);
+          Vec C = C0, want = C0;
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double s = 0.0;
+              for (int k = 0; k < K; ++k)
+                s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+              want[i * ldc + j] = float(alpha * s + beta * C0[i * ldc + j]);
+            }
+          ops::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C.data(), ldc);
+          EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
+        }
+}
+
+TEST(OpsCrossEntropy, HandComputedValues) {
+  // Uniform logits: every counted row costs log V; ignored rows add nothing and get zero gradient.
+  const int V = 5;
+  const Vec uniform_logits(4 * V, 0.3f);
+  const std::vector<int32_t> targets = {1, -1, 4, -1};
+  Vec d(uniform_logits.size(), kNaN);
+  int64_t count = 0;
+  EXPECT_NEAR(ops::cross_entropy(uniform_logits.data(), 4, V, targets.data(), d.data(), &count), std::log(5.0), 1e-6);
+  EXPECT_EQ(count, 2);
+  for (int r = 0; r < 4; ++r)
+    for (int v = 0; v < V; ++v)
+      EXPECT_NEAR(d[r * V + v], targets[r] < 0 ? 0.0 : (0.2 - (v == targets[r])) / 2, 1e-7) << r << "," << v;
+  // Logits (0, ln 3): p = (1/4, 3/4); rows with targets 0 and 1 cost ln 4 and ln 4/3.
+  const Vec two = {0.f, float(std::log(3.0)), 0.f, float(std::log(3.0))};
+  const std::vector<int32_t> t01 = {0, 1};
+  EXPECT_NEAR(ops::cross_entropy(two.data(), 2, 2, t01.data(), nullptr, nullptr),
+              (std::log(4.0) + std::log(4.0 / 3.0)) / 2, 1e-6);
+  // Nothing counted: zero loss, zero count, zero gradient.
+  const std::vector<int32_t> none = {-1, -1};
+  Vec d2(4, kNaN);
+  EXPECT_EQ(ops::cross_entropy(two.data(), 2, 2, none.data(), d2.data(), &count), 0.0);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(d2, Vec(4, 0.f));
+}
+
+TEST(OpsEmbedding, SinusoidalPositions) {
+  Vec pe(3 * 6);
+  ops::sinusoidal_positions(3, 6, pe.data());
+  // Frequencies 1, 10000^(-1/3), 10000^(-2/3).
+  const Vec want = {0, 1, 0, 1, 0, 1,  //
+                    0.84147098f, 0.54030231f, 0.04639922f, 0.99892298f, 0.00215443f, 0.99999768f,
+                    0.90929743f, -0.41614684f, 0.09269850f, 0.99569422f, 0.00430886f, 0.99999072f};
+  EXPECT_TRUE(test::all_close(pe.data(), want.data(), pe.size(), 2e-7f, 0.f, "pe d=6"));
+  Vec odd(2 * 5 + 1, -7.f);  // odd d: the last column is a sine; nothing past T*d is written
+  ops::sinusoidal_positions(2, 5, odd.data());
+  EXPECT_NEAR(odd[5 + 4], std::sin(std::pow(10000.0, -0.8)), 1e-7);
+  EXPECT_NEAR(odd[5 + 3], std::cos(std::pow(10000.0, -0.4)), 1e-7);
+  EXPECT_EQ(odd[10], -7.f);
+}
+
+TEST(OpsOptimizer, AdamWMatchesPyTorchFormula) {
+  // "w" (3 values) decays, "b" (2 values) does not.
+  std::vector<ParamInfo> layout(2);
+  layout[0].name = "w", layout[0].offset = 0, layout[0].size = 3, layout[0].decay = true;
+  layout[1].name = "b", layout[1].offset = 3, layout[1].size = 2, layout[1].decay = false;
+  TrainConfig cfg;
+  cfg.beta1 = 0.9f, cfg.beta2 = 0.95f, cfg.eps = 1e-8f, cfg.weight_decay = 0.1f;
+  AdamW opt(layout, 5, cfg);
+  const double lr = 0.01;
+  Vec p = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f};
+  const Vec g1 = {0.2f, -0.4f, 0.0f, 1.5f, -0.01f}, g2 = {-0.1f, -0.3f, 0.6f, 1.0f, 0.02f};
+  // Step 1 in closed form: m-hat = g, v-hat = g^2, so p -= lr * g / (|g| + eps) after decay.
+  std::vector<double> want(5), m(5, 0.0), v(5, 0.0);
+  for (int i = 0; i < 5; ++i)
+    want[i] = p[i] * (i < 3 ? 1 - lr * 0.1 : 1.0) - lr * g1[i] / (std::fabs(g1[i]) + 1e-8);
+  opt.step(p.data(), g1.data(), float(lr));
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << "step 1, element " << i;
+  // Step 2 by torch.optim.AdamW's formula, with bias corrections 1 - b^2.
+  for (int i = 0; i < 5; ++i) {
+    m[i] = 0.1 * g1[i], v[i] = 0.05 * double(g1[i]) * g1[i];
+    m[i] = 0.9 * m[i] + 0.1 * g2[i], v[i] = 0.95 * v[i] + 0.05 * double(g2[i]) * g2[i];
+    const double mhat = m[i] / (1 - 0.81), vhat = v[i] / (1 - 0.9025);
+    want[i] = p[i] * (i < 3 ? 1 - lr * 0.1 : 1.0) - lr * mhat / (std::sqrt(vhat) + 1e-8);
+  }
+  opt.step(p.data(), g2.data(), float(lr));
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << "step 2, element " << i;
+  EXPECT_EQ(opt.steps_taken(), 2);
+}
+
+TEST(OpsOptimizer, ClipGradNorm) {
+  Vec g = {3.f, -4.f, 0.f};
+  EXPECT_NEAR(clip_grad_norm(g.data(), 3, 1.f), 5.0, 1e-9);
+  EXPECT_NEAR(grad_norm(g.data(), 3), 1.0, 1e-6);
+  EXPECT_NEAR(g[0], 0.6, 1e-6);
+  EXPECT_NEAR(g[1], -0.8, 1e-6);
+  Vec small = {0.3f, 0.4f}, keep = small;
+  EXPECT_NEAR(clip_grad_norm(small.data(), 2, 1.f), 0.5, 1e-7);
+  EXPECT_EQ(small, keep);
+  Vec big = {30.f, 40.f}, kept = big;
+  EXPECT_NEAR(clip_grad_norm(big.data(), 2, 0.f), 50.0, 1e-5);  // max_norm 0 disables clipping
+  EXPECT_EQ(big, kept);
+}
+
+TEST(OpsSchedule, LearningRate) {
+  TrainConfig t;
+  t.schedule = "cosine", t.lr = 1e-3f, t.min_lr = 1e-4f, t.warmup = 10, t.steps = 110;
+  EXPECT_NEAR(learning_rate(t, 64, 1), 1e-4, 1e-9);  // warmup ramp s / warmup
+  EXPECT_NEAR(learning_rate(t, 64, 5), 5e-4, 1e-9);
+  EXPECT_NEAR(learning_rate(t, 64, 10), 1e-3, 1e-9);  // peak
+  EXPECT_NEAR(learning_rate(t, 64, 60), 5.5e-4, 1e-9);  // half way down the cosine
+  EXPECT_NEAR(learning_rate(t, 64, 35), 1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-9);
+  EXPECT_NEAR(learning_rate(t, 64, 110), 1e-4, 1e-9);  // ends at min_lr and stays
+  EXPECT_NEAR(learning_rate(t, 64, 500), 1e-4, 1e-9);
+  t.schedule = "noam", t.noam_factor = 2.f, t.warmup = 16;  // 2 * 64^-0.5 * min(s^-0.5, s * 16^-1.5)
+  EXPECT_NEAR(learning_rate(t, 64, 4), 0.015625, 1e-8);
+  EXPECT_NEAR(learning_rate(t, 64, 16), 0.0625, 1e-8);
+  EXPECT_NEAR(learning_rate(t, 64, 64), 0.03125, 1e-8);
+  EXPECT_LT(learning_rate(t, 64, 15), learning_rate(t, 64, 16));
+  EXPECT_LT(learning_rate(t, 64, 17), learning_rate(t, 64, 16));
+  t.schedule = "constant";
+  EXPECT_EQ(learning_rate(t, 64, 1), 1e-3f);
+  EXPECT_EQ(learning_rate(t, 64, 100000), 1e-3f);
+}
+
+}  // namespace
+}  // namespace gmlp

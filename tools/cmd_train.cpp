@@ -1,0 +1,122 @@
+// gmlp train: train a causal gMLP LM on a text file (default: the KJV corpus).
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "gmlp/error.h"
+#include "gmlp/trainer.h"
+#include "train/progress.h"
+
+namespace gmlp::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config, data = "data/kjv.txt", out = "runs/default", tokenizer;
+  std::vector<std::string> sets;
+  int64_t steps = 0, stop_after = 0, eval_every = 0, ckpt_every = 0, log_every = 0;
+  int batch_size = 0;
+  float lr = 0;
+  int64_t seed = -1;
+  bool resume = false, overwrite = false, no_progress = false;
+};
+
+void on_sigint(int) { g_stop_requested.store(true); }
+
+// "model.d_model=256": the value is parsed as JSON when it can be, else taken as a string.
+void apply_set(nlohmann::json& j, const std::string& kv) {
+  const auto eq = kv.find('=');
+  const auto dot = kv.find('.');
+  require(eq != std::string::npos && dot != std::string::npos && dot < eq,
+          "--set expects SECTION.KEY=VALUE (e.g. model.d_model=256), got '" + kv + "'");
+  const std::string section = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), val = kv.substr(eq + 1);
+  require(section == "model" || section == "train", "--set: section must be 'model' or 'train', got '" + section + "'");
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(val);
+  } catch (const nlohmann::json::exception&) {
+    v = val;
+  }
+  j[section][key] = v;
+}
+
+int run_train(const TrainArgs& a) {
+  nlohmann::json j = a.config.empty() ? RunConfig{}.to_json() : RunConfig::load(a.config).to_json();
+  for (const auto& s : a.sets) apply_set(j, s);
+  if (!a.tokenizer.empty()) {
+    require(a.tokenizer == "byte" || a.tokenizer == "char", "--tokenizer must be byte or char, got '" + a.tokenizer + "'");
+    j["model"]["tokenizer"] = {{"kind", a.tokenizer}};
+  }
+  auto& t = j["train"];
+  if (a.steps) t["steps"] = a.steps;
+  if (a.batch_size) t["batch_size"] = a.batch_size;
+  if (a.lr) t["lr"] = a.lr;
+  if (a.seed >= 0) t["seed"] = a.seed;
+  if (a.eval_every) t["eval_every"] = a.eval_every;
+  if (a.ckpt_every) t["ckpt_every"] = a.ckpt_every;
+  if (a.log_every) t["log_every"] = a.log_every;
+  const std::string where = a.config.empty() ? std::string("options") : "config '" + a.config + "' with options";
+  TrainOptions o;
+  o.run.model = ModelConfig::from_json(j["model"], where + " [model]");
+  o.run.train = TrainConfig::from_json(j["train"], where + " [train]");
+  o.data_path = a.data;
+  o.out_dir = a.out;
+  o.resume = a.resume;
+  o.extend_to = a.resume ? a.steps : 0;
+  o.stop_after = a.stop_after;
+  o.progress_bar = !a.no_progress;
+
+  namespace fs = std::filesystem;
+  if (a.resume) {
+    require(fs::exists(state_file(a.out)), "--resume: no training state in '" + a.out + "' (expected " +
+                                               state_file(a.out) + ")");
+  } else {
+    require(a.overwrite || !fs::exists(state_file(a.out)),
+            "'" + a.out + "' already holds a training run; pass --resume to continue it, --overwrite to start over, "
+            "or choose another --out");
+    if (!fs::exists(a.data) && a.data == "data/kjv.txt")
+      throw Error("the default corpus data/kjv.txt is missing; fetch it with scripts/fetch_data.sh or pass --data FILE");
+  }
+  std::signal(SIGINT, on_sigint);
+  std::signal(SIGTERM, on_sigint);
+  const TrainSummary s = train(o);
+  std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
+              (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
+  if (s.val.tokens > 0) std::printf(", val loss %.4f nats/token, %.4f bits/byte", s.val.loss, s.val.bits_per_byte);
+  std::printf(", %.0f tokens/s\ncheckpoint: %s\n", s.tokens_per_s, model_file(a.out).c_str());
+  if (s.interrupted) std::printf("resume with: gmlp train --out %s --resume\n", a.out.c_str());
+  return s.interrupted && g_stop_requested.load() ? 130 : 0;
+}
+
+}  // namespace
+
+void add_train(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* c = app.add_subcommand("train", "Train a causal gMLP language model (defaults: the default config on data/kjv.txt)");
+  c->add_option("--config", a->config, "JSON config file: {\"model\": {...}, \"train\": {...}}")->check(CLI::ExistingFile);
+  c->add_option("--data", a->data, "Training text file; its tail is held out for validation")->capture_default_str();
+  c->add_option("--out", a->out, "Run directory: checkpoints, metrics.jsonl, config.json")->capture_default_str();
+  c->add_option("--tokenizer", a->tokenizer, "byte (vocab 256, the default) or char (built from the corpus)");
+  c->add_option("--steps", a->steps, "Total training steps");
+  c->add_option("--batch-size", a->batch_size, "Windows per step");
+  c->add_option("--lr", a->lr, "Peak learning rate");
+  c->add_option("--seed", a->seed, "Seed for init and data order");
+  c->add_option("--eval-every", a->eval_every, "Steps between validation passes");
+  c->add_option("--ckpt-every", a->ckpt_every, "Steps between checkpoints");
+  c->add_option("--log-every", a->log_every, "Steps between metrics lines");
+  c->add_option("--set", a->sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
+  c->add_flag("--resume", a->resume, "Continue the run saved in --out exactly where it stopped");
+  c->add_flag("--overwrite", a->overwrite, "Start a new run even if --out already holds one");
+  c->add_option("--stop-after", a->stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
+  c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
+  c->callback([a, &exit_code] { exit_code = run_train(*a); });
+}
+
+std::string resolve_model_path(const std::string& arg) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(arg)) return model_file(arg);
+  require(fs::exists(arg), "checkpoint '" + arg + "' does not exist");
+  return arg;
+}
+
+}  // namespace gmlp::cli

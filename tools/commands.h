@@ -1,0 +1,17 @@
+#pragma once
+// Each subcommand registers itself on the app; main() runs the one chosen and turns
+// gmlp::Error into a message and a non-zero exit (the only place that exits).
+#include <CLI/CLI.hpp>
+
+namespace gmlp::cli {
+
+// Each returns the process exit code of the command when it ran.
+void add_train(CLI::App& app, int& exit_code);
+void add_generate(CLI::App& app, int& exit_code);
+void add_eval(CLI::App& app, int& exit_code);
+void add_inspect(CLI::App& app, int& exit_code);
+
+// A checkpoint argument may name the file or the run directory holding model.safetensors.
+std::string resolve_model_path(const std::string& arg);
+
+}  // namespace gmlp::cli
