@@ -445,3 +445,30 @@ TEST(OpsSchedule, LearningRate) {
 
 }  // namespace
 }  // namespace gmlp
+
+namespace gmlp::ops {
+namespace {
+
+// The vectorised GELU (fast_math.h) against libm's erf/exp/tanh over the whole range
+// activations take, tails included.
+TEST(OpsGelu, FastMatchesLibmReference) {
+  std::vector<float> x;
+  for (float v = -12.f; v <= 12.f; v += 0.001f) x.push_back(v);
+  for (float v : {-100.f, -40.f, -9.5f, 0.f, 1e-8f, 9.5f, 40.f, 100.f}) x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  std::vector<float> dy(x.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 0.5f + float(i % 7) * 0.25f;
+  for (bool tanh_approx : {false, true}) {
+    std::vector<float> fast(x.size()), ref(x.size()), dfast(x.size()), dref(x.size());
+    gelu_forward(x.data(), fast.data(), n, tanh_approx);
+    gelu_forward_reference(x.data(), ref.data(), n, tanh_approx);
+    gelu_backward(x.data(), dy.data(), dfast.data(), n, tanh_approx);
+    gelu_backward_reference(x.data(), dy.data(), dref.data(), n, tanh_approx);
+    const std::string tag = tanh_approx ? "tanh" : "erf";
+    EXPECT_TRUE(test::all_close(fast.data(), ref.data(), x.size(), 1e-6f, 2e-6f, "gelu " + tag));
+    EXPECT_TRUE(test::all_close(dfast.data(), dref.data(), x.size(), 2e-6f, 2e-6f, "gelu' " + tag));
+  }
+}
+
+}  // namespace
+}  // namespace gmlp::ops

@@ -7,6 +7,7 @@
 
 #include "gmlp/checkpoint.h"
 #include "gmlp/optimizer.h"
+#include "gmlp/trainer.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -88,6 +89,44 @@ TEST_P(Parity, TenAdamWSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, Parity, ::testing::Values("tiny", "odd", "deep"));
+
+}  // namespace
+}  // namespace gmlp
+
+namespace gmlp {
+namespace {
+
+// The other direction: a checkpoint trained and written here loads into PyTorch
+// (strict state_dict, names and shapes from SPEC §6) and gives the same logits.
+TEST(Interop, PyTorchLoadsOurCheckpoint) {
+  test::TempDir dir("interop");
+  const std::string run = dir.file("run");
+  auto r = test::run_command(test::gmlp_exe() + " train --data /usr/share/common-licenses/GPL-3 --out " + run +
+                             " --steps 15 --no-progress --tokenizer char --set model.pos_embedding=\"sinusoidal\""
+                             " --set model.d_model=24 --set model.d_ffn=40 --set model.n_layers=2"
+                             " --set model.seq_len=20 --batch-size 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto model = load_model(model_file(run));
+  const int B = 3, T = 17, V = model->config().vocab_size;
+  Rng rng(5);
+  std::vector<int32_t> tokens(size_t(B) * (T + 1));
+  for (auto& t : tokens) t = int32_t(rng.below(uint64_t(V)));
+  SafeTensorsWriter w;
+  w.add_i32("tokens", {B, T + 1}, tokens.data());
+  w.write(dir.file("tokens.safetensors"));
+  r = test::run_command("/usr/bin/python3 " + test::source_dir() + "/tests/reference/logits_of_checkpoint.py " +
+                        model_file(run) + " " + dir.file("tokens.safetensors") + " " + dir.file("out.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto out = SafeTensorsFile::load(dir.file("out.safetensors"));
+  const double loss = model->forward(tokens.data(), tokens.data() + 1, T + 1, B, T);
+  EXPECT_NEAR(loss, out.read_f32("loss")[0], 1e-5 * loss);
+  const auto want = out.read_f32("logits");
+  std::vector<float> got(want.size());
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int v = 0; v < V; ++v) got[(size_t(b) * T + t) * V + v] = model->logits()[(size_t(t) * B + b) * V + v];
+  EXPECT_TRUE(test::all_close(got.data(), want.data(), got.size(), kLogitAtol, kLogitRtol, "logits"));
+}
 
 }  // namespace
 }  // namespace gmlp

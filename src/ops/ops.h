@@ -32,6 +32,9 @@ void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, cons
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx);
 // dx = dy * gelu'(x) (dx may alias dy).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
+// The same with libm's erf/exp/tanh: the reference the fast path is tested against.
+void gelu_forward_reference(const float* x, float* y, int64_t n, bool tanh_approx);
+void gelu_backward_reference(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
 
 // ---- spatial.cpp: the causal token-mixing projection of the SGU.
 // F[i, :] = sum_{j <= i} W[i, j] G[j, :] + b[i] for i < T; G and F are [T, cols]

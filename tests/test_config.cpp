@@ -1,0 +1,90 @@
+// Config files: every shipped config loads; bad keys, types and values are rejected
+// with the key named; JSON round trips.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmlp/config.h"
+#include "gmlp/error.h"
+#include "gmlp/model.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ShippedConfigsLoadAndBuild) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() + "/configs")) {
+    if (e.path().extension() != ".json") continue;
+    SCOPED_TRACE(e.path().string());
+    const RunConfig rc = RunConfig::load(e.path().string());
+    EXPECT_NO_THROW(rc.model.validate());
+    EXPECT_NO_THROW(rc.train.validate());
+    EXPECT_FALSE(param_layout(rc.model).empty());
+    ++n;
+  }
+  EXPECT_GE(n, 4);
+}
+
+TEST(Config, DefaultJsonMatchesBuiltInDefaults) {
+  const RunConfig rc = RunConfig::load(test::source_dir() + "/configs/default.json");
+  EXPECT_EQ(rc.to_json(), RunConfig{}.to_json());
+}
+
+TEST(Config, RoundTripsThroughJson) {
+  ModelConfig m;
+  m.d_model = 40;
+  m.gelu = "tanh";
+  m.pos_embedding = "sinusoidal";
+  m.tokenizer = {{"kind", "char"}, {"chars", "ab\n"}};
+  EXPECT_EQ(ModelConfig::from_json(m.to_json(), "t").to_json(), m.to_json());
+  TrainConfig t;
+  t.schedule = "noam";
+  t.seed = 99;
+  EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").to_json(), t.to_json());
+}
+
+TEST(Config, RejectsBadValuesNamingTheKey) {
+  using nlohmann::json;
+  auto model_err = [](json j) { return error_of([&] { ModelConfig::from_json(j, "here"); }); };
+  auto train_err = [](json j) { return error_of([&] { TrainConfig::from_json(j, "here"); }); };
+  EXPECT_NE(model_err({{"d_ffn", 7}}).find("'d_ffn' must be even"), std::string::npos);
+  EXPECT_NE(model_err({{"seq_len", 1}}).find("'seq_len'"), std::string::npos);
+  EXPECT_NE(model_err({{"d_model", 0}}).find("'d_model' must be positive"), std::string::npos);
+  EXPECT_NE(model_err({{"gelu", "relu"}}).find("'gelu'"), std::string::npos);
+  EXPECT_NE(model_err({{"pos_embedding", "learned"}}).find("'pos_embedding'"), std::string::npos);
+  EXPECT_NE(model_err({{"dmodel", 3}}).find("unknown key 'dmodel'"), std::string::npos);
+  EXPECT_NE(model_err({{"d_model", "big"}}).find("'d_model' must be an integer"), std::string::npos);
+  EXPECT_NE(model_err({{"d_model", 1.5}}).find("'d_model' must be an integer"), std::string::npos);
+  EXPECT_NE(model_err(json::array()).find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(train_err({{"schedule", "linear"}}).find("'schedule'"), std::string::npos);
+  EXPECT_NE(train_err({{"schedule", "noam"}, {"warmup", 0}}).find("'warmup'"), std::string::npos);
+  EXPECT_NE(train_err({{"min_lr", 1.0}}).find("'min_lr'"), std::string::npos);
+  EXPECT_NE(train_err({{"beta2", 1.0}}).find("'beta2'"), std::string::npos);
+  EXPECT_NE(train_err({{"batch_size", -2}}).find("'batch_size'"), std::string::npos);
+  EXPECT_NE(train_err({{"val_fraction", 1.0}}).find("'val_fraction'"), std::string::npos);
+  // Every message says where the config came from.
+  EXPECT_EQ(model_err({{"d_ffn", 7}}).rfind("here", 0), 0u);
+}
+
+TEST(Config, FileErrorsNameTheFile) {
+  test::TempDir dir("config");
+  EXPECT_NE(error_of([&] { RunConfig::load(dir.file("absent.json")); }).find("absent.json"), std::string::npos);
+  std::ofstream(dir.file("x.json")) << R"({"model": {}, "optim": {}})";
+  const std::string e = error_of([&] { RunConfig::load(dir.file("x.json")); });
+  EXPECT_NE(e.find("x.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'optim'"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace gmlp
