@@ -182,6 +182,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"config_wrong_type", "--data $TEXT --config $DIR/bad_type.json", "'steps' must be an integer"},
                       BadCase{"bad_tokenizer", "--data $TEXT --tokenizer words", "--tokenizer must be byte or char"},
                       BadCase{"negative_lr", "--data $TEXT --set train.lr=-1", "'lr' must be positive"},
+                      BadCase{"zero_lr_flag", "--data $TEXT --lr 0", "'lr' must be positive"},
+                      BadCase{"zero_batch_flag", "--data $TEXT --batch-size 0", "'batch_size' must be positive"},
+                      BadCase{"text_lr_flag", "--data $TEXT --lr fast", "--lr: not a number"},
                       BadCase{"resume_without_run", "--resume", "no training state"}),
     [](const auto& info) { return info.param.name; });
 

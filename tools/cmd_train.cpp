@@ -14,47 +14,36 @@ namespace {
 struct TrainArgs {
   std::string config, data = "data/kjv.txt", out = "runs/default", tokenizer;
   std::vector<std::string> sets;
-  int64_t steps = 0, stop_after = 0, eval_every = 0, ckpt_every = 0, log_every = 0;
-  int batch_size = 0;
-  float lr = 0;
-  int64_t seed = -1;
+  // Only read when given on the command line (see run_train).
+  std::string batch_size, lr, seed, eval_every, ckpt_every, log_every;
+  int64_t steps = 0, stop_after = 0;
   bool resume = false, overwrite = false, no_progress = false;
 };
 
 void on_sigint(int) { g_stop_requested.store(true); }
 
-// "model.d_model=256": the value is parsed as JSON when it can be, else taken as a string.
-void apply_set(nlohmann::json& j, const std::string& kv) {
-  const auto eq = kv.find('=');
-  const auto dot = kv.find('.');
-  require(eq != std::string::npos && dot != std::string::npos && dot < eq,
-          "--set expects SECTION.KEY=VALUE (e.g. model.d_model=256), got '" + kv + "'");
-  const std::string section = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), val = kv.substr(eq + 1);
-  require(section == "model" || section == "train", "--set: section must be 'model' or 'train', got '" + section + "'");
-  nlohmann::json v;
-  try {
-    v = nlohmann::json::parse(val);
-  } catch (const nlohmann::json::exception&) {
-    v = val;
-  }
-  j[section][key] = v;
-}
-
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& a, const CLI::App& cmd) {
   nlohmann::json j = a.config.empty() ? RunConfig{}.to_json() : RunConfig::load(a.config).to_json();
   for (const auto& s : a.sets) apply_set(j, s);
   if (!a.tokenizer.empty()) {
     require(a.tokenizer == "byte" || a.tokenizer == "char", "--tokenizer must be byte or char, got '" + a.tokenizer + "'");
     j["model"]["tokenizer"] = {{"kind", a.tokenizer}};
   }
+  // Flags given on the command line override the config, whatever their value:
+  // the config validation below judges them (so --steps -5 is an error, not ignored).
   auto& t = j["train"];
-  if (a.steps) t["steps"] = a.steps;
-  if (a.batch_size) t["batch_size"] = a.batch_size;
-  if (a.lr) t["lr"] = a.lr;
-  if (a.seed >= 0) t["seed"] = a.seed;
-  if (a.eval_every) t["eval_every"] = a.eval_every;
-  if (a.ckpt_every) t["ckpt_every"] = a.ckpt_every;
-  if (a.log_every) t["log_every"] = a.log_every;
+  for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps", "steps"}, {"--batch-size", "batch_size"}, {"--lr", "lr"}, {"--seed", "seed"},
+           {"--eval-every", "eval_every"}, {"--ckpt-every", "ckpt_every"}, {"--log-every", "log_every"}}) {
+    const CLI::Option* o = cmd.get_option(flag);
+    if (o->count() == 0) continue;
+    const std::string v = o->as<std::string>();
+    try {
+      t[key] = nlohmann::json::parse(v);
+    } catch (const nlohmann::json::exception&) {
+      throw Error(flag + ": not a number: '" + v + "'");
+    }
+  }
   const std::string where = a.config.empty() ? std::string("options") : "config '" + a.config + "' with options";
   TrainOptions o;
   o.run.model = ModelConfig::from_json(j["model"], where + " [model]");
@@ -62,7 +51,7 @@ int run_train(const TrainArgs& a) {
   o.data_path = a.data;
   o.out_dir = a.out;
   o.resume = a.resume;
-  o.extend_to = a.resume ? a.steps : 0;
+  o.extend_to = a.resume && cmd.get_option("--steps")->count() ? a.steps : 0;
   o.stop_after = a.stop_after;
   o.progress_bar = !a.no_progress;
 
@@ -97,7 +86,7 @@ void add_train(CLI::App& app, int& exit_code) {
   c->add_option("--data", a->data, "Training text file; its tail is held out for validation")->capture_default_str();
   c->add_option("--out", a->out, "Run directory: checkpoints, metrics.jsonl, config.json")->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer, "byte (vocab 256, the default) or char (built from the corpus)");
-  c->add_option("--steps", a->steps, "Total training steps");
+  c->add_option("--steps", a->steps, "Total training steps (with --resume: extend the run to this many)");
   c->add_option("--batch-size", a->batch_size, "Windows per step");
   c->add_option("--lr", a->lr, "Peak learning rate");
   c->add_option("--seed", a->seed, "Seed for init and data order");
@@ -109,7 +98,23 @@ void add_train(CLI::App& app, int& exit_code) {
   c->add_flag("--overwrite", a->overwrite, "Start a new run even if --out already holds one");
   c->add_option("--stop-after", a->stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
   c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
-  c->callback([a, &exit_code] { exit_code = run_train(*a); });
+  c->callback([a, c, &exit_code] { exit_code = run_train(*a, *c); });
+}
+
+void apply_set(nlohmann::json& j, const std::string& kv) {
+  const auto eq = kv.find('=');
+  const auto dot = kv.find('.');
+  require(eq != std::string::npos && dot != std::string::npos && dot < eq,
+          "--set expects SECTION.KEY=VALUE (e.g. model.d_model=256), got '" + kv + "'");
+  const std::string section = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), val = kv.substr(eq + 1);
+  require(section == "model" || section == "train", "--set: section must be 'model' or 'train', got '" + section + "'");
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(val);
+  } catch (const nlohmann::json::exception&) {
+    v = val;
+  }
+  j[section][key] = v;
 }
 
 std::string resolve_model_path(const std::string& arg) {

@@ -2,6 +2,7 @@
 // Each subcommand registers itself on the app; main() runs the one chosen and turns
 // gmlp::Error into a message and a non-zero exit (the only place that exits).
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 namespace gmlp::cli {
 
@@ -10,6 +11,10 @@ void add_train(CLI::App& app, int& exit_code);
 void add_generate(CLI::App& app, int& exit_code);
 void add_eval(CLI::App& app, int& exit_code);
 void add_inspect(CLI::App& app, int& exit_code);
+void add_bench(CLI::App& app, int& exit_code);
+
+// "model.d_model=256" into a RunConfig JSON; the value is parsed as JSON when it can be.
+void apply_set(nlohmann::json& j, const std::string& kv);
 
 // A checkpoint argument may name the file or the run directory holding model.safetensors.
 std::string resolve_model_path(const std::string& arg);

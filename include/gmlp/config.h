@@ -30,7 +30,7 @@ struct ModelConfig {
 
 struct TrainConfig {
   int batch_size = 16;
-  int64_t steps = 1000;
+  int64_t steps = 2400;
   std::string schedule = "cosine";  // "cosine" (linear warmup + cosine), "noam", "constant"
   float lr = 3e-3f;                 // peak lr (cosine, constant); Noam uses noam_factor
   float min_lr = 3e-4f;             // cosine floor
@@ -40,7 +40,7 @@ struct TrainConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float clip = 1.0f;                // global-norm clip; 0 disables
   float val_fraction = 0.05f;       // tail of the corpus held out for validation
-  int64_t eval_every = 100;         // steps between validation passes
+  int64_t eval_every = 200;         // steps between validation passes
   int eval_batches = 8;             // batches per validation pass
   int64_t ckpt_every = 500;         // steps between checkpoints
   int64_t log_every = 10;

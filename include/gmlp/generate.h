@@ -21,9 +21,12 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& opt, Rng
 
 // Generates up to max_new tokens after `prompt` (1..n tokens; Error when empty or longer
 // than the window). on_token is called with each new id as soon as it is drawn and may
-// return false to stop early. Past the window the context slides: the last n tokens.
+// return false to stop early. The context grows to the window of n tokens; then it
+// slides, keeping its last n - n/2 tokens. use_cache picks the cached Decoder (one
+// token's work per step) or a full forward over the context for every token; both give
+// the same logits.
 std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, int max_new,
                               const SamplingOptions& opt, Rng& rng,
-                              const std::function<bool(int32_t)>& on_token = nullptr);
+                              const std::function<bool(int32_t)>& on_token = nullptr, bool use_cache = true);
 
 }  // namespace gmlp

@@ -39,6 +39,11 @@ struct ParamViews {
 std::vector<ParamInfo> param_layout(const ModelConfig& c);
 ParamViews param_views(const ModelConfig& c, float* base);
 
+// Useful FLOPs of one forward per token at sequence length T: the channel GEMMs, the
+// causal half of the spatial product (T+1)/2 * dh * 2, and the head. Elementwise work
+// is not counted. Training is 3x (forward, and the two GEMMs of each backward).
+double forward_flops_per_token(const ModelConfig& c, int T);
+
 class Model {
  public:
   explicit Model(const ModelConfig& config);

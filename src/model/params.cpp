@@ -93,6 +93,12 @@ void Model::init(Rng& rng) {
   uniform(w_.head_b, V, 1.f / std::sqrt(float(d)));
 }
 
+double forward_flops_per_token(const ModelConfig& c, int T) {
+  const double d = c.d_model, f = c.d_ffn, h = c.d_ffn / 2, V = c.vocab_size;
+  const double per_layer = 2.0 * d * f + 2.0 * h * d + (double(T) + 1.0) * h;
+  return c.n_layers * per_layer + 2.0 * d * V;
+}
+
 const ParamInfo& Model::param(const std::string& name) const {
   for (const auto& p : layout_)
     if (p.name == name) return p;

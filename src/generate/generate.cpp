@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "gmlp/decoder.h"
 #include "gmlp/error.h"
 #include "gmlp/generate.h"
 
@@ -47,22 +48,40 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& opt, Rng
 }
 
 std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, int max_new,
-                              const SamplingOptions& opt, Rng& rng, const std::function<bool(int32_t)>& on_token) {
+                              const SamplingOptions& opt, Rng& rng, const std::function<bool(int32_t)>& on_token,
+                              bool use_cache) {
   opt.validate();
   const int n = model.config().seq_len, V = model.config().vocab_size;
   require(!prompt.empty(), "the prompt is empty: give at least one token");
   require(int(prompt.size()) <= n, "the prompt is " + std::to_string(prompt.size()) +
                                        " tokens, longer than the model's window of " + std::to_string(n));
   require(max_new >= 0, "max tokens must be >= 0, got " + std::to_string(max_new));
+  // Both paths follow one context policy, so they produce the same logits: the context
+  // grows to n tokens, then slides by keeping its last n - n/2 (the cache is rebuilt
+  // once per n/2 new tokens, which amortises the rebuild).
+  const int keep = n - n / 2;
   std::vector<int32_t> ctx = prompt, out;
+  Decoder dec(model);
+  auto logits_of_context = [&]() -> const float* {
+    if (use_cache) return dec.prefill(ctx.data(), int(ctx.size()));
+    const int T = int(ctx.size());
+    model.forward(ctx.data(), nullptr, T, 1, T);
+    return model.logits() + size_t(T - 1) * V;
+  };
+  const float* logits = logits_of_context();
   for (int i = 0; i < max_new; ++i) {
-    const int T = int(std::min<size_t>(ctx.size(), size_t(n)));
-    const int32_t* window = ctx.data() + (ctx.size() - size_t(T));
-    model.forward(window, nullptr, T, 1, T);
-    const int32_t id = sample_token(model.logits() + size_t(T - 1) * V, V, opt, rng);
-    ctx.push_back(id);
+    const int32_t id = sample_token(logits, V, opt, rng);
     out.push_back(id);
     if (on_token && !on_token(id)) break;
+    if (i + 1 == max_new) break;
+    if (int(ctx.size()) == n) {
+      ctx.erase(ctx.begin(), ctx.end() - (keep - 1));
+      ctx.push_back(id);
+      logits = logits_of_context();
+    } else {
+      ctx.push_back(id);
+      logits = use_cache ? dec.step(id) : logits_of_context();
+    }
   }
   return out;
 }
