@@ -122,13 +122,15 @@ def table(rows: list[tuple[dict | None, dict, dict]]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="gmlp bench vs the PyTorch reference model, "
+                                 "side by side (see docs/bench.md)")
     ap.add_argument("--configs", default="tiny,small,annotated",
                     help="names under configs/ or paths to .json files")
     ap.add_argument("--modes", default="train,infer,generate")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gmlp", default="build/gmlp")
-    ap.add_argument("--warmup", type=int, help="default per config: %s" % PLAN)
+    ap.add_argument("--warmup", type=int, help="untimed steps; per-config defaults of "
+                    "(warmup, repeats, gen tokens): %s" % PLAN)
     ap.add_argument("--repeats", type=int, help="timed steps (default per config)")
     ap.add_argument("--gen-tokens", type=int,
                     help="tokens PyTorch generates (default per config; gmlp: its own 2n)")

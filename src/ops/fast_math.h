@@ -14,7 +14,10 @@ namespace gmlp::ops::fast {
 inline float exp(float x) {
   // Clamp to the range where 2^n stays a normal float; exp(-87) is ~1e-38.
   x = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
-  const float n = __builtin_roundf(x * 1.44269504088896341f);
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (|x log2 e| < 2^22 here):
+  // roundf would be a libm call, which stops the loop from vectorising.
+  constexpr float kShift = 12582912.f;
+  const float n = (x * 1.44269504088896341f + kShift) - kShift;
   // r = x - n ln2 in two parts (Cody-Waite) to keep r exact to float precision.
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   // exp(r) for |r| <= ln2/2, degree-6 Taylor: error < 2e-8 relative.
