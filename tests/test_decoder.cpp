@@ -54,6 +54,23 @@ TEST_P(DecoderVsForward, CachedAndFullRecomputeGenerateTheSameText) {
   }
 }
 
+TEST_P(DecoderVsForward, NoGradForwardGivesTheSameLogitsAndRefusesBackward) {
+  auto model = load();
+  const int n = model->config().seq_len, V = model->config().vocab_size, B = 3;
+  Rng rng(12);
+  std::vector<int32_t> tokens(size_t(B) * (n + 1));
+  for (auto& t : tokens) t = int32_t(rng.below(uint64_t(V)));
+  const double loss = model->forward(tokens.data(), tokens.data() + 1, n + 1, B, n);
+  const std::vector<float> with_grad(model->logits(), model->logits() + size_t(B) * n * V);
+  {
+    NoGrad no_grad(*model);
+    EXPECT_EQ(model->forward(tokens.data(), tokens.data() + 1, n + 1, B, n), loss);
+    EXPECT_TRUE(std::equal(with_grad.begin(), with_grad.end(), model->logits()));
+    EXPECT_THROW(model->backward(), Error);
+  }
+  EXPECT_TRUE(model->grad_enabled()) << "NoGrad restores the setting";
+}
+
 INSTANTIATE_TEST_SUITE_P(Reference, DecoderVsForward, ::testing::Values("tiny", "odd", "deep"));
 
 }  // namespace

@@ -112,6 +112,7 @@ int run_bench(const BenchArgs& a) {
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
     out["tokens_per_s"] = B * n / s.median;
   } else if (a.mode == "infer") {
+    model.set_grad_enabled(false);
     s = time_it(a.warmup, a.repeats, [&] { model.forward(tokens.data(), tokens.data() + 1, n + 1, B, n); });
     flops = forward_flops_per_token(mc, n) * B * n;
     out["tokens_per_s"] = B * n / s.median;

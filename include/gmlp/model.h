@@ -69,8 +69,13 @@ class Model {
   // When targets (same layout) is given returns the mean cross-entropy (nats) over
   // positions whose target is >= 0, else 0. Logits stay available until the next call.
   double forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T);
-  // Accumulates d(mean loss)/d(params) into grads(); needs a forward with targets.
+  // Accumulates d(mean loss)/d(params) into grads(); needs a forward with targets
+  // made while gradients were enabled.
   void backward();
+  // Like torch.no_grad: with gradients disabled, forward keeps only one layer's
+  // activations (evaluation, generation, inference) and backward is refused.
+  void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  bool grad_enabled() const { return grad_enabled_; }
   // Logits of the last forward, sequence-major: row t * B + b, vocab_size columns.
   const float* logits() const;
   int last_T() const { return T_; }
@@ -78,7 +83,7 @@ class Model {
 
  private:
   struct Arena;
-  void ensure_arena(int B, int T);
+  void ensure_arena(int B, int T, int layers);
 
   ModelConfig cfg_;
   std::vector<ParamInfo> layout_;
@@ -87,7 +92,21 @@ class Model {
   std::vector<float> pe_;  // sinusoidal table [n, d] when enabled
   std::unique_ptr<Arena> arena_;
   int B_ = 0, T_ = 0;
-  bool have_targets_ = false;
+  bool grad_enabled_ = true;
+  bool backward_ready_ = false;  // the last forward kept what backward needs
+};
+
+// Disables gradients on a model for a scope, restoring the previous setting.
+class NoGrad {
+ public:
+  explicit NoGrad(Model& m) : m_(m), was_(m.grad_enabled()) { m_.set_grad_enabled(false); }
+  ~NoGrad() { m_.set_grad_enabled(was_); }
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  Model& m_;
+  bool was_;
 };
 
 }  // namespace gmlp

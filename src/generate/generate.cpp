@@ -62,6 +62,7 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
   const int keep = n - n / 2;
   std::vector<int32_t> ctx = prompt, out;
   Decoder dec(model);
+  NoGrad no_grad(model);
   auto logits_of_context = [&]() -> const float* {
     if (use_cache) return dec.prefill(ctx.data(), int(ctx.size()));
     const int T = int(ctx.size());

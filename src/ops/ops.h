@@ -23,7 +23,8 @@ void linear_backward(const float* dy, const float* x, int M, int in, const float
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd);
 // Recomputes x-hat from x, mean, rstd. dx (rows lddx apart) is overwritten, or added
-// to when accumulate_dx; dw += sum dy * xhat; db += sum dy.
+// to when accumulate_dx; dw += sum dy * xhat; db += sum dy. dx may alias x (same
+// stride): each element of x is read before the same element of dx is written.
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
                         const float* w, int M, int C, float* dx, int lddx, bool accumulate_dx, float* dw,
                         float* db);
@@ -53,7 +54,7 @@ void spatial_causal_backward_naive(const float* W, int ldw, int T, int64_t cols,
 
 // ---- sgu.cpp: the spatial gating unit on Z[M = T*B, d_ffn] (split form).
 // G = LayerNorm(Z2); F = spatial(G); S = Z1 * F. Saves gate mean/rstd [M] and F [M, dh].
-// G is scratch [M, dh].
+// G is scratch [M, dh] and may be the same buffer as S (G is dead when S is written).
 struct SguParams {
   const float* norm_w;
   const float* norm_b;
@@ -71,6 +72,8 @@ struct SguGrads {
 void sgu_forward(const SguParams& p, const float* Z, int T, int B, int dh, float* S, float* gmean, float* grstd,
                  float* F, float* G);
 // dZ [M, d_ffn] is overwritten. G, dF and dG are scratch [M, dh] (G is recomputed).
+// To save memory dZ may alias Z (computed in place), dG may alias dS, and G may be any
+// buffer that is dead on entry (such as the S the caller no longer needs).
 void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int dh,
                   const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
                   float* dG);

@@ -30,11 +30,13 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
     float* dz1 = dZ + int64_t(r) * dz;
     float* df = dF + int64_t(r) * dh;
     for (int c = 0; c < dh; ++c) {
+      df[c] = ds[c] * z1[c];  // read z1 before dz1 overwrites it (dZ may alias Z)
       dz1[c] = ds[c] * f[c];
-      df[c] = ds[c] * z1[c];
     }
   }
   // The normalised gate was not kept: recompute it from Z2 (cheaper than storing it).
+  // From here dS is dead (dG may reuse it) and Z2 is read only by the LayerNorm
+  // backward, which writes each element of dZ2 after reading the same element of Z2.
   layernorm_forward(Z + dh, dz, M, dh, p.norm_w, p.norm_b, p.eps, G, dh, nullptr, nullptr);
   spatial_causal_backward(p.spatial_w, p.n, T, int64_t(B) * dh, G, dF, dG, g.spatial_w, g.spatial_b);
   layernorm_backward(dG, dh, Z + dh, dz, gmean, grstd, p.norm_w, M, dh, dZ + dh, dz, false, g.norm_w, g.norm_b);

@@ -26,6 +26,7 @@ std::string metrics_file(const std::string& d) { return (std::filesystem::path(d
 EvalResult evaluate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
                     int64_t max_batches) {
   const int window = model.config().seq_len + 1;
+  NoGrad no_grad(model);
   std::vector<int32_t> buf(size_t(batch) * window);
   EvalResult r;
   double nats = 0.0;
