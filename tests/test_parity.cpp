@@ -13,11 +13,11 @@
 namespace gmlp {
 namespace {
 
-constexpr float kLogitAtol = 2e-5f, kLogitRtol = 1e-4f;
-constexpr float kGradAtol = 2e-6f, kGradRtol = 2e-3f;
-constexpr float kLossRtol = 1e-5f;
-constexpr float kTrainLossRtol = 2e-5f;
-constexpr float kFinalAtol = 2e-5f, kFinalRtol = 1e-4f;
+constexpr float kLogitAtol = 5e-6f, kLogitRtol = 1e-5f;
+constexpr float kGradAtol = 3e-7f, kGradRtol = 1e-4f;
+constexpr float kLossRtol = 1e-6f;
+constexpr float kTrainLossRtol = 1e-6f;
+constexpr float kFinalAtol = 1e-5f, kFinalRtol = 1e-5f;
 
 class Parity : public ::testing::TestWithParam<std::string> {
  protected:

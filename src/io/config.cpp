@@ -2,6 +2,8 @@
 #include "gmlp/config.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -41,6 +43,17 @@ void reject_unknown(const json& j, const std::set<std::string>& known, const std
     require(known.count(it.key()) != 0, where + ": unknown key '" + it.key() + "'");
 }
 
+// The shortest decimal that reads back as the same float, so 1e-5f is written as
+// 1e-05 and not as its double widening 9.999999747378752e-06.
+json float_json(float v) {
+  char buf[32];
+  for (int prec = 6; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
 template <typename T>
 void check_positive(T v, const char* key) {
   require(v > 0, std::string("config: '") + key + "' must be positive, got " + std::to_string(v));
@@ -69,7 +82,7 @@ json ModelConfig::to_json() const {
   return {{"task", task},         {"vocab_size", vocab_size}, {"d_model", d_model},
           {"d_ffn", d_ffn},       {"n_layers", n_layers},     {"seq_len", seq_len},
           {"gelu", gelu},         {"pos_embedding", pos_embedding},
-          {"spatial_init", spatial_init}, {"norm_eps", norm_eps}, {"tokenizer", tokenizer}};
+          {"spatial_init", float_json(spatial_init)}, {"norm_eps", float_json(norm_eps)}, {"tokenizer", tokenizer}};
 }
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
@@ -121,10 +134,10 @@ void TrainConfig::validate() const {
 
 json TrainConfig::to_json() const {
   return {{"batch_size", batch_size}, {"steps", steps},   {"schedule", schedule},
-          {"lr", lr},                 {"min_lr", min_lr}, {"warmup", warmup},
-          {"noam_factor", noam_factor}, {"weight_decay", weight_decay},
-          {"beta1", beta1},           {"beta2", beta2},   {"eps", eps},
-          {"clip", clip},             {"val_fraction", val_fraction},
+          {"lr", float_json(lr)},                 {"min_lr", float_json(min_lr)}, {"warmup", warmup},
+          {"noam_factor", float_json(noam_factor)}, {"weight_decay", float_json(weight_decay)},
+          {"beta1", float_json(beta1)},           {"beta2", float_json(beta2)},   {"eps", float_json(eps)},
+          {"clip", float_json(clip)},             {"val_fraction", float_json(val_fraction)},
           {"eval_every", eval_every}, {"eval_batches", eval_batches},
           {"ckpt_every", ckpt_every}, {"log_every", log_every}, {"seed", seed}};
 }
