@@ -13,14 +13,7 @@
 namespace gmlp {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Config, ShippedConfigsLoadAndBuild) {
   int n = 0;

@@ -12,23 +12,14 @@
 #include "gmlp/dataset.h"
 #include "gmlp/error.h"
 #include "gmlp/tokenizer.h"
+#include "test_util.h"
 
 using namespace gmlp;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Runs f, expects gmlp::Error, and returns its message for content checks.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected gmlp::Error";
-  return "";
-}
+using test::error_of;
 
 #define EXPECT_ERROR_HAS(expr, text) EXPECT_NE(error_of([&] { (void)(expr); }).find(text), std::string::npos) \
     << "message: " << error_of([&] { (void)(expr); })

@@ -10,6 +10,7 @@
 
 #include "gmlp/error.h"
 #include "gmlp/safetensors.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using gmlp::Error;
@@ -65,14 +66,7 @@ std::string raw(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using gmlp::test::error_of;
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "gmlp/error.h"
+
 #include <unistd.h>
 
 #include <array>
@@ -36,6 +38,16 @@ CommandResult run_command(const std::string& cmd) {
 
 std::string gmlp_exe() { return GMLP_EXE; }
 std::string source_dir() { return GMLP_SOURCE_DIR; }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const gmlp::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected gmlp::Error";
+  return "";
+}
 
 std::string reference_fixture_dir() {
   static std::once_flag once;

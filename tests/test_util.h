@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ CommandResult run_command(const std::string& cmd);
 // The gmlp executable built beside the tests.
 std::string gmlp_exe();
 std::string source_dir();
+
+// Runs f, which must throw gmlp::Error, and returns the message for content checks;
+// records a test failure (and returns "") when f throws nothing.
+std::string error_of(const std::function<void()>& f);
 
 // Fixtures from tests/reference/dump_fixtures.py, generated once per test process.
 std::string reference_fixture_dir();

@@ -54,6 +54,17 @@ json float_json(float v) {
   return std::strtod(buf, nullptr);
 }
 
+// Runs c.validate() with `where` (the file or source) in front of any message.
+template <typename C>
+C validated(const C& c, const std::string& where) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  return c;
+}
+
 template <typename T>
 void check_positive(T v, const char* key) {
   require(v > 0, std::string("config: '") + key + "' must be positive, got " + std::to_string(v));
@@ -100,12 +111,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
   get(j, "spatial_init", c.spatial_init, where);
   get(j, "norm_eps", c.norm_eps, where);
   get(j, "tokenizer", c.tokenizer, where);
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
-  }
-  return c;
+  return validated(c, where);
 }
 
 void TrainConfig::validate() const {
@@ -165,12 +171,7 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& where) {
   get(j, "ckpt_every", c.ckpt_every, where);
   get(j, "log_every", c.log_every, where);
   get(j, "seed", c.seed, where);
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
-  }
-  return c;
+  return validated(c, where);
 }
 
 RunConfig RunConfig::load(const std::string& path) {
