@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole first experience in one command: install dependencies, fetch the KJV
-# corpus, build, train the default model (a few minutes on 2 cores), print a sample.
+# corpus, build, train the default model (about 2 minutes on 2 cores), print a sample.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh

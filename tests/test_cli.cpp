@@ -108,6 +108,24 @@ TEST(EndToEnd, ResumedRunReproducesUninterruptedLosses) {
   EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights()));
 }
 
+// CTest runs everything at 2 threads; at 3 or more, sums combined in thread-finish
+// order once made two identical runs log different losses. Run at 3 (the machine may
+// have fewer cores: that only makes it slower).
+TEST(EndToEnd, RunsAreDeterministicAtThreeThreads) {
+  test::TempDir dir("e2e_threads");
+  const std::string common = " --threads 3 train --data " + kText + " --steps 25 --log-every 1" + kSmall;
+  for (const char* name : {"a", "b"}) {
+    auto r = run_command(gmlp() + common + " --out " + dir.file(name));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  std::vector<nlohmann::json> a = read_jsonl(metrics_file(dir.file("a"))), b = read_jsonl(metrics_file(dir.file("b")));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"loss", "grad_norm", "val_loss"})
+      if (a[i].contains(key)) EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
+  }
+}
+
 TEST(EndToEnd, CtrlCCheckpointsAndResumes) {
   test::TempDir dir("e2e_sigint");
   const std::string out = dir.file("run");

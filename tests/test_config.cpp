@@ -40,6 +40,7 @@ TEST(Config, RoundTripsThroughJson) {
   m.gelu = "tanh";
   m.pos_embedding = "sinusoidal";
   m.tokenizer = {{"kind", "char"}, {"chars", "ab\n"}};
+  m.vocab_size = 3;
   EXPECT_EQ(ModelConfig::from_json(m.to_json(), "t").to_json(), m.to_json());
   TrainConfig t;
   t.schedule = "noam";
@@ -60,6 +61,15 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(model_err({{"d_model", "big"}}).find("'d_model' must be an integer"), std::string::npos);
   EXPECT_NE(model_err({{"d_model", 1.5}}).find("'d_model' must be an integer"), std::string::npos);
   EXPECT_NE(model_err(json::array()).find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(model_err({{"d_model", 4294967320LL}}).find("'d_model' is out of range"), std::string::npos);
+  EXPECT_NE(model_err({{"n_layers", 1000000}}).find("'n_layers' must be at most"), std::string::npos);
+  EXPECT_NE(model_err({{"seq_len", 3000000}}).find("'seq_len' must be at most"), std::string::npos);
+  EXPECT_NE(model_err({{"tokenizer", {{"kind", 5}}}}).find("string 'kind'"), std::string::npos);
+  EXPECT_NE(model_err({{"vocab_size", 65}}).find("byte tokenizer has 256 tokens"), std::string::npos);
+  EXPECT_NE(model_err({{"vocab_size", 65}, {"tokenizer", {{"kind", "char"}, {"chars", "abc"}}}}).find("has 3 characters"),
+            std::string::npos);
+  EXPECT_NE(train_err({{"seed", -1}}).find("'seed' is out of range"), std::string::npos);
+  EXPECT_NE(train_err({{"batch_size", 4294967312LL}}).find("'batch_size' is out of range"), std::string::npos);
   EXPECT_NE(train_err({{"schedule", "linear"}}).find("'schedule'"), std::string::npos);
   EXPECT_NE(train_err({{"schedule", "noam"}, {"warmup", 0}}).find("'warmup'"), std::string::npos);
   EXPECT_NE(train_err({{"min_lr", 1.0}}).find("'min_lr'"), std::string::npos);

@@ -71,7 +71,7 @@ TEST_P(DecoderVsForward, NoGradForwardGivesTheSameLogitsAndRefusesBackward) {
   EXPECT_TRUE(model->grad_enabled()) << "NoGrad restores the setting";
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, DecoderVsForward, ::testing::Values("tiny", "odd", "deep"));
+INSTANTIATE_TEST_SUITE_P(Reference, DecoderVsForward, ::testing::Values("tiny", "odd", "deep", "long"));
 
 }  // namespace
 }  // namespace gmlp

@@ -88,7 +88,7 @@ TEST_P(Parity, TenAdamWSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, Parity, ::testing::Values("tiny", "odd", "deep"));
+INSTANTIATE_TEST_SUITE_P(Reference, Parity, ::testing::Values("tiny", "odd", "deep", "long"));
 
 }  // namespace
 }  // namespace gmlp

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "gmlp/error.h"
+#include "gmlp/tokenizer.h"
 
 namespace gmlp {
 namespace {
@@ -24,6 +26,12 @@ void get(const json& j, const char* key, T& out, const std::string& where) {
       out = *it;
     } else if constexpr (std::is_integral_v<T>) {
       require(it->is_number_integer(), where + ": '" + key + "' must be an integer, got " + it->dump());
+      // Range-check before narrowing: a bare get<int> wraps 4294967312 to 16.
+      const bool fits = it->is_number_unsigned()
+                            ? it->get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                            : (std::is_signed_v<T> && it->get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                               it->get<int64_t>() <= int64_t(std::numeric_limits<T>::max()));
+      require(fits, where + ": '" + key + "' is out of range: " + it->dump());
       out = it->get<T>();
     } else if constexpr (std::is_floating_point_v<T>) {
       require(it->is_number(), where + ": '" + key + "' must be a number, got " + it->dump());
@@ -80,13 +88,34 @@ void ModelConfig::validate() const {
   require(d_ffn % 2 == 0, "config: 'd_ffn' must be even (Z splits into two halves), got " + std::to_string(d_ffn));
   check_positive(n_layers, "n_layers");
   require(seq_len >= 2, "config: 'seq_len' (n) must be at least 2, got " + std::to_string(seq_len));
+  // Bounds far above any model this engine can hold, so that an absurd config (or a
+  // tampered checkpoint) is an error instead of an attempt to allocate terabytes.
+  constexpr int kMaxDim = 1 << 20, kMaxLayers = 4096;
+  for (auto [key, v] : {std::pair<const char*, int>{"vocab_size", vocab_size}, {"d_model", d_model}, {"d_ffn", d_ffn},
+                        {"seq_len", seq_len}})
+    require(v <= kMaxDim, std::string("config: '") + key + "' must be at most " + std::to_string(kMaxDim) + ", got " +
+                              std::to_string(v));
+  require(n_layers <= kMaxLayers,
+          "config: 'n_layers' must be at most " + std::to_string(kMaxLayers) + ", got " + std::to_string(n_layers));
   require(gelu == "erf" || gelu == "tanh", "config: 'gelu' must be \"erf\" or \"tanh\", got \"" + gelu + "\"");
   require(pos_embedding == "none" || pos_embedding == "sinusoidal",
           "config: 'pos_embedding' must be \"none\" or \"sinusoidal\", got \"" + pos_embedding + "\"");
   require(std::isfinite(spatial_init) && spatial_init >= 0,
           "config: 'spatial_init' must be >= 0, got " + std::to_string(spatial_init));
   require(std::isfinite(norm_eps) && norm_eps > 0, "config: 'norm_eps' must be positive, got " + std::to_string(norm_eps));
-  require(tokenizer.is_object() && tokenizer.contains("kind"), "config: 'tokenizer' must be an object with a 'kind'");
+  require(tokenizer.is_object() && tokenizer.contains("kind") && tokenizer["kind"].is_string(),
+          "config: 'tokenizer' must be an object with a string 'kind', got " + tokenizer.dump());
+  const std::string kind = tokenizer["kind"].get<std::string>();
+  require(kind == "byte" || kind == "char", "config: tokenizer kind must be \"byte\" or \"char\", got \"" + kind + "\"");
+  if (kind == "byte")
+    require(vocab_size == 256, "config: the byte tokenizer has 256 tokens, but 'vocab_size' is " +
+                                   std::to_string(vocab_size));
+  if (kind == "char" && tokenizer.contains("chars")) {
+    // A stored character set fixes the vocabulary; the embedding must match it.
+    const int n = tokenizer_from_json(tokenizer)->vocab_size();
+    require(vocab_size == n, "config: the char tokenizer has " + std::to_string(n) + " characters, but 'vocab_size' is " +
+                                 std::to_string(vocab_size));
+  }
 }
 
 json ModelConfig::to_json() const {

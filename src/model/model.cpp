@@ -86,6 +86,8 @@ const float* Model::logits() const {
 
 double Model::forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T) {
   require(B > 0 && T > 0, "forward: empty batch");
+  require(int64_t(B) * T <= (int64_t(1) << 31) / 8, "forward: batch x sequence = " + std::to_string(int64_t(B) * T) +
+                                                        " tokens is more than one step can hold");
   require(T <= cfg_.seq_len, "forward: sequence of " + std::to_string(T) + " tokens is longer than the model's window n = " +
                                  std::to_string(cfg_.seq_len));
   // Without gradients one slot set serves every layer (x alternates between two).

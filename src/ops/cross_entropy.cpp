@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/ops.h"
+#include "ops/reduce.h"
 
 namespace gmlp::ops {
 
@@ -11,28 +12,26 @@ double cross_entropy(const float* logits, int M, int V, const int32_t* targets, 
   for (int r = 0; r < M; ++r) n += targets[r] >= 0;
   if (count) *count = n;
   const float scale = n > 0 ? 1.f / float(n) : 0.f;
-  double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-  for (int r = 0; r < M; ++r) {
-    const float* lr = logits + int64_t(r) * V;
-    float* dr = dlogits ? dlogits + int64_t(r) * V : nullptr;
+  const double total = ordered_sum(M, [&](int64_t r) -> double {
+    const float* lr = logits + r * V;
+    float* dr = dlogits ? dlogits + r * V : nullptr;
     const int y = targets[r];
     if (y < 0) {
       if (dr)
         for (int v = 0; v < V; ++v) dr[v] = 0.f;
-      continue;
+      return 0.0;
     }
     float mx = lr[0];
     for (int v = 1; v < V; ++v) mx = lr[v] > mx ? lr[v] : mx;
     double se = 0.0;
     for (int v = 0; v < V; ++v) se += std::exp(double(lr[v] - mx));
     const double lse = double(mx) + std::log(se);
-    total += lse - double(lr[y]);
     if (dr) {
       for (int v = 0; v < V; ++v) dr[v] = float(std::exp(double(lr[v]) - lse)) * scale;
       dr[y] -= scale;
     }
-  }
+    return lse - double(lr[y]);
+  });
   return n > 0 ? total / double(n) : 0.0;
 }
 

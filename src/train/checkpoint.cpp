@@ -59,7 +59,16 @@ void load_weights(Model& model, const SafeTensorsFile& file, const std::string& 
 
 std::unique_ptr<Model> load_model(const std::string& path) {
   const auto file = SafeTensorsFile::load(path);
-  auto model = std::make_unique<Model>(read_model_config(file));
+  const ModelConfig cfg = read_model_config(file);
+  // Match names and shapes against the header before allocating: the model's size is
+  // then bounded by the file's, however absurd the config in its metadata.
+  for (const auto& p : param_layout(cfg)) {
+    require(file.has(p.name), path + ": missing tensor '" + p.name + "' (shape " + shape_str(p.shape) + ")");
+    require(file.info(p.name).shape == p.shape, path + ": tensor '" + p.name + "' has shape " +
+                                                    shape_str(file.info(p.name).shape) + ", expected " +
+                                                    shape_str(p.shape));
+  }
+  auto model = std::make_unique<Model>(cfg);
   load_weights(*model, file, "");
   return model;
 }

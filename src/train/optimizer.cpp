@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "ops/reduce.h"
+
 namespace gmlp {
 
 AdamW::AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConfig& cfg)
@@ -36,10 +38,7 @@ void AdamW::step(float* params, const float* grads, float lr) {
 }
 
 double grad_norm(const float* grads, size_t n) {
-  double s = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : s)
-  for (size_t i = 0; i < n; ++i) s += double(grads[i]) * grads[i];
-  return std::sqrt(s);
+  return std::sqrt(ops::ordered_sum(int64_t(n), [&](int64_t i) { return double(grads[i]) * grads[i]; }));
 }
 
 double clip_grad_norm(float* grads, size_t n, float max_norm) {

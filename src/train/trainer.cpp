@@ -52,9 +52,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// A char tokenizer without its characters is built from the corpus; errors (invalid
+// UTF-8, an empty file) then name the corpus.
 std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std::string& data_path) {
-  const std::string kind = spec.value("kind", "");
-  if (kind == "char" && !spec.contains("chars")) return build_char_tokenizer(read_file(data_path));
+  if (spec.is_object() && spec.value("kind", "") == "char" && !spec.contains("chars")) {
+    const std::string text = read_file(data_path);
+    try {
+      return build_char_tokenizer(text);
+    } catch (const Error& e) {
+      throw Error("'" + data_path + "': " + e.what());
+    }
+  }
   return tokenizer_from_json(spec);
 }
 
@@ -99,14 +107,20 @@ TrainSummary train(const TrainOptions& opts) {
   nlohmann::json resume_meta;
   if (opts.resume) {
     // The state file carries the run's config and data path: resume exactly that run.
-    const auto sf = SafeTensorsFile::load(state_file(opts.out_dir));
+    const std::string path = state_file(opts.out_dir);
+    const auto sf = SafeTensorsFile::load(path);
     auto it = sf.metadata().find("gmlp.train_state");
-    require(it != sf.metadata().end(), state_file(opts.out_dir) + ": not a training state");
-    resume_meta = nlohmann::json::parse(it->second).at("run");
-    rc.model = ModelConfig::from_json(resume_meta.at("config").at("model"), state_file(opts.out_dir));
-    rc.train = TrainConfig::from_json(resume_meta.at("config").at("train"), state_file(opts.out_dir));
+    require(it != sf.metadata().end(), path + ": not a training state");
+    try {
+      resume_meta = nlohmann::json::parse(it->second).at("run");
+      rc.model = ModelConfig::from_json(resume_meta.at("config").at("model"), path);
+      rc.train = TrainConfig::from_json(resume_meta.at("config").at("train"), path);
+      data_path = resume_meta.at("data").get<std::string>();
+      (void)resume_meta.at("data_tokens").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ": malformed training-state metadata: " + e.what());
+    }
     if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
-    data_path = resume_meta.at("data").get<std::string>();
   }
   rc.model.validate();
   rc.train.validate();
@@ -116,6 +130,8 @@ TrainSummary train(const TrainOptions& opts) {
   rc.model.tokenizer = tok->to_json();
   rc.model.vocab_size = tok->vocab_size();
   const int n = rc.model.seq_len, window = n + 1, B = tc.batch_size;
+  require(int64_t(B) * n <= (int64_t(1) << 28), "batch_size x seq_len = " + std::to_string(int64_t(B) * n) +
+                                                    " tokens per step is more than one step can hold");
   const TextCorpus corpus = TextCorpus::load(data_path, *tok, window, tc.val_fraction);
   const int64_t corpus_tokens = int64_t(corpus.train.size() + corpus.val.size());
   if (opts.resume)
@@ -123,7 +139,18 @@ TrainSummary train(const TrainOptions& opts) {
             "'" + data_path + "' has changed since the run started (" + std::to_string(corpus_tokens) +
                 " tokens now, " + std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
 
-  fs::create_directories(opts.out_dir);
+  try {
+    fs::create_directories(opts.out_dir);
+    if (!opts.resume) {
+      // A new run replaces any earlier one here (the CLI asks for --overwrite): its
+      // checkpoint must not outlive the config and metrics written below, or a later
+      // --resume would continue the old weights under the new run's log.
+      fs::remove(state_file(opts.out_dir));
+      fs::remove(model_file(opts.out_dir));
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw Error("cannot use '" + opts.out_dir + "' as the run directory: " + e.code().message());
+  }
   Model model(rc.model);
   Rng init_rng(tc.seed, 1);
   model.init(init_rng);

@@ -11,6 +11,8 @@ run (per-step tokens, lrs, losses, pre-clip grad norms, final parameters).
 The references are computed in float64 from the very float32 values stored in the model
 file, so they are the exact answer up to float64 rounding; the C++ float32 results are
 compared against them with tolerances. Everything is seeded: reruns give identical bytes.
+Each file is written atomically (temp file in DIR, fsync, rename), so several dumpers may
+write the same DIR at once and a reader never sees a half-written file.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ TRAIN_STEPS = 10
 SHAKESPEARE = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # 65 chars
 # 94 visible ASCII characters + space, tab, newline = 97.
 PRINTABLE_97 = string.digits + string.ascii_letters + string.punctuation + " \t\n"
+PRINTABLE_50 = PRINTABLE_97[:50]  # 0-9, a-z, A-N: 50 distinct printable chars
 
 
 def model_cfg(vocab, d, d_ffn, layers, n, gelu, pos, tokenizer):
@@ -62,6 +65,11 @@ CASES = {
                              {"kind": "char", "chars": PRINTABLE_97}), 4, 37,
              train_cfg(4, "constant", lr=1e-3, weight_decay=0.05, beta1=0.9, beta2=0.999,
                        eps=1e-8, clip=0.0)),
+    # T = 70 > 64: the window crosses the C++ spatial op's 64-row block boundary.
+    "long": (4004, model_cfg(50, 16, 24, 2, 70, "erf", "none",
+                             {"kind": "char", "chars": PRINTABLE_50}), 2, 70,
+             train_cfg(2, "cosine", lr=2e-3, min_lr=2e-4, warmup=2, weight_decay=0.1,
+                       beta1=0.9, beta2=0.95, eps=1e-8, clip=1.0)),
 }
 
 
@@ -78,6 +86,32 @@ def build_model(seed: int, cfg: dict) -> GMLPLanguageModel:
             elif name.endswith("spatial.weight"):
                 p.uniform_(-0.3, 0.3)
     return model
+
+
+def write_atomic(path: str, tensors: dict, metadata: dict, want_cfg: dict) -> None:
+    """Writes a safetensors file so that a reader never sees it half-written, even with
+    several dumpers writing the same directory at once: the bytes go to a temp file in
+    the same directory, are synced and read back, then renamed onto path in one step."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        save_safetensors(tmp, tensors, metadata)
+        with open(tmp, "rb") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        # Read back: the file must hold exactly what was computed.
+        got, meta = load_safetensors(tmp)
+        if list(got) != list(tensors) or any(not torch.equal(got[k], tensors[k])
+                                             for k in tensors):
+            raise RuntimeError(f"{path}: read-back differs from what was written")
+        if json.loads(meta["gmlp.config"]) != want_cfg:
+            raise RuntimeError(f"{path}: gmlp.config metadata does not round-trip")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def run_case(name: str, out_dir: str) -> str:
@@ -121,16 +155,8 @@ def run_case(name: str, out_dir: str) -> str:
     mjson = json.dumps(mcfg)
     model_path = os.path.join(out_dir, f"{name}.model.safetensors")
     case_path = os.path.join(out_dir, f"{name}.case.safetensors")
-    save_safetensors(model_path, params32, {"gmlp.config": mjson})
-    save_safetensors(case_path, case, {"gmlp.config": mjson, "gmlp.train": json.dumps(tcfg)})
-
-    # Read back: the files must hold exactly what was computed.
-    for path, want in ((model_path, params32), (case_path, case)):
-        got, meta = load_safetensors(path)
-        if list(got) != list(want) or any(not torch.equal(got[k], want[k]) for k in want):
-            raise RuntimeError(f"{path}: read-back differs from what was written")
-        if json.loads(meta["gmlp.config"]) != mcfg:
-            raise RuntimeError(f"{path}: gmlp.config metadata does not round-trip")
+    write_atomic(model_path, params32, {"gmlp.config": mjson}, mcfg)
+    write_atomic(case_path, case, {"gmlp.config": mjson, "gmlp.train": json.dumps(tcfg)}, mcfg)
 
     clipped = sum(n > tcfg["clip"] for n in norms) if tcfg["clip"] > 0 else 0
     nparams = sum(v.numel() for v in params32.values())
