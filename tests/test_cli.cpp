@@ -173,6 +173,7 @@ TEST_P(BadTrainInput, FailsClearlyAndWritesNothing) {
     std::ofstream(dir.file("unknown_key.json")) << R"({"model": {"d_modle": 64}})";
     std::ofstream(dir.file("bad_json.json")) << R"({"model": {"d_model": 64,}})";
     std::ofstream(dir.file("bad_type.json")) << R"({"train": {"steps": "many"}})";
+    std::ofstream(dir.file("latin1.txt")) << std::string(300, 'a') + "caf\xe9 " + std::string(300, 'b');
   }
   std::string args = GetParam().args;
   for (std::string key : {"$DIR", "$TEXT"}) {
@@ -203,8 +204,19 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"zero_lr_flag", "--data $TEXT --lr 0", "'lr' must be positive"},
                       BadCase{"zero_batch_flag", "--data $TEXT --batch-size 0", "'batch_size' must be positive"},
                       BadCase{"text_lr_flag", "--data $TEXT --lr fast", "--lr: not a number"},
-                      BadCase{"resume_without_run", "--resume", "no training state"}),
+                      BadCase{"resume_without_run", "--resume", "no training state"},
+                      BadCase{"char_corpus_not_utf8", "--data $DIR/latin1.txt --tokenizer char", "latin1.txt"}),
     [](const auto& info) { return info.param.name; });
+
+TEST(BadTrainInput, OutIsAFile) {
+  test::TempDir dir("bad_out");
+  const std::string file = dir.file("not_a_dir");
+  std::ofstream(file) << "keep me";
+  auto r = run_command(gmlp() + " train --data " + kText + " --steps 3 --no-progress --out " + file);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot use '" + file + "' as the run directory"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(file), "keep me");
+}
 
 class BadCheckpoint : public ::testing::Test {
  protected:
@@ -285,10 +297,25 @@ TEST_F(BadCheckpoint, ExistingRunIsNotOverwritten) {
   EXPECT_NE(r.output.find("--resume"), std::string::npos) << r.output;
   EXPECT_EQ(read_file(state_file(run_)), before);
 }
+TEST_F(BadCheckpoint, ResumeRefusesOptionsThatWouldChangeTheRun) {
+  for (const std::string& opt :
+       std::vector<std::string>{"--lr 0.1", "--set model.d_model=64", "--data " + kText, "--tokenizer byte"}) {
+    auto r = run_command(gmlp() + " train --out " + run_ + " --resume " + opt);
+    EXPECT_EQ(r.exit_code, 1) << opt << "\n" << r.output;
+    EXPECT_NE(r.output.find("cannot be combined with --resume"), std::string::npos) << opt << "\n" << r.output;
+  }
+}
+
 TEST_F(BadCheckpoint, BadSamplingOptions) {
-  for (std::string opt : {"--temperature -1", "--top-p 0", "--top-p 1.5", "--top-k -3"}) {
-    auto r = run_command(gmlp() + " generate --model " + run_ + " " + opt);
-    EXPECT_NE(r.exit_code, 0) << opt << "\n" << r.output;
+  for (auto [opt, says] : std::vector<std::pair<std::string, std::string>>{{"--temperature -1", "temperature"},
+                                                                          {"--top-p 0", "top-p"},
+                                                                          {"--top-p 1.5", "top-p"},
+                                                                          {"--top-k -3", "top-k"},
+                                                                          {"--max-tokens -2", "--max-tokens"}}) {
+    auto r = run_command(gmlp() + " generate --model " + run_ + " --prompt 'xyz' " + opt);
+    EXPECT_EQ(r.exit_code, 1) << opt << "\n" << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << opt << "\n" << r.output;
+    EXPECT_EQ(r.output.find("xyz"), std::string::npos) << "nothing is generated, not even the prompt\n" << r.output;
   }
 }
 

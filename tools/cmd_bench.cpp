@@ -72,6 +72,7 @@ int run_bench(const BenchArgs& a) {
   require(a.mode == "train" || a.mode == "infer" || a.mode == "generate",
           "--mode must be train, infer or generate, got '" + a.mode + "'");
   require(a.repeats >= 1 && a.warmup >= 0, "--repeats must be >= 1 and --warmup >= 0");
+  require(a.batch_size >= 0 && a.gen_tokens >= 0, "--batch-size and --gen-tokens must be positive when given");
   RunConfig rc = a.config.empty() ? RunConfig{} : RunConfig::load(a.config);
   nlohmann::json j = rc.to_json();
   for (const auto& s : a.sets) apply_set(j, s);

@@ -21,6 +21,8 @@ struct GenerateArgs {
 };
 
 int run_generate(const GenerateArgs& a) {
+  a.sampling.validate();  // before anything is printed
+  require(a.max_tokens >= 0, "--max-tokens must be >= 0, got " + std::to_string(a.max_tokens));
   auto model = load_model(resolve_model_path(a.model));
   auto tok = tokenizer_from_json(model->config().tokenizer);
   const auto prompt = tok->encode(a.prompt);

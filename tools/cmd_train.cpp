@@ -1,5 +1,8 @@
 // gmlp train: train a causal gMLP LM on a text file (default: the KJV corpus).
+#include <atomic>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 
@@ -20,7 +23,15 @@ struct TrainArgs {
   bool resume = false, overwrite = false, no_progress = false;
 };
 
-void on_sigint(int) { g_stop_requested.store(true); }
+std::atomic<int> g_signal{0};
+
+// The first Ctrl-C asks the loop to checkpoint and stop after the current step; the
+// handler then steps aside, so a second Ctrl-C ends the program at once.
+void on_signal(int sig) {
+  g_signal.store(sig);
+  g_stop_requested.store(true);
+  std::signal(sig, SIG_DFL);
+}
 
 int run_train(const TrainArgs& a, const CLI::App& cmd) {
   nlohmann::json j = a.config.empty() ? RunConfig{}.to_json() : RunConfig::load(a.config).to_json();
@@ -38,11 +49,15 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
     const CLI::Option* o = cmd.get_option(flag);
     if (o->count() == 0) continue;
     const std::string v = o->as<std::string>();
-    try {
-      t[key] = nlohmann::json::parse(v);
-    } catch (const nlohmann::json::exception&) {
-      throw Error(flag + ": not a number: '" + v + "'");
-    }
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    require(!v.empty() && *end == '\0', flag + ": not a number: '" + v + "'");
+    // Integral text stays an integer, so integer keys are range-checked, not truncated.
+    if (v.find_first_of(".eE") == std::string::npos && x == std::floor(x))
+      t[key] = nlohmann::json::parse(v[0] == '+' ? v.substr(1) : v, nullptr, false);
+    else
+      t[key] = x;
+    if (t[key].is_discarded()) t[key] = x;
   }
   const std::string where = a.config.empty() ? std::string("options") : "config '" + a.config + "' with options";
   TrainOptions o;
@@ -57,6 +72,12 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
 
   namespace fs = std::filesystem;
   if (a.resume) {
+    // A resumed run is the saved run: options that would change it are refused rather
+    // than silently ignored (only --steps may extend it).
+    for (const char* opt : {"--config", "--data", "--tokenizer", "--set", "--batch-size", "--lr", "--seed",
+                            "--eval-every", "--ckpt-every", "--log-every", "--overwrite"})
+      require(cmd.get_option(opt)->count() == 0,
+              std::string(opt) + " cannot be combined with --resume: the run continues with its saved settings");
     require(fs::exists(state_file(a.out)), "--resume: no training state in '" + a.out + "' (expected " +
                                                state_file(a.out) + ")");
   } else {
@@ -66,15 +87,21 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
     if (!fs::exists(a.data) && a.data == "data/kjv.txt")
       throw Error("the default corpus data/kjv.txt is missing; fetch it with scripts/fetch_data.sh or pass --data FILE");
   }
-  std::signal(SIGINT, on_sigint);
-  std::signal(SIGTERM, on_sigint);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   const TrainSummary s = train(o);
   std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
               (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
   if (s.val.tokens > 0) std::printf(", val loss %.4f nats/token, %.4f bits/byte", s.val.loss, s.val.bits_per_byte);
-  std::printf(", %.0f tokens/s\ncheckpoint: %s\n", s.tokens_per_s, model_file(a.out).c_str());
-  if (s.interrupted) std::printf("resume with: gmlp train --out %s --resume\n", a.out.c_str());
-  return s.interrupted && g_stop_requested.load() ? 130 : 0;
+  std::printf(", %.0f tokens/s\n", s.tokens_per_s);
+  if (fs::exists(model_file(a.out)))
+    std::printf("checkpoint: %s (step %lld)\n", model_file(a.out).c_str(), (long long)s.steps);
+  else
+    std::printf("no checkpoint written (no training step was taken)\n");
+  if (s.interrupted && fs::exists(state_file(a.out)))
+    std::printf("resume with: gmlp train --out %s --resume\n", a.out.c_str());
+  // A signal ends the process with the shell's 128 + signal number (130 for Ctrl-C).
+  return s.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
 }
 
 }  // namespace
