@@ -2,6 +2,7 @@
 // with the key named; JSON round trips.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -20,10 +21,15 @@ TEST(Config, ShippedConfigsLoadAndBuild) {
   for (const auto& e : std::filesystem::directory_iterator(test::source_dir() + "/configs")) {
     if (e.path().extension() != ".json") continue;
     SCOPED_TRACE(e.path().string());
-    const RunConfig rc = RunConfig::load(e.path().string());
-    EXPECT_NO_THROW(rc.model.validate());
-    EXPECT_NO_THROW(rc.train.validate());
-    EXPECT_FALSE(param_layout(rc.model).empty());
+    RunConfig rc = RunConfig::load(e.path().string());
+    // A char config gets its vocabulary from the corpus; build it at a typical size.
+    if (rc.model.tokenizer["kind"] == "char") rc.model.vocab_size = 65;
+    Model m(rc.model);
+    Rng rng(1);
+    m.init(rng);
+    const int T = 3;
+    std::vector<int32_t> tokens(T + 1, 1);
+    EXPECT_TRUE(std::isfinite(m.forward(tokens.data(), tokens.data() + 1, T + 1, 1, T)));
     ++n;
   }
   EXPECT_GE(n, 4);
