@@ -119,8 +119,8 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int stride,
     float* F = a.F.data() + k * M * h;
     ops::layernorm_forward(xl, d, M, d, p.norm_w, p.norm_b, cfg_.norm_eps, a.h.data(), d,
                            a.ln_mean.data() + k * M, a.ln_rstd.data() + k * M);
-    ops::linear_forward(a.h.data(), M, d, p.proj_in_w, p.proj_in_b, f, u);
-    ops::gelu_forward(u, a.z.data(), int64_t(M) * f, tanh_gelu);
+    ops::gemm(false, true, M, f, d, 1.f, a.h.data(), d, p.proj_in_w, d, 0.f, u, f);
+    ops::bias_gelu_forward(u, p.proj_in_b, M, f, a.z.data(), tanh_gelu);
     const ops::SguParams sp{p.sgu_norm_w, p.sgu_norm_b, p.spatial_w, p.spatial_b, cfg_.seq_len, cfg_.norm_eps};
     ops::sgu_forward(sp, a.z.data(), T, B, h, a.S.data(), a.g_mean.data() + k * M, a.g_rstd.data() + k * M, F,
                      a.S.data());
@@ -139,7 +139,10 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int stride,
   for (int r = 0; r < M; ++r)
     require(a.targets[size_t(r)] < V, "forward: target id " + std::to_string(a.targets[size_t(r)]) +
                                           " outside the vocabulary of " + std::to_string(V));
-  return ops::cross_entropy(a.logits.data(), M, V, a.targets.data(), nullptr, nullptr);
+  // When a backward can follow, the same pass writes d(loss)/d(logits): the softmax
+  // is computed once per step instead of once for the loss and again for the gradient.
+  return ops::cross_entropy(a.logits.data(), M, V, a.targets.data(), backward_ready_ ? a.dlogits.data() : nullptr,
+                            nullptr);
 }
 
 void Model::backward() {
@@ -150,9 +153,8 @@ void Model::backward() {
   const bool tanh_gelu = cfg_.gelu == "tanh";
   const float* x = a.x.data();
 
-  ops::cross_entropy(a.logits.data(), M, V, a.targets.data(), a.dlogits.data(), nullptr);
   const float* xL = x + size_t(cfg_.n_layers) * M * d;
-  ops::layernorm_forward(xL, d, M, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, a.h.data(), d, nullptr, nullptr);
+  ops::layernorm_apply(xL, d, M, d, w_.norm_w, w_.norm_b, a.f_mean.data(), a.f_rstd.data(), a.h.data(), d);
   ops::linear_backward(a.dlogits.data(), a.h.data(), M, d, w_.head_w, V, a.dh.data(), false, g_.head_w, g_.head_b);
   ops::layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), w_.norm_w, M, d, a.dx.data(), d,
                           false, g_.norm_w, g_.norm_b);
@@ -179,7 +181,8 @@ void Model::backward() {
     ops::sgu_backward(sp, sg, a.dS.data(), a.z.data(), T, B, h, gmean, grstd, F, a.z.data(), a.S.data(),
                       a.dF.data(), a.dS.data());
     ops::gelu_backward(u, a.z.data(), a.z.data(), int64_t(M) * f, tanh_gelu);
-    ops::layernorm_forward(xl, d, M, d, p.norm_w, p.norm_b, cfg_.norm_eps, a.h.data(), d, nullptr, nullptr);
+    ops::layernorm_apply(xl, d, M, d, p.norm_w, p.norm_b, a.ln_mean.data() + size_t(l) * M,
+                         a.ln_rstd.data() + size_t(l) * M, a.h.data(), d);
     ops::linear_backward(a.z.data(), a.h.data(), M, d, p.proj_in_w, f, a.dh.data(), false, gp.proj_in_w,
                          gp.proj_in_b);
     ops::layernorm_backward(a.dh.data(), d, xl, d, a.ln_mean.data() + size_t(l) * M,

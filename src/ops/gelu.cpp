@@ -60,6 +60,27 @@ void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) {
   }
 }
 
+void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < M; ++r) {
+    float* ur = u + int64_t(r) * n;
+    float* yr = y + int64_t(r) * n;
+    if (tanh_approx) {
+#pragma omp simd
+      for (int c = 0; c < n; ++c) {
+        const float v = ur[c] += b[c];
+        yr[c] = 0.5f * v * (1.f + fast::tanh(kSqrt2OverPi * (v + kTanhCoef * v * v * v)));
+      }
+    } else {
+#pragma omp simd
+      for (int c = 0; c < n; ++c) {
+        const float v = ur[c] += b[c];
+        yr[c] = 0.5f * v * (1.f + fast::erf(v * kInvSqrt2));
+      }
+    }
+  }
+}
+
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
 #pragma omp parallel for simd schedule(static)

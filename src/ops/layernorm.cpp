@@ -30,6 +30,17 @@ void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, co
   }
 }
 
+void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                     const float* rstd, float* y, int ldy) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < M; ++r) {
+    const float* xr = x + int64_t(r) * ldx;
+    float* yr = y + int64_t(r) * ldy;
+    const float mu = mean[r], rs = rstd[r];
+    for (int c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * w[c] + b[c];
+  }
+}
+
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
                         const float* w, int M, int C, float* dx, int lddx, bool accumulate_dx, float* dw,
                         float* db) {

@@ -22,6 +22,10 @@ void linear_backward(const float* dy, const float* x, int M, int in, const float
 // y = (x - mean) * rstd * w + b; saves mean and rstd per row for the backward.
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd);
+// y = (x - mean) * rstd * w + b with the statistics a forward saved: one pass, and the
+// same values layernorm_forward produced (the backward uses it to rebuild outputs).
+void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                     const float* rstd, float* y, int ldy);
 // Recomputes x-hat from x, mean, rstd. dx (rows lddx apart) is overwritten, or added
 // to when accumulate_dx; dw += sum dy * xhat; db += sum dy. dx may alias x (same
 // stride): each element of x is read before the same element of dx is written.
@@ -31,6 +35,9 @@ void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, cons
 
 // ---- gelu.cpp: exact (erf) or tanh-approximated GELU, elementwise over n values.
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx);
+// u[r, :] += b, then y = GELU(u), in one pass over the M rows of n values: the bias
+// of the projection before a GELU, so the GEMM need not be seeded with it.
+void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx);
 // dx = dy * gelu'(x) (dx may alias dy).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
 // The same with libm's erf/exp/tanh: the reference the fast path is tested against.

@@ -37,7 +37,7 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
   // The normalised gate was not kept: recompute it from Z2 (cheaper than storing it).
   // From here dS is dead (dG may reuse it) and Z2 is read only by the LayerNorm
   // backward, which writes each element of dZ2 after reading the same element of Z2.
-  layernorm_forward(Z + dh, dz, M, dh, p.norm_w, p.norm_b, p.eps, G, dh, nullptr, nullptr);
+  layernorm_apply(Z + dh, dz, M, dh, p.norm_w, p.norm_b, gmean, grstd, G, dh);
   spatial_causal_backward(p.spatial_w, p.n, T, int64_t(B) * dh, G, dF, dG, g.spatial_w, g.spatial_b);
   layernorm_backward(dG, dh, Z + dh, dz, gmean, grstd, p.norm_w, M, dh, dZ + dh, dz, false, g.norm_w, g.norm_b);
 }
