@@ -123,14 +123,12 @@ const float* Decoder::step(int32_t token) {
     float* G = gates_[size_t(l)].data();
     layernorm_row(x, d, p.norm_w, p.norm_b, cfg_.norm_eps, h_.data());
     gemv(p.proj_in_w, f, d, h_.data(), p.proj_in_b, u, false);
-    constexpr float kInvSqrt2 = 0.70710678118654752f, kSqrt2OverPi = 0.79788456080286536f;
     if (tanh_gelu) {
 #pragma omp simd
-      for (int c = 0; c < f; ++c)
-        z[c] = 0.5f * u[c] * (1.f + ops::fast::tanh(kSqrt2OverPi * (u[c] + 0.044715f * u[c] * u[c] * u[c])));
+      for (int c = 0; c < f; ++c) z[c] = ops::fast::gelu_tanh(u[c]);
     } else {
 #pragma omp simd
-      for (int c = 0; c < f; ++c) z[c] = 0.5f * u[c] * (1.f + ops::fast::erf(u[c] * kInvSqrt2));
+      for (int c = 0; c < f; ++c) z[c] = ops::fast::gelu_erf(u[c]);
     }
     layernorm_row(z + h, h, p.sgu_norm_w, p.sgu_norm_b, cfg_.norm_eps, G + size_t(i) * h);
     // F = b_i + G[0..i]^T W[i, 0..i]: the only place the history enters.

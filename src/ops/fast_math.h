@@ -53,4 +53,14 @@ inline float tanh(float x) {
   return 1.f - 2.f / (exp(2.f * x) + 1.f);
 }
 
+// GELU on one value: exact (x * Phi(x)) and PyTorch's tanh approximation. Every fast
+// GELU loop (the op, the fused bias+GELU, the decoder's step) calls these.
+#pragma omp declare simd
+inline float gelu_erf(float x) { return 0.5f * x * (1.f + erf(x * 0.70710678118654752f)); }
+
+#pragma omp declare simd
+inline float gelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+
 }  // namespace gmlp::ops::fast

@@ -50,13 +50,10 @@ void gelu_backward_reference(const float* x, const float* dy, float* dx, int64_t
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      y[i] = 0.5f * v * (1.f + fast::tanh(kSqrt2OverPi * (v + kTanhCoef * v * v * v)));
-    }
+    for (int64_t i = 0; i < n; ++i) y[i] = fast::gelu_tanh(x[i]);
   } else {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + fast::erf(x[i] * kInvSqrt2));
+    for (int64_t i = 0; i < n; ++i) y[i] = fast::gelu_erf(x[i]);
   }
 }
 
@@ -67,16 +64,10 @@ void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool ta
     float* yr = y + int64_t(r) * n;
     if (tanh_approx) {
 #pragma omp simd
-      for (int c = 0; c < n; ++c) {
-        const float v = ur[c] += b[c];
-        yr[c] = 0.5f * v * (1.f + fast::tanh(kSqrt2OverPi * (v + kTanhCoef * v * v * v)));
-      }
+      for (int c = 0; c < n; ++c) yr[c] = fast::gelu_tanh(ur[c] += b[c]);
     } else {
 #pragma omp simd
-      for (int c = 0; c < n; ++c) {
-        const float v = ur[c] += b[c];
-        yr[c] = 0.5f * v * (1.f + fast::erf(v * kInvSqrt2));
-      }
+      for (int c = 0; c < n; ++c) yr[c] = fast::gelu_erf(ur[c] += b[c]);
     }
   }
 }
