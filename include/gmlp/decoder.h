@@ -35,6 +35,7 @@ class Decoder {
   int len_ = 0;
   // Scratch: prefill uses [n, ...] buffers, step uses their first row.
   std::vector<float> x_, h_, u_, z_, F_, S_, logits_;
+  std::vector<float> gstats_;  // the gate LayerNorm's mean and rstd per row (unused after)
 };
 
 }  // namespace gmlp

@@ -69,6 +69,7 @@ Decoder::Decoder(const Model& model)
   F_.resize(n * h);
   S_.resize(n * h);
   logits_.resize(size_t(cfg_.vocab_size));
+  gstats_.resize(2 * n);
   if (cfg_.pos_embedding == "sinusoidal") {
     pe_.resize(n * d);
     ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe_.data());
@@ -92,10 +93,10 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
     ops::layernorm_forward(x, d, T, d, p.norm_w, p.norm_b, cfg_.norm_eps, h_.data(), d, nullptr, nullptr);
     ops::linear_forward(h_.data(), T, d, p.proj_in_w, p.proj_in_b, f, u_.data());
     ops::gelu_forward(u_.data(), z_.data(), int64_t(T) * f, tanh_gelu);
-    ops::layernorm_forward(z_.data() + h, f, T, h, p.sgu_norm_w, p.sgu_norm_b, cfg_.norm_eps, G, h, nullptr, nullptr);
-    ops::spatial_causal_forward(p.spatial_w, cfg_.seq_len, p.spatial_b, T, h, G, F_.data());
-    for (int t = 0; t < T; ++t)
-      for (int c = 0; c < h; ++c) S_[size_t(t) * h + c] = z_[size_t(t) * f + c] * F_[size_t(t) * h + c];
+    // The training SGU, with the layer's gate cache as its gate buffer: prefill leaves
+    // exactly the rows step() extends.
+    const ops::SguParams sp{p.sgu_norm_w, p.sgu_norm_b, p.spatial_w, p.spatial_b, cfg_.seq_len, cfg_.norm_eps};
+    ops::sgu_forward(sp, z_.data(), T, 1, h, S_.data(), gstats_.data(), gstats_.data() + cfg_.seq_len, F_.data(), G);
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < d; ++c) x[size_t(t) * d + c] += p.proj_out_b[c];
     ops::gemm(false, true, T, d, h, 1.f, S_.data(), h, p.proj_out_w, h, 1.f, x, d);
