@@ -23,13 +23,25 @@ TEST(Config, ShippedConfigsLoadAndBuild) {
     SCOPED_TRACE(e.path().string());
     RunConfig rc = RunConfig::load(e.path().string());
     // A char config gets its vocabulary from the corpus; build it at a typical size.
-    if (rc.model.tokenizer["kind"] == "char") rc.model.vocab_size = 65;
+    if (rc.model.token_input() && rc.model.tokenizer.value("kind", "") == "char") rc.model.vocab_size = 65;
     Model m(rc.model);
     Rng rng(1);
     m.init(rng);
-    const int T = 3;
-    std::vector<int32_t> tokens(T + 1, 1);
-    EXPECT_TRUE(std::isfinite(m.forward(tokens.data(), tokens.data() + 1, T + 1, 1, T)));
+    if (rc.model.token_input()) {
+      const int T = 3;
+      std::vector<int32_t> tokens(T + 1, 1);
+      EXPECT_TRUE(std::isfinite(m.forward(tokens.data(), tokens.data() + 1, T + 1, 1, T)));
+    } else {
+      const ModelConfig& c = rc.model;
+      std::vector<float> image(size_t(c.image_channels) * c.image_height * c.image_width, 0.5f);
+      int32_t label = 1;
+      Batch b;
+      b.B = 1;
+      b.T = c.seq_len;
+      b.images = image.data();
+      b.targets = &label;
+      EXPECT_TRUE(std::isfinite(m.forward(b)));
+    }
     ++n;
   }
   EXPECT_GE(n, 4);
@@ -72,7 +84,7 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(model_err({{"seq_len", 3000000}}).find("'seq_len' must be at most"), std::string::npos);
   EXPECT_NE(model_err({{"tokenizer", {{"kind", 5}}}}).find("string 'kind'"), std::string::npos);
   EXPECT_NE(model_err({{"vocab_size", 65}}).find("byte tokenizer has 256 tokens"), std::string::npos);
-  EXPECT_NE(model_err({{"vocab_size", 65}, {"tokenizer", {{"kind", "char"}, {"chars", "abc"}}}}).find("has 3 characters"),
+  EXPECT_NE(model_err({{"vocab_size", 65}, {"tokenizer", {{"kind", "char"}, {"chars", "abc"}}}}).find("has 3 tokens"),
             std::string::npos);
   EXPECT_NE(train_err({{"seed", -1}}).find("'seed' is out of range"), std::string::npos);
   EXPECT_NE(train_err({{"batch_size", 4294967312LL}}).find("'batch_size' is out of range"), std::string::npos);

@@ -237,10 +237,16 @@ TEST(OpsGradCheck, SpatialGatingUnit) {
     Vec Z = uniform(M * 2 * dh, -2, 2, rng), nw = uniform(dh, 0.5f, 1.5f, rng), nb = uniform(dh, -0.5f, 0.5f, rng);
     Vec W = causal(T, n, 0.3f, kNaN, rng), sb = uniform(n, 0.5f, 1.5f, rng);
     const Vec R = uniform(M * dh, -1, 1, rng);
-    const ops::SguParams p{nw.data(), nb.data(), W.data(), sb.data(), n, 1e-5f};
+    ops::SguParams p;
+    p.norm_w = nw.data();
+    p.norm_b = nb.data();
+    p.W = W.data();
+    p.ldw = n;
+    p.bias = sb.data();
+    p.n = n;
     Vec S(M * dh), gmean(M), grstd(M), F(M * dh), G(M * dh);
     auto loss = [&] {
-      ops::sgu_forward(p, Z.data(), T, B, dh, S.data(), gmean.data(), grstd.data(), F.data(), G.data());
+      ops::sgu_forward(p, Z.data(), T, B, 2 * dh, S.data(), gmean.data(), grstd.data(), F.data(), G.data());
       return dot(S, R);
     };
     loss();
@@ -249,7 +255,7 @@ TEST(OpsGradCheck, SpatialGatingUnit) {
     const Vec dW0 = causal(T, n, 1.f, 0.f, rng);
     Vec gnw = nw0, gnb = nb0, gW = dW0, gsb = sb0;
     Vec dZ(Z.size(), kNaN), sG(M * dh, kNaN), sdF(M * dh, kNaN), sdG(M * dh, kNaN);  // dZ is overwritten
-    ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gsb.data()}, R.data(), Z.data(), T, B, dh,
+    ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gsb.data()}, R.data(), Z.data(), T, B, 2 * dh,
                       gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
     const std::vector<int> rows = rows_of(T, true);
     EXPECT_TRUE(grad_check(Z, chunks(rows, B * 2 * dh), gather(dZ, chunks(rows, B * 2 * dh)), loss, "dZ"));

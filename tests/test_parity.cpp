@@ -29,25 +29,65 @@ class Parity : public ::testing::TestWithParam<std::string> {
 
 std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
 
-TEST_P(Parity, ForwardLossAndEveryGradient) {
-  auto model = load_model(model_path());
-  const auto cf = case_file();
+// Every case: a causal LM stores tokens [B, T+1] (targets are the shift); the other
+// tasks store inputs [B, T] and targets ([B, T] per token or [B] per row), and may add
+// lengths [B] (padding), keep [L, B] (stochastic depth) and images [B, C, H, W].
+void check_forward_and_gradients(const std::string& model_path, const SafeTensorsFile& cf) {
+  auto model = load_model(model_path);
+  const ModelConfig& c = model->config();
   std::vector<int64_t> shape;
-  const auto tokens = to_i32(cf.read_int("tokens", &shape));
-  const int B = int(shape[0]), T = int(shape[1]) - 1, V = model->config().vocab_size;
+  Batch batch;
+  std::vector<int32_t> tokens, targets, lengths;
+  std::vector<float> images, keep;
+  if (c.token_input()) {
+    tokens = to_i32(cf.read_int("tokens", &shape));
+    batch.B = int(shape[0]);
+    batch.stride = int(shape[1]);
+    batch.tokens = tokens.data();
+    if (cf.has("targets")) {
+      batch.T = batch.stride;
+      targets = to_i32(cf.read_int("targets"));
+      batch.targets = targets.data();
+    } else {
+      batch.T = batch.stride - 1;
+      batch.targets = tokens.data() + 1;
+    }
+  } else {
+    images = cf.read_f32("images", &shape);
+    batch.B = int(shape[0]);
+    batch.T = c.seq_len;
+    batch.images = images.data();
+    targets = to_i32(cf.read_int("targets"));
+    batch.targets = targets.data();
+  }
+  if (cf.has("lengths")) {
+    lengths = to_i32(cf.read_int("lengths"));
+    batch.lengths = lengths.data();
+  }
+  if (cf.has("keep")) {
+    keep = cf.read_f32("keep");
+    batch.keep = keep.data();
+  }
+  const int B = batch.B, T = batch.T, V = c.out_dim();
 
   model->zero_grad();
-  const double loss = model->forward(tokens.data(), tokens.data() + 1, T + 1, B, T);
+  const double loss = model->forward(batch);
   const float want_loss = cf.read_f32("loss")[0];
   EXPECT_NEAR(loss, want_loss, kLossRtol * std::fabs(want_loss)) << "loss";
 
-  // Ours is sequence-major [T, B, V]; the reference's is [B, T, V].
+  // Per-token logits are sequence-major [T, B, V] here and [B, T, V] in the reference.
   const auto want_logits = cf.read_f32("logits");
   std::vector<float> got(want_logits.size());
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t)
-      for (int v = 0; v < V; ++v)
-        got[(size_t(b) * T + t) * V + v] = model->logits()[(size_t(t) * B + b) * V + v];
+  if (c.per_token_output()) {
+    ASSERT_EQ(got.size(), size_t(B) * T * V);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t)
+        for (int v = 0; v < V; ++v)
+          got[(size_t(b) * T + t) * V + v] = model->logits()[(size_t(t) * B + b) * V + v];
+  } else {
+    ASSERT_EQ(got.size(), size_t(B) * V);
+    std::copy(model->logits(), model->logits() + got.size(), got.begin());
+  }
   EXPECT_TRUE(test::all_close(got.data(), want_logits.data(), got.size(), kLogitAtol, kLogitRtol, "logits"));
 
   model->backward();
@@ -58,6 +98,12 @@ TEST_P(Parity, ForwardLossAndEveryGradient) {
                                 "grad." + p.name));
   }
 }
+
+TEST_P(Parity, ForwardLossAndEveryGradient) { check_forward_and_gradients(model_path(), case_file()); }
+
+// The variants share the optimizer, so their cases check forward and gradients only.
+class VariantParity : public Parity {};
+TEST_P(VariantParity, ForwardLossAndEveryGradient) { check_forward_and_gradients(model_path(), case_file()); }
 
 TEST_P(Parity, TenAdamWSteps) {
   auto model = load_model(model_path());
@@ -89,6 +135,13 @@ TEST_P(Parity, TenAdamWSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, Parity, ::testing::Values("tiny", "odd", "deep", "long"));
+// docs/variants.md: every task and variant against the same reference.
+INSTANTIATE_TEST_SUITE_P(Variants, VariantParity,
+                         ::testing::Values("mlm_bidir", "mlm_pad", "classify_pad", "heads_causal", "heads_bidir_pad",
+                                           "toeplitz_causal", "toeplitz_bidir", "toeplitz_heads", "amlp_causal",
+                                           "amlp_bidir_pad", "sgu_none", "sgu_linear", "sgu_additive",
+                                           "sgu_multiplicative", "sgu_linear_bidir_pad", "vision", "vision_drop",
+                                           "vision_amlp_heads"));
 
 }  // namespace
 }  // namespace gmlp

@@ -3,14 +3,17 @@
 // impossible values are errors that name the key and the value.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace gmlp {
 
+// docs/variants.md is the contract for every field below.
 struct ModelConfig {
-  std::string task = "causal_lm";   // the only task of the foundation
-  int vocab_size = 256;
+  std::string task = "causal_lm";   // "causal_lm", "mlm", "classify" or "vision"
+  int vocab_size = 256;             // token tasks; 0 for vision
+  int n_classes = 0;                // classify and vision
   int d_model = 128;
   int d_ffn = 512;                  // even: Z splits into two halves
   int n_layers = 4;
@@ -18,11 +21,34 @@ struct ModelConfig {
   std::string gelu = "erf";         // "erf" (exact) or "tanh"
   std::string pos_embedding = "none";  // "none" or "sinusoidal"
   float spatial_init = 0.01f;       // W ~ U(-s, s); b = 1
-  float norm_eps = 1e-5f;
+  float norm_eps = 1e-5f;            // block and final LayerNorms
+  float sgu_norm_eps = 1e-5f;        // the gate's LayerNorm (timm's gMLP: 1e-6 above, 1e-5 here)
+  std::string sgu = "split";        // s(Z): "split", "none", "linear", "additive", "multiplicative"
+  int sgu_heads = 1;                // gate channel groups, each with its own W and b
+  std::string spatial = "full";     // "full" ([n, n]) or "toeplitz" (W[i,j] = w[i-j])
+  int d_attn = 0;                   // > 0: aMLP tiny attention of this size
+  float survival_prob = 1.0f;       // stochastic depth p_L (1 = off)
+  int image_channels = 0, image_height = 0, image_width = 0;  // vision
+  int patch_height = 0, patch_width = 0;
+  std::vector<std::string> class_names;  // optional display names, n_classes of them
+  nlohmann::json normalization;          // vision: {"mean": [...], "std": [...]} per channel, or null
   nlohmann::json tokenizer = {{"kind", "byte"}};  // {"kind":"byte"} or {"kind":"char","chars":"..."}
 
   void validate() const;  // throws Error naming the field
   nlohmann::json to_json() const;
+
+  bool causal() const { return task == "causal_lm"; }
+  bool token_input() const { return task != "vision"; }
+  bool per_token_output() const { return task == "causal_lm" || task == "mlm"; }
+  int out_dim() const { return per_token_output() ? vocab_size : n_classes; }
+  bool has_sgu() const { return sgu != "none"; }
+  int gate_channels() const { return sgu == "split" ? d_ffn / 2 : d_ffn; }  // LN and spatial width
+  int branch_channels() const { return sgu == "split" ? d_ffn / 2 : d_ffn; }  // S, proj_out's input
+  // Entries of one head's spatial weight: n*n, or 2n-1 / n for Toeplitz.
+  int64_t spatial_weight_size() const;
+  int patch_dim() const { return image_channels * patch_height * patch_width; }
+  // Toeplitz models run on sequences longer than n; every other model needs T <= n.
+  bool any_length() const { return spatial == "toeplitz" && task != "vision"; }
   // Unknown keys are errors; absent keys keep their defaults. `where` names the source
   // (a file, "checkpoint metadata") in error messages.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& where);
@@ -41,10 +67,12 @@ struct TrainConfig {
   float clip = 1.0f;                // global-norm clip; 0 disables
   float val_fraction = 0.05f;       // tail of the corpus held out for validation
   int64_t eval_every = 200;         // steps between validation passes
-  int eval_batches = 8;             // batches per validation pass
+  int eval_batches = 8;             // batches per validation pass (0: the whole held-out set)
   int64_t ckpt_every = 500;         // steps between checkpoints
   int64_t log_every = 10;
   uint64_t seed = 1337;
+  float mask_prob = 0.15f;          // mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
+  int augment_shift = 0;            // vision: random shifts of up to this many pixels
 
   void validate() const;
   nlohmann::json to_json() const;

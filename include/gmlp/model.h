@@ -1,6 +1,7 @@
 #pragma once
-// The causal gMLP language model: parameters in ONE contiguous buffer (gradients in a
-// second with the same layout), activations in one arena sized on first use.
+// The gMLP family (docs/variants.md): every task and variant is one Model. Parameters
+// live in ONE contiguous buffer (gradients in a second with the same layout),
+// activations in one arena sized on first use.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,28 +21,53 @@ struct ParamInfo {
   bool decay = false;  // AdamW weight decay: matrices yes; norms, biases, SGU bias no
 };
 
+// Views into a parameter (or gradient) buffer; absent tensors are nullptr.
 struct BlockParams {
   float *norm_w, *norm_b;          // [d]
   float *proj_in_w, *proj_in_b;    // [d_ffn, d], [d_ffn]
-  float *sgu_norm_w, *sgu_norm_b;  // [d_ffn/2]
-  float *spatial_w, *spatial_b;    // [n, n], [n]
-  float *proj_out_w, *proj_out_b;  // [d, d_ffn/2], [d]
+  float *sgu_norm_w, *sgu_norm_b;  // [gate channels]
+  float *spatial_w, *spatial_b;    // per head: [n, n] (or Toeplitz [2n-1] / [n]), [n]
+  float *attn_qkv_w, *attn_qkv_b;  // [3 d_attn, d], [3 d_attn]            (aMLP)
+  float *attn_out_w, *attn_out_b;  // [d_ffn/2, d_attn], [d_ffn/2]         (aMLP)
+  float *proj_out_w, *proj_out_b;  // [d, branch channels], [d]
 };
 
 struct ParamViews {
-  float* embed;  // [vocab, d]
+  float* embed = nullptr;                          // [vocab, d]           token tasks
+  float *patch_w = nullptr, *patch_b = nullptr;    // [d, C*ph*pw], [d]    vision
   std::vector<BlockParams> blocks;
   float *norm_w, *norm_b;  // [d]
-  float *head_w, *head_b;  // [vocab, d], [vocab]
+  float *head_w, *head_b;  // [out, d], [out]: out = vocab or classes
+};
+
+// One forward's inputs. Token tasks: tokens (B rows of T ids, row b at tokens + b*stride).
+// Vision: images [B, C, H, W]. Optional:
+//  lengths [B]: real tokens per row (bidirectional token tasks; the rest is padding);
+//  targets: per token (same layout as tokens; < 0 ignored) for LM/MLM, per row [B] for
+//           classify/vision; without targets forward returns 0;
+//  keep [L, B]: stochastic-depth multipliers of each block's branch (0 or 1/p).
+struct Batch {
+  int B = 0, T = 0;
+  const int32_t* tokens = nullptr;
+  int stride = 0;
+  const float* images = nullptr;
+  const int32_t* lengths = nullptr;
+  const int32_t* targets = nullptr;
+  const float* keep = nullptr;
 };
 
 // The ordered tensor list of a config, and views of any buffer laid out by it.
 std::vector<ParamInfo> param_layout(const ModelConfig& c);
 ParamViews param_views(const ModelConfig& c, float* base);
+// Survival probability of block l (0-based) under stochastic depth: 1 - ((l+1)/L)(1 - p_L).
+float survival_probability(const ModelConfig& c, int l);
+// Draws keep[L, B] for one training batch: 1/p_l with probability p_l, else 0.
+void draw_keep(const ModelConfig& c, int B, Rng& rng, float* keep);
 
 // Useful FLOPs of one forward per token at sequence length T: the channel GEMMs, the
-// causal half of the spatial product (T+1)/2 * dh * 2, and the head. Elementwise work
-// is not counted. Training is 3x (forward, and the two GEMMs of each backward).
+// spatial product (its causal half when causal), tiny attention, and the head.
+// Elementwise work is not counted. Training is 3x (forward, and the two GEMMs of each
+// backward).
 double forward_flops_per_token(const ModelConfig& c, int T);
 
 class Model {
@@ -65,10 +91,20 @@ class Model {
   void init(Rng& rng);
   void zero_grad();
 
-  // tokens: B rows of T ids, row b starting at tokens + b * stride; T <= seq_len.
-  // When targets (same layout) is given returns the mean cross-entropy (nats) over
-  // positions whose target is >= 0, else 0. Logits stay available until the next call.
-  double forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T);
+  // Returns the mean cross-entropy (nats) over the targets >= 0, or 0 without targets.
+  // T <= seq_len unless the model runs at any length (Toeplitz). Logits stay available
+  // until the next call.
+  double forward(const Batch& batch);
+  // The token-model shorthand: tokens and targets share the layout.
+  double forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T) {
+    Batch b;
+    b.B = B;
+    b.T = T;
+    b.tokens = tokens;
+    b.stride = stride;
+    b.targets = targets;
+    return forward(b);
+  }
   // Accumulates d(mean loss)/d(params) into grads(); needs a forward with targets
   // made while gradients were enabled.
   void backward();
@@ -76,7 +112,8 @@ class Model {
   // activations (evaluation, generation, inference) and backward is refused.
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   bool grad_enabled() const { return grad_enabled_; }
-  // Logits of the last forward, sequence-major: row t * B + b, vocab_size columns.
+  // Logits of the last forward: per-token tasks sequence-major, row t * B + b with
+  // vocab_size columns; classify/vision [B, n_classes].
   const float* logits() const;
   int last_T() const { return T_; }
   int last_B() const { return B_; }
@@ -89,11 +126,12 @@ class Model {
   std::vector<ParamInfo> layout_;
   std::vector<float> weights_, grads_;
   ParamViews w_, g_;
-  std::vector<float> pe_;  // sinusoidal table [n, d] when enabled
+  std::vector<float> pe_;  // sinusoidal table [T, d] when enabled (grown for longer T)
   std::unique_ptr<Arena> arena_;
   int B_ = 0, T_ = 0;
   bool grad_enabled_ = true;
   bool backward_ready_ = false;  // the last forward kept what backward needs
+  bool last_lengths_ = false, last_keep_ = false;  // the last forward had padding / drop masks
 };
 
 // Disables gradients on a model for a scope, restoring the previous setting.

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "gmlp/decoder.h"
 #include "gmlp/error.h"
@@ -51,6 +52,9 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
                               const SamplingOptions& opt, Rng& rng, const std::function<bool(int32_t)>& on_token,
                               bool use_cache) {
   opt.validate();
+  require(model.config().task == "causal_lm", "generation needs a causal language model; this one is \"" +
+                                                  model.config().task + "\"");
+  use_cache = use_cache && Decoder::supports(model.config());
   const int n = model.config().seq_len, V = model.config().vocab_size;
   require(!prompt.empty(), "the prompt is empty: give at least one token");
   require(int(prompt.size()) <= n, "the prompt is " + std::to_string(prompt.size()) +
@@ -61,10 +65,11 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
   // once per n/2 new tokens, which amortises the rebuild).
   const int keep = n - n / 2;
   std::vector<int32_t> ctx = prompt, out;
-  Decoder dec(model);
+  std::optional<Decoder> dec;
+  if (use_cache) dec.emplace(model);
   NoGrad no_grad(model);
   auto logits_of_context = [&]() -> const float* {
-    if (use_cache) return dec.prefill(ctx.data(), int(ctx.size()));
+    if (use_cache) return dec->prefill(ctx.data(), int(ctx.size()));
     const int T = int(ctx.size());
     model.forward(ctx.data(), nullptr, T, 1, T);
     return model.logits() + size_t(T - 1) * V;
@@ -81,7 +86,7 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
       logits = logits_of_context();
     } else {
       ctx.push_back(id);
-      logits = use_cache ? dec.step(id) : logits_of_context();
+      logits = use_cache ? dec->step(id) : logits_of_context();
     }
   }
   return out;

@@ -59,31 +59,75 @@ void spatial_causal_forward_naive(const float* W, int ldw, const float* b, int T
 void spatial_causal_backward_naive(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
                                    float* dG, float* dW, float* db);
 
-// ---- sgu.cpp: the spatial gating unit on Z[M = T*B, d_ffn] (split form).
-// G = LayerNorm(Z2); F = spatial(G); S = Z1 * F. Saves gate mean/rstd [M] and F [M, dh].
-// G is scratch [M, dh] and may be the same buffer as S (G is dead when S is written).
+// Any-ld forms of the token mixing (no bias): G, F, dF, dG are [T, cols] with rows ld
+// apart. Causal uses tril(W) only (the 64-row blocked kernel above); otherwise W[:T,:T]
+// is one GEMM. The backward overwrites dG and accumulates dW.
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F);
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
+                          int ld, float* dG, float* dW);
+// Toeplitz weights: W[T, T] (row stride T) from w, W[i, j] = w[i - j + n - 1] (2n-1
+// entries) or, causal, w[i - j] (n entries); offsets of n or more weigh 0. The fold
+// adds each diagonal of a dense dW [T, T] into dw.
+void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
+void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
+
+// ---- sgu.cpp: the spatial gating unit on Z[M = T*B, f = d_ffn], docs/variants.md.
+// gate = Z2 (split) or Z (the other forms), g channels; G = LayerNorm(gate), zeroed at
+// padded rows; F = W_k G + b_k (+ extra) per head k; S = Z1*F, F, Z+F or Z*F.
+// Saves gate mean/rstd [M] and F [M, g]. G is scratch [M, g] and may be S's buffer.
+enum class SguKind { split, linear, additive, multiplicative };
 struct SguParams {
-  const float* norm_w;
-  const float* norm_b;
-  const float* spatial_w;  // [n, n]
-  const float* spatial_b;  // [n]
-  int n;                   // the model's window (row stride of spatial_w)
-  float eps;
+  SguKind kind = SguKind::split;
+  const float* norm_w = nullptr;
+  const float* norm_b = nullptr;
+  const float* W = nullptr;      // dense [T', T'] per head, rows ldw apart, heads w_head_stride apart
+  int ldw = 0;
+  int64_t w_head_stride = 0;
+  const float* bias = nullptr;   // head k's at bias + k * n; rows i >= n use bias[n - 1]
+  int n = 0;
+  int heads = 1;
+  bool causal = true;
+  const int32_t* lengths = nullptr;  // [B] real rows per sequence, or null (no padding)
+  float eps = 1e-5f;
 };
 struct SguGrads {
   float* norm_w;
   float* norm_b;
-  float* spatial_w;
-  float* spatial_b;
+  float* W;     // same layout as SguParams::W
+  float* bias;  // same layout as SguParams::bias
 };
-void sgu_forward(const SguParams& p, const float* Z, int T, int B, int dh, float* S, float* gmean, float* grstd,
-                 float* F, float* G);
-// dZ [M, d_ffn] is overwritten. G, dF and dG are scratch [M, dh] (G is recomputed).
-// To save memory dZ may alias Z (computed in place), dG may alias dS, and G may be any
-// buffer that is dead on entry (such as the S the caller no longer needs).
-void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int dh,
+// extra [M, g] (or null) is added to F before the gating: aMLP's attention.
+void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra = nullptr);
+// dZ [M, f] is overwritten; dF ends holding dL/dF (the attention's dA for aMLP).
+// G, dF and dG are scratch [M, g]. dZ may alias Z; G may be any dead buffer; dG may
+// alias dS only for the split form (the others read dS again at the end).
+void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
                   const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
                   float* dG);
+
+// ---- tiny_attention.cpp: aMLP's single-head attention of size da over H [M, d].
+struct AttnParams {
+  const float *qkv_w, *qkv_b;  // [3 da, d], [3 da]
+  const float *out_w, *out_b;  // [dout, da], [dout]
+  int d, da, dout;
+  bool causal;
+  const int32_t* lengths;      // [B] or null: keys at t >= lengths[b] are masked
+};
+struct AttnGrads {
+  float *qkv_w, *qkv_b, *out_w, *out_b;
+};
+// Saves qkv [M, 3 da], P [B, T, T] and O [M, da]; writes A [M, dout].
+void tiny_attention_forward(const AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
+                            float* A);
+// dH += dA's contribution. Scratch: dO [M, da], dP [T, T], dqkv [M, 3 da].
+void tiny_attention_backward(const AttnParams& p, const AttnGrads& g, const float* dA, const float* H, int T, int B,
+                             const float* qkv, const float* P, const float* O, float* dH, float* dO, float* dP,
+                             float* dqkv);
+
+// ---- patch.cpp: images [B, C, Hi, Wi] to patch rows [n, B, C*ph*pw] (sequence-major,
+// patch t = gy * (Wi/pw) + gx, feature c*ph*pw + py*pw + px: a Conv2d weight's order).
+void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
 
 // ---- embedding.cpp: x[r, :] = E[tokens[r], :] (+ pe[r / B, :] when pe), for the
 // M = T * B rows of sequence-major token ids.

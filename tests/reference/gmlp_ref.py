@@ -1,9 +1,11 @@
 """PyTorch reference for gmlp.cpp: the oracle for the C++ parity tests and the PyTorch
 performance peer.
 
-The model follows ../../../shared/SPEC.md sections 1, 2, 4 and 6 (causal language model
-only). Activations inside the blocks are [seq, batch, channel], like the C++ engine, so
-the spatial projection is a plain [T, T] x [T, B*C] matrix product.
+The model follows SPEC.md sections 1-6 and docs/variants.md (the contract for every
+variant: causal LM, masked LM, sentence and image classification; multi-head, Toeplitz
+and s(Z)-ablation SGUs; aMLP tiny attention; padding; stochastic depth). Activations
+inside the blocks are [seq, batch, channel], like the C++ engine, so the spatial
+projection is a plain [T, T] x [T, B*C] matrix product.
 
 Also here: a dependency-free safetensors reader/writer (no `safetensors` package is
 available), the learning-rate schedules and the AdamW training step with exactly the
@@ -79,49 +81,284 @@ def save_safetensors(path: str, tensors: dict[str, torch.Tensor],
             f.write(raw)
 
 
+# --------------------------------------------------------------------------------- config
+
+TASKS = ("causal_lm", "mlm", "classify", "vision")
+SGU_KINDS = ("split", "none", "linear", "additive", "multiplicative")
+
+# Every key of the `model` section (docs/variants.md) with its default. `vocab_size`
+# and `tokenizer` only concern token tasks; `vision` has vocab_size 0 and no tokenizer.
+CONFIG_DEFAULTS = {
+    "task": "causal_lm", "vocab_size": 256, "n_classes": 0,
+    "d_model": 128, "d_ffn": 512, "n_layers": 4, "seq_len": 128,
+    "gelu": "erf", "pos_embedding": "none", "spatial_init": 0.01, "norm_eps": 1e-5,
+    "sgu_norm_eps": 1e-5, "sgu": "split", "sgu_heads": 1, "spatial": "full", "d_attn": 0, "survival_prob": 1.0,
+    "image_channels": 0, "image_height": 0, "image_width": 0,
+    "patch_height": 0, "patch_width": 0,
+    "tokenizer": {"kind": "byte"},
+}
+# Keys a checkpoint may carry that describe data, not the network: accepted and ignored.
+METADATA_KEYS = ("class_names", "normalization")
+
+
+def full_config(cfg: dict) -> dict:
+    """cfg with every absent key set to its default, checked against docs/variants.md.
+    Raises ValueError naming the offending key."""
+    c = dict(CONFIG_DEFAULTS)
+    if cfg.get("task") == "vision":
+        c["vocab_size"] = 0
+        del c["tokenizer"]
+    unknown = set(cfg) - set(CONFIG_DEFAULTS) - set(METADATA_KEYS)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {sorted(unknown)}")
+    c.update(cfg)
+
+    def need(ok: bool, key: str, why: str) -> None:
+        if not ok:
+            raise ValueError(f"{key} {c[key]!r}: {why}")
+
+    need(c["task"] in TASKS, "task", f"expected one of {TASKS}")
+    need(c["sgu"] in SGU_KINDS, "sgu", f"expected one of {SGU_KINDS}")
+    need(c["spatial"] in ("full", "toeplitz"), "spatial", "expected full or toeplitz")
+    need(c["gelu"] in ("erf", "tanh"), "gelu", "expected erf or tanh")
+    need(c["pos_embedding"] in ("none", "sinusoidal"), "pos_embedding",
+         "expected none or sinusoidal")
+    for k in ("d_model", "d_ffn", "n_layers", "seq_len", "sgu_heads"):
+        need(int(c[k]) >= 1, k, "must be >= 1")
+    need(c["d_ffn"] % 2 == 0, "d_ffn", "must be even")
+    gate = c["d_ffn"] // 2 if c["sgu"] == "split" else c["d_ffn"]
+    need(gate % c["sgu_heads"] == 0, "sgu_heads", f"must divide the {gate} gate channels")
+    need(c["sgu"] != "none" or c["sgu_heads"] == 1, "sgu_heads", "sgu none has no heads")
+    need(c["d_attn"] >= 0, "d_attn", "must be >= 0")
+    need(c["d_attn"] == 0 or c["sgu"] == "split", "d_attn", "tiny attention needs sgu split")
+    need(0.0 < c["survival_prob"] <= 1.0, "survival_prob", "must be in (0, 1]")
+    if c["task"] in ("classify", "vision"):
+        need(c["n_classes"] >= 2, "n_classes", f"task {c['task']} needs >= 2 classes")
+    else:
+        need(c["n_classes"] == 0, "n_classes", f"task {c['task']} needs 0")
+        need(c["vocab_size"] >= 1, "vocab_size", "token tasks need a vocabulary")
+    if c["task"] == "vision":
+        for k in ("image_channels", "image_height", "image_width", "patch_height",
+                  "patch_width"):
+            need(c[k] >= 1, k, "vision needs it >= 1")
+        need(c["image_height"] % c["patch_height"] == 0, "patch_height",
+             "must divide image_height")
+        need(c["image_width"] % c["patch_width"] == 0, "patch_width",
+             "must divide image_width")
+        grid = (c["image_height"] // c["patch_height"]) * (c["image_width"] // c["patch_width"])
+        need(c["seq_len"] == grid, "seq_len", f"vision needs seq_len = patch count {grid}")
+    return c
+
+
+def param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name and shape, in checkpoint order (SPEC 6 + docs/variants.md),
+    derived from the config alone (no model is built)."""
+    c = full_config(cfg)
+    d, C, n, h, da = c["d_model"], c["d_ffn"], c["seq_len"], c["sgu_heads"], c["d_attn"]
+    split = c["sgu"] == "split"
+    gate = C // 2 if split else C          # LayerNorm / spatial channels
+    branch = C // 2 if split else C        # S channels, proj_out's input
+    causal = c["task"] == "causal_lm"
+    if c["spatial"] == "full":
+        wshape = (n, n)
+    else:
+        wshape = (n,) if causal else (2 * n - 1,)
+    heads = () if h == 1 else (h,)
+    s: dict[str, tuple[int, ...]] = {}
+    if c["task"] == "vision":
+        s["patch.weight"] = (d, c["image_channels"] * c["patch_height"] * c["patch_width"])
+        s["patch.bias"] = (d,)
+    else:
+        s["embed.weight"] = (c["vocab_size"], d)
+    for i in range(c["n_layers"]):
+        p = f"blocks.{i}."
+        s[p + "norm.weight"] = s[p + "norm.bias"] = (d,)
+        s[p + "proj_in.weight"], s[p + "proj_in.bias"] = (C, d), (C,)
+        if c["sgu"] != "none":
+            s[p + "sgu.norm.weight"] = s[p + "sgu.norm.bias"] = (gate,)
+            s[p + "sgu.spatial.weight"] = heads + wshape
+            s[p + "sgu.spatial.bias"] = heads + (n,)
+        if da > 0:
+            s[p + "attn.qkv.weight"], s[p + "attn.qkv.bias"] = (3 * da, d), (3 * da,)
+            s[p + "attn.out.weight"], s[p + "attn.out.bias"] = (C // 2, da), (C // 2,)
+        s[p + "proj_out.weight"], s[p + "proj_out.bias"] = (d, branch), (d,)
+    out = c["vocab_size"] if c["task"] in ("causal_lm", "mlm") else c["n_classes"]
+    s["norm.weight"] = s["norm.bias"] = (d,)
+    s["head.weight"], s["head.bias"] = (out, d), (out,)
+    return s
+
+
+def param_count(cfg: dict) -> int:
+    """Number of trainable scalars of the model that cfg describes."""
+    return sum(math.prod(shape) for shape in param_shapes(cfg).values())
+
+
+def survival_probs(n_layers: int, p_last: float) -> list[float]:
+    """Stochastic depth: block l = 1..L survives with p_l = 1 - (l/L)(1 - p_L)."""
+    return [1.0 - (l / n_layers) * (1.0 - p_last) for l in range(1, n_layers + 1)]
+
+
+def draw_keep(n_layers: int, batch: int, p_last: float,
+              generator: torch.Generator | None = None) -> torch.Tensor:
+    """A training-time keep mask [L, B]: keep[l, b] = 1/p_l with probability p_l, else 0
+    (float32, as the C++ side holds it). The trainer draws its own; tests pass one."""
+    p = torch.tensor(survival_probs(n_layers, p_last), dtype=torch.float32)[:, None]
+    alive = torch.rand(n_layers, batch, generator=generator) < p
+    return torch.where(alive, 1.0 / p, torch.zeros(()))
+
+
 # --------------------------------------------------------------------------------- model
+#
+# Activations inside the blocks are [T, B, C] (position, batch row, channel) like the C++
+# engine. `key_mask` is a float [T, B] tensor, 1 at real positions and 0 at padding (None
+# when there is no padding): it zeroes padded keys in the spatial product and sets padded
+# keys' attention scores to -inf. Queries are never masked.
+
 
 class SpatialProj(nn.Module):
-    """The SGU's token-mixing projection f(G)[i] = sum_{j<=i} W[i,j] G[j] + b[i]."""
+    """The SGU's token mixing f(G)[i] = sum_j W_k[i, j] G[j] + b_k[i], k the head of the
+    channel. Parameter shapes (h = 1 drops the leading head axis):
+      full      weight [h, n, n]                     bias [h, n]
+      toeplitz  weight [h, 2n-1] (W[i,j] = w[i-j+n-1]) or, causal, [h, n] (W[i,j] = w[i-j])
+    Causal models use only j <= i. Full W needs T <= n (it uses W[:T, :T], b[:T]);
+    Toeplitz runs at any T: |i - j| >= n weigh 0 and rows i >= n use b[n-1]."""
 
-    def __init__(self, n: int, init_scale: float):
+    def __init__(self, n: int, init_scale: float, heads: int = 1, toeplitz: bool = False,
+                 causal: bool = True):
         super().__init__()
+        self.n, self.heads, self.toeplitz, self.causal = n, heads, toeplitz, causal
+        lead = () if heads == 1 else (heads,)
+        wlen = (n if causal else 2 * n - 1) if toeplitz else None
+        wshape = lead + ((wlen,) if toeplitz else (n, n))
         # Near-identity start (SPEC 2): W ~ 0 and b = 1 make s(Z) ~ Z1.
-        self.weight = nn.Parameter(torch.empty(n, n).uniform_(-init_scale, init_scale))
-        self.bias = nn.Parameter(torch.ones(n))
+        self.weight = nn.Parameter(torch.empty(wshape).uniform_(-init_scale, init_scale))
+        self.bias = nn.Parameter(torch.ones(lead + (n,)))
 
-    def forward(self, g: torch.Tensor) -> torch.Tensor:  # g: [T, B, C]
-        T, B, C = g.shape
-        # Causal: the upper triangle is masked out, so its values (and gradients) are
-        # irrelevant. tril keeps the autograd path through the lower triangle only.
-        w = self.weight[:T, :T].tril()
-        f = (w @ g.reshape(T, B * C)).view(T, B, C)
-        return f + self.bias[:T, None, None]
+    def matrix(self, T: int) -> torch.Tensor:
+        """The effective [h, T, T] mixing matrix, causal mask and Toeplitz reach applied."""
+        n = self.n
+        w = self.weight if self.heads > 1 else self.weight[None]
+        if not self.toeplitz:
+            if T > n:
+                raise ValueError(f"sequence length {T} exceeds seq_len {n} (full spatial W)")
+            m = w[:, :T, :T]
+            return m.tril() if self.causal else m
+        off = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # i - j
+        if self.causal:
+            valid = (off >= 0) & (off < n)
+            idx = off.clamp(0, n - 1)
+        else:
+            valid = off.abs() < n
+            idx = (off + n - 1).clamp(0, 2 * n - 2)
+        return torch.where(valid, w[:, idx], torch.zeros((), dtype=w.dtype))
+
+    def bias_rows(self, T: int) -> torch.Tensor:
+        """[h, T]: b[i], and b[n-1] for rows i >= n (Toeplitz only)."""
+        b = self.bias if self.heads > 1 else self.bias[None]
+        if T <= self.n:
+            return b[:, :T]
+        if not self.toeplitz:
+            raise ValueError(f"sequence length {T} exceeds seq_len {self.n} (full spatial W)")
+        return b[:, torch.arange(T).clamp(max=self.n - 1)]
+
+    def forward(self, g: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        T, B, C = g.shape  # g: [T, B, C]
+        W, bias = self.matrix(T), self.bias_rows(T)
+        if key_mask is not None:
+            g = g * key_mask[:, :, None].to(g.dtype)  # padded keys contribute nothing
+        if self.heads == 1:
+            # One [T, T] x [T, B*C] product.
+            f = (W[0] @ g.reshape(T, B * C)).view(T, B, C)
+            return f + bias[0][:, None, None]
+        h = self.heads
+        f = torch.einsum("kij,jbkc->ibkc", W, g.reshape(T, B, h, C // h))
+        return (f + bias.t()[:, None, :, None]).reshape(T, B, C)
 
 
 class SpatialGatingUnit(nn.Module):
-    def __init__(self, d_ffn: int, n: int, init_scale: float, eps: float):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_ffn // 2, eps=eps)
-        self.spatial = SpatialProj(n, init_scale)
+    """s(Z) of docs/variants.md. split: Z1 * (f(LN(Z2)) + A); linear: f(LN(Z));
+    additive: Z + f(LN(Z)); multiplicative: Z * f(LN(Z)). (`none` has no SGU module.)"""
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        z1, z2 = z.chunk(2, dim=-1)  # z2 is the gate
-        return z1 * self.spatial(self.norm(z2))
+    def __init__(self, d_ffn: int, n: int, init_scale: float, eps: float, kind: str = "split",
+                 heads: int = 1, toeplitz: bool = False, causal: bool = True):
+        super().__init__()
+        self.kind = kind
+        self.norm = nn.LayerNorm(d_ffn // 2 if kind == "split" else d_ffn, eps=eps)
+        self.spatial = SpatialProj(n, init_scale, heads, toeplitz, causal)
+
+    def forward(self, z: torch.Tensor, key_mask: torch.Tensor | None = None,
+                attn: torch.Tensor | None = None) -> torch.Tensor:
+        if self.kind == "split":
+            z1, z2 = z.chunk(2, dim=-1)  # z2 is the gate
+            f = self.spatial(self.norm(z2), key_mask)
+            if attn is not None:
+                f = f + attn
+            return z1 * f
+        f = self.spatial(self.norm(z), key_mask)
+        if self.kind == "linear":
+            return f
+        if self.kind == "additive":
+            return z + f
+        return z * f  # multiplicative
+
+
+class TinyAttention(nn.Module):
+    """aMLP's single-head attention on the block's normalised input H [T, B, d]:
+    [Q K Vv] = H Wqkv^T + bqkv; P = softmax(Q K^T / sqrt(d_attn), causal / padded keys
+    masked); A = (P Vv) Wo^T + bo, of d_out = d_ffn/2 channels."""
+
+    def __init__(self, d: int, d_attn: int, d_out: int):
+        super().__init__()
+        self.d_attn = d_attn
+        self.qkv = nn.Linear(d, 3 * d_attn)
+        self.out = nn.Linear(d_attn, d_out)
+
+    def forward(self, h: torch.Tensor, causal: bool,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        T = h.shape[0]
+        q, k, v = self.qkv(h).chunk(3, dim=-1)  # each [T, B, d_attn]
+        scores = torch.einsum("ibc,jbc->bij", q, k) / math.sqrt(self.d_attn)
+        allowed = torch.ones(T, T, dtype=torch.bool)
+        if causal:
+            allowed = allowed.tril()
+        allowed = allowed[None].expand(h.shape[1], T, T)
+        if key_mask is not None:
+            allowed = allowed & (key_mask.t()[:, None, :] > 0)
+        p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        return self.out(torch.einsum("bij,jbc->ibc", p, v))
 
 
 class GMLPBlock(nn.Module):
-    def __init__(self, d: int, d_ffn: int, n: int, gelu: str, init_scale: float, eps: float):
+    """x + keep * proj_out(s(GELU(proj_in(LN(x))))), pre-norm and residual (SPEC 1)."""
+
+    def __init__(self, d: int, d_ffn: int, n: int, gelu: str, init_scale: float, eps: float,
+                 sgu: str = "split", heads: int = 1, toeplitz: bool = False,
+                 causal: bool = True, d_attn: int = 0, sgu_eps: float | None = None):
         super().__init__()
+        self.causal = causal
+        # Registration order = checkpoint order: norm, proj_in, sgu, attn, proj_out.
         self.norm = nn.LayerNorm(d, eps=eps)
         self.proj_in = nn.Linear(d, d_ffn)
-        self.sgu = SpatialGatingUnit(d_ffn, n, init_scale, eps)
-        self.proj_out = nn.Linear(d_ffn // 2, d)
+        if sgu != "none":
+            # The gate's LayerNorm has its own eps (timm's gMLP: 1e-5 there, 1e-6 elsewhere).
+            self.sgu = SpatialGatingUnit(d_ffn, n, init_scale, eps if sgu_eps is None else sgu_eps,
+                                         sgu, heads, toeplitz, causal)
+        else:
+            self.sgu = None
+        self.attn = TinyAttention(d, d_attn, d_ffn // 2) if d_attn > 0 else None
+        self.proj_out = nn.Linear(d_ffn // 2 if sgu == "split" else d_ffn, d)
         self.approximate = "tanh" if gelu == "tanh" else "none"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [T, B, d]
-        z = F.gelu(self.proj_in(self.norm(x)), approximate=self.approximate)
-        return x + self.proj_out(self.sgu(z))
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:  # x: [T, B, d]
+        h = self.norm(x)
+        z = F.gelu(self.proj_in(h), approximate=self.approximate)
+        a = self.attn(h, self.causal, key_mask) if self.attn is not None else None
+        s = self.sgu(z, key_mask, a) if self.sgu is not None else z
+        y = self.proj_out(s)
+        if keep is None:
+            return x + y
+        return x + keep[None, :, None].to(y.dtype) * y  # stochastic depth, keep: [B]
 
 
 def sinusoidal_pe(T: int, d: int, dtype=torch.float32) -> torch.Tensor:
@@ -134,47 +371,98 @@ def sinusoidal_pe(T: int, d: int, dtype=torch.float32) -> torch.Tensor:
     return pe.to(dtype)
 
 
-class GMLPLanguageModel(nn.Module):
-    """Causal gMLP LM built from a ModelConfig JSON dict (include/gmlp/config.h)."""
+def patchify(images: torch.Tensor, ph: int, pw: int) -> torch.Tensor:
+    """[B, C, H, W] -> [T, B, C*ph*pw]: patch t = gy*(W/pw) + gx, feature
+    f = c*ph*pw + py*pw + px (a Conv2d(C, d, kernel=stride=(ph, pw)) weight flattened)."""
+    B, C, H, W = images.shape
+    gh, gw = H // ph, W // pw
+    x = images.reshape(B, C, gh, ph, gw, pw).permute(2, 4, 0, 1, 3, 5)  # gy gx B C py px
+    return x.reshape(gh * gw, B, C * ph * pw)
+
+
+class GMLP(nn.Module):
+    """Every gMLP variant of docs/variants.md, built from a `model` config dict.
+
+    Parameters are registered in checkpoint order, so state_dict() names and orders them
+    exactly as a gmlp.cpp checkpoint does (see param_shapes)."""
 
     def __init__(self, cfg: dict):
         super().__init__()
-        if cfg.get("task", "causal_lm") != "causal_lm":
-            raise ValueError(f"task {cfg['task']!r}: only causal_lm is supported")
-        if cfg["d_ffn"] % 2:
-            raise ValueError(f"d_ffn {cfg['d_ffn']} must be even")
-        if cfg.get("gelu", "erf") not in ("erf", "tanh"):
-            raise ValueError(f"gelu {cfg['gelu']!r}: expected erf or tanh")
-        if cfg.get("pos_embedding", "none") not in ("none", "sinusoidal"):
-            raise ValueError(f"pos_embedding {cfg['pos_embedding']!r}")
-        self.cfg = dict(cfg)
-        d, n, eps = cfg["d_model"], cfg["seq_len"], cfg.get("norm_eps", 1e-5)
+        c = full_config(cfg)
+        self.cfg = c
+        self.task = c["task"]
+        self.causal = self.task == "causal_lm"
+        d, n, eps = c["d_model"], c["seq_len"], c["norm_eps"]
         self.seq_len = n
-        self.sinusoidal = cfg.get("pos_embedding", "none") == "sinusoidal"
-        self.embed = nn.Embedding(cfg["vocab_size"], d)  # default init N(0, 1)
+        self.toeplitz = c["spatial"] == "toeplitz"
+        self.sinusoidal = c["pos_embedding"] == "sinusoidal"
+        if self.task == "vision":
+            self.patch = nn.Linear(c["image_channels"] * c["patch_height"] * c["patch_width"], d)
+        else:
+            self.embed = nn.Embedding(c["vocab_size"], d)  # default init N(0, 1)
         self.blocks = nn.ModuleList(
-            GMLPBlock(d, cfg["d_ffn"], n, cfg.get("gelu", "erf"),
-                      cfg.get("spatial_init", 0.01), eps)
-            for _ in range(cfg["n_layers"]))
+            GMLPBlock(d, c["d_ffn"], n, c["gelu"], c["spatial_init"], eps, c["sgu"],
+                      c["sgu_heads"], self.toeplitz, self.causal, c["d_attn"], c["sgu_norm_eps"])
+            for _ in range(c["n_layers"]))
         self.norm = nn.LayerNorm(d, eps=eps)
-        self.head = nn.Linear(d, cfg["vocab_size"])
+        out = c["vocab_size"] if self.task in ("causal_lm", "mlm") else c["n_classes"]
+        self.head = nn.Linear(d, out)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B, T] int64, T <= seq_len -> logits [B, T, vocab]."""
-        B, T = tokens.shape
-        if T > self.seq_len:
+    def forward(self, tokens: torch.Tensor | None = None, images: torch.Tensor | None = None,
+                lengths: torch.Tensor | None = None,
+                keep: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, T] int (token tasks) or images [B, C, H, W] float (vision);
+        lengths [B] int: real lengths, positions t >= lengths[b] are padding (keys masked
+        in the spatial product and the attention; classify pools real positions only);
+        keep [L, B] float: stochastic-depth multipliers (None = 1 everywhere).
+        Returns logits [B, T, vocab] (causal_lm, mlm) or [B, n_classes] (classify, vision)."""
+        c = self.cfg
+        if self.task == "vision":
+            if images is None or tokens is not None:
+                raise ValueError("task vision takes images, not tokens")
+            x = self.patch(patchify(images, c["patch_height"], c["patch_width"]))
+        else:
+            if tokens is None or images is not None:
+                raise ValueError(f"task {self.task} takes tokens, not images")
+            x = self.embed(tokens.t())  # [T, B, d]; no sqrt(d) scaling
+        T, B = x.shape[0], x.shape[1]
+        if T > self.seq_len and not self.toeplitz:
             raise ValueError(f"sequence length {T} exceeds seq_len {self.seq_len}")
-        x = self.embed(tokens.t())  # [T, B, d]; no sqrt(d) scaling
         if self.sinusoidal:
             x = x + sinusoidal_pe(T, x.shape[-1], x.dtype).to(x.device)[:, None, :]
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x)).transpose(0, 1)
+        key_mask = None
+        if lengths is not None:
+            lengths = torch.as_tensor(lengths).long()
+            if lengths.shape != (B,) or lengths.min() < 1 or lengths.max() > T:
+                raise ValueError(f"lengths {lengths.tolist()}: need B={B} values in 1..{T}")
+            key_mask = (torch.arange(T)[:, None] < lengths[None, :]).to(x.dtype)  # [T, B]
+        if keep is not None and tuple(keep.shape) != (len(self.blocks), B):
+            raise ValueError(f"keep {tuple(keep.shape)}: expected {(len(self.blocks), B)}")
+        for l, block in enumerate(self.blocks):
+            x = block(x, key_mask, None if keep is None else keep[l])
+        y = self.norm(x)  # [T, B, d]
+        if self.task in ("causal_lm", "mlm"):
+            return self.head(y).transpose(0, 1)
+        if key_mask is None:
+            pooled = y.mean(dim=0)
+        else:
+            pooled = (y * key_mask[:, :, None]).sum(dim=0) / lengths[:, None].to(y.dtype)
+        return self.head(pooled)
 
     @staticmethod
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross entropy over all B*T positions (nats)."""
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        """Mean cross entropy (nats). Per-token logits [B, T, V]: over the targets >= 0
+        (-1 = no target: MLM's unchosen positions, padding). Class logits [B, k]: over
+        the B labels."""
+        if logits.dim() == 2:
+            return F.cross_entropy(logits, targets.long())
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               targets.reshape(-1).long(), ignore_index=-1)
+
+
+# The causal LM of the first parity tests: the same class (its config defaults to
+# task causal_lm); model(tokens) -> logits [B, T, vocab].
+GMLPLanguageModel = GMLP
 
 
 # ------------------------------------------------------------------------------ training
