@@ -3,6 +3,8 @@
 # produced by Debian's `bible` program from its own packages. Everything is written
 # under the data folder (default <repo>/data, or $1); work happens in a temp folder
 # inside it that is always removed. Idempotent: a verified kjv.txt is left alone.
+# Then scripts/make_kjv_groups.sh derives the book-group classification data
+# (data/kjv_groups/{train,test}.tsv and pretrain.txt, md5-pinned) from it.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +28,8 @@ mkdir -p "$DATA"
 DATA="$(cd "$DATA" && pwd)"
 OUT="$DATA/$OUT_NAME"
 
+# In a subshell, so that its cd and EXIT trap end with it and the groups step follows.
+fetch_kjv() (
 if [[ -f "$OUT" && "$(md5 "$OUT")" == "$WANT_MD5" ]]; then
   echo "fetch_data: $OUT already present (md5 $WANT_MD5 ok)"
   exit 0
@@ -89,3 +93,7 @@ got_lines=$(wc -l <"$PARTIAL"); got_bytes=$(wc -c <"$PARTIAL"); got_md5=$(md5 "$
 
 mv "$PARTIAL" "$OUT"
 echo "fetch_data: wrote $OUT ($got_lines verses, $got_bytes bytes, md5 $got_md5) in $((SECONDS - start))s"
+)
+
+fetch_kjv
+bash "$REPO/scripts/make_kjv_groups.sh" "$DATA"

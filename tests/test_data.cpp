@@ -1,8 +1,11 @@
 // Tokenizers, corpus loading and batching (src/data).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,6 +14,7 @@
 
 #include "gmlp/dataset.h"
 #include "gmlp/error.h"
+#include "gmlp/text_data.h"
 #include "gmlp/tokenizer.h"
 #include "test_util.h"
 
@@ -278,5 +282,321 @@ TEST(TextCorpus, KingJamesBible) {
   auto c = TextCorpus::load(path, *tok, 257, 0.05f);
   EXPECT_EQ(c.train.size() + c.val.size(), 4404412u);
   EXPECT_EQ(c.val.size(), 220221u);
+}
+#endif
+
+// --- labelled sentences ---
+
+TEST(LabelledData, LoadsInFirstAppearanceOrder) {
+  TempDir tmp;
+  const auto train = tmp.write("train.tsv", "law\tIn the beginning\nwisdom\tThe LORD is my shepherd\r\nlaw\tAnd God said\n"
+                                            "gospels+acts\tJesus wept.\twith a tab");  // no final newline
+  const LabelledSet s = load_labelled(train);
+  EXPECT_EQ(s.class_names, (std::vector<std::string>{"law", "wisdom", "gospels+acts"}));
+  EXPECT_EQ(s.labels, (std::vector<int32_t>{0, 1, 0, 2}));
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s.texts[1], "The LORD is my shepherd");  // '\r' dropped
+  EXPECT_EQ(s.texts[3], "Jesus wept.\twith a tab");  // only the first tab separates
+  // A test file against the training classes: its own order does not matter.
+  const auto test = tmp.write("test.tsv", "gospels+acts\tx\nlaw\ty\n");
+  const LabelledSet t = load_labelled(test, s.class_names);
+  EXPECT_EQ(t.class_names, s.class_names);
+  EXPECT_EQ(t.labels, (std::vector<int32_t>{2, 0}));
+}
+
+TEST(LabelledData, ErrorsNameFileAndLine) {
+  TempDir tmp;
+  const auto empty_line = tmp.write("a.tsv", "law\tx\n\nlaw\ty\n");
+  EXPECT_ERROR_HAS(load_labelled(empty_line), empty_line + ":2: empty line");
+  const auto no_tab = tmp.write("b.tsv", "law\tx\nlaw y\n");
+  EXPECT_ERROR_HAS(load_labelled(no_tab), no_tab + ":2: no tab");
+  const auto no_label = tmp.write("c.tsv", "\tx\n");
+  EXPECT_ERROR_HAS(load_labelled(no_label), no_label + ":1: empty label");
+  const auto no_text = tmp.write("d.tsv", "law\tx\nlaw\t\n");
+  EXPECT_ERROR_HAS(load_labelled(no_text), no_text + ":2: empty text");
+  const auto unknown = tmp.write("e.tsv", "law\tx\nprophets\ty\n");
+  EXPECT_ERROR_HAS(load_labelled(unknown, {"law", "history"}),
+                   unknown + ":2: label \"prophets\" is not one of the training classes (law, history)");
+  const auto nothing = tmp.write("f.tsv", "");
+  EXPECT_ERROR_HAS(load_labelled(nothing), nothing + " holds no lines");
+  const auto missing = tmp.path("missing.tsv");
+  EXPECT_ERROR_HAS(load_labelled(missing), "cannot read " + missing);
+  const auto trailing = tmp.write("g.tsv", "law\tx\n\n");  // a blank last line is an empty line too
+  EXPECT_ERROR_HAS(load_labelled(trailing), trailing + ":2: empty line");
+}
+
+TEST(LabelledData, EncodePaddedPadsTruncatesAndGathers) {
+  auto tok = make_byte_tokenizer(mlm_specials());
+  const PaddedTokens p = encode_padded({"ab", "abcdef", "abcd", "x"}, *tok, 4);
+  EXPECT_EQ(p.rows, 4);
+  EXPECT_EQ(p.T, 4);
+  EXPECT_EQ(p.truncated, 1);  // "abcdef" only; "abcd" fits exactly
+  EXPECT_EQ(p.lengths, (std::vector<int32_t>{2, 4, 4, 1}));
+  const int32_t P = 256;
+  EXPECT_EQ(p.tokens, (std::vector<int32_t>{'a', 'b', P, P, 'a', 'b', 'c', 'd', 'a', 'b', 'c', 'd', 'x', P, P, P}));
+  const size_t idx[] = {3, 0};
+  std::vector<int32_t> rows(8), lengths(2);
+  gather_rows(p, idx, 2, rows.data(), lengths.data());
+  EXPECT_EQ(rows, (std::vector<int32_t>{'x', P, P, P, 'a', 'b', P, P}));
+  EXPECT_EQ(lengths, (std::vector<int32_t>{1, 2}));
+  const size_t bad[] = {4};
+  EXPECT_ERROR_HAS(gather_rows(p, bad, 1, rows.data(), lengths.data()), "row 4 outside [0, 4)");
+
+  EXPECT_ERROR_HAS(encode_padded({"ab"}, *make_byte_tokenizer(), 4), "no [PAD]");
+  EXPECT_ERROR_HAS(encode_padded({"ab"}, *tok, 0), "at least 1");
+  EXPECT_ERROR_HAS(encode_padded({"ab", ""}, *tok, 4), "text 1 encodes to no tokens");
+  auto chars = build_char_tokenizer("abc", mlm_specials());
+  EXPECT_ERROR_HAS(encode_padded({"abc", "abz"}, *chars, 4), "text 1: character 'z'");
+  // The char tokenizer pads with its own [PAD] id.
+  EXPECT_EQ(encode_padded({"cab"}, *chars, 5).tokens, (std::vector<int32_t>{2, 0, 1, 3, 3}));
+}
+
+TEST(LabelledData, ParsesKjvLines) {
+  KjvVerse v;
+  ASSERT_TRUE(parse_kjv_line("Ge1:1 In the beginning God created the heaven and the earth.", &v));
+  EXPECT_EQ(v.book, "Ge");
+  EXPECT_EQ(v.chapter, 1);
+  EXPECT_EQ(v.verse, 1);
+  EXPECT_EQ(v.text, "In the beginning God created the heaven and the earth.");
+  ASSERT_TRUE(parse_kjv_line("1Sm17:49 And David put his hand in his bag,", &v));
+  EXPECT_EQ(v.book, "1Sm");
+  EXPECT_EQ(v.chapter, 17);
+  EXPECT_EQ(v.verse, 49);
+  ASSERT_TRUE(parse_kjv_line("Psa119:176 I have gone astray  like a lost sheep", &v));
+  EXPECT_EQ(v.chapter, 119);
+  EXPECT_EQ(v.text, "I have gone astray  like a lost sheep");  // kept byte for byte
+  for (const char* bad : {"", "hello world", "Ge1:1", "Ge1:1 ", "Ge:1 x", "Ge1 x", "1:1 x", "Ge1:x y", "Ge1;1 x",
+                          "Ge1:1\tx", "12Ge1:1 x"})
+    EXPECT_FALSE(parse_kjv_line(bad, &v)) << bad;
+}
+
+// --- masked-LM corruption ---
+
+TEST(Masking, StatisticsOverManyDraws) {
+  auto tok = make_byte_tokenizer(mlm_specials());  // [PAD] 256, [MASK] 257
+  const int T = 64, real = 50;                     // 50 text bytes then 14 pads
+  std::vector<int32_t> in(T, tok->pad_id());
+  for (int t = 0; t < real; ++t) in[t] = 'a' + t % 26;
+  in[7] = tok->mask_id();  // a [MASK] already in the input is special too: never chosen
+  const int eligible = real - 1;
+  const int k = int(std::lround(0.15 * eligible));  // 7
+  Rng rng(123);
+  std::vector<int32_t> inputs(T), targets(T);
+  std::vector<int> chosen_at(T, 0);
+  int64_t chosen = 0, masked = 0, random = 0, kept = 0;
+  const int draws = 20000;
+  for (int d = 0; d < draws; ++d) {
+    ASSERT_EQ(mask_tokens(in.data(), T, inputs.data(), targets.data(), *tok, rng), k);
+    int n = 0;
+    for (int t = 0; t < T; ++t) {
+      if (targets[t] < 0) {
+        ASSERT_EQ(targets[t], -1);
+        ASSERT_EQ(inputs[t], in[t]) << "unchosen positions are untouched";
+        continue;
+      }
+      ++n;
+      ++chosen_at[t];
+      ASSERT_FALSE(tok->is_special(in[t])) << "position " << t;
+      ASSERT_EQ(targets[t], in[t]);
+      if (inputs[t] == tok->mask_id()) {
+        ++masked;
+      } else if (inputs[t] == in[t]) {
+        ++kept;  // includes a random draw of the same byte (1/256 of the 10%)
+      } else {
+        ++random;
+        ASSERT_FALSE(tok->is_special(inputs[t]));
+        ASSERT_GE(inputs[t], 0);
+        ASSERT_LT(inputs[t], 256);
+      }
+    }
+    ASSERT_EQ(n, k);
+    chosen += n;
+  }
+  const double c = double(chosen);
+  EXPECT_NEAR(masked / c, 0.8, 0.01);
+  EXPECT_NEAR(random / c, 0.1 * 255.0 / 256.0, 0.008);
+  EXPECT_NEAR(kept / c, 0.1 + 0.1 / 256.0, 0.008);
+  // Every eligible position is chosen with probability k / eligible; the others never.
+  for (int t = 0; t < T; ++t) {
+    if (t >= real || t == 7) {
+      EXPECT_EQ(chosen_at[t], 0) << t;
+    } else {
+      EXPECT_NEAR(chosen_at[t] / double(draws), double(k) / eligible, 0.012) << t;
+    }
+  }
+}
+
+TEST(Masking, RandomReplacementsCoverTheNonSpecialVocabulary) {
+  auto tok = build_char_tokenizer("abcd", mlm_specials());  // a b c d [PAD] [MASK]
+  std::vector<int32_t> in = {0, 1, 2, 3, 4, 4};
+  std::vector<int32_t> inputs(6), targets(6);
+  std::map<int32_t, int> replaced;
+  Rng rng(5);
+  for (int d = 0; d < 20000; ++d) {
+    mask_tokens(in.data(), 6, inputs.data(), targets.data(), *tok, rng, 0.5f);  // 2 of 4 chosen
+    for (int t = 0; t < 6; ++t)
+      if (targets[t] >= 0 && inputs[t] != tok->mask_id()) ++replaced[inputs[t]];
+  }
+  ASSERT_EQ(replaced.size(), 4u) << "only a b c d, never [PAD]";
+  for (auto [id, n] : replaced) EXPECT_LT(id, 4);
+}
+
+TEST(Masking, AtLeastOneNoneForAllPadsInPlaceAndDeterministic) {
+  auto tok = make_byte_tokenizer(mlm_specials());
+  std::vector<int32_t> in = {'h', 'i', 256, 256}, inputs(4), targets(4);
+  Rng rng(1);
+  // round(0.15 * 2) = 0, but at least one position is chosen.
+  EXPECT_EQ(mask_tokens(in.data(), 4, inputs.data(), targets.data(), *tok, rng), 1);
+  EXPECT_EQ(std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; }), 1);
+  EXPECT_EQ(targets[2], -1);
+  EXPECT_EQ(targets[3], -1);
+  // Only pads: nothing to choose.
+  std::vector<int32_t> pads(4, 256);
+  EXPECT_EQ(mask_tokens(pads.data(), 4, inputs.data(), targets.data(), *tok, rng), 0);
+  EXPECT_EQ(targets, std::vector<int32_t>(4, -1));
+  EXPECT_EQ(inputs, pads);
+  // In place, and the same seed gives the same corruption.
+  std::vector<int32_t> text(40);
+  for (int t = 0; t < 40; ++t) text[t] = 'a' + t % 26;
+  std::vector<int32_t> a = text, ta(40), b(40), tb(40);
+  Rng r1(77), r2(77);
+  EXPECT_EQ(mask_tokens(a.data(), 40, a.data(), ta.data(), *tok, r1), 6);  // round(0.15 * 40)
+  mask_tokens(text.data(), 40, b.data(), tb.data(), *tok, r2);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ta, tb);
+  for (int t = 0; t < 40; ++t) EXPECT_EQ(tb[t] >= 0 ? tb[t] : text[t], text[t]);
+  // Errors.
+  EXPECT_ERROR_HAS(mask_tokens(in.data(), 4, inputs.data(), targets.data(), *make_byte_tokenizer(), rng), "no [MASK]");
+  EXPECT_ERROR_HAS(mask_tokens(in.data(), 4, inputs.data(), targets.data(), *tok, rng, 0.f), "mask_prob");
+  EXPECT_ERROR_HAS(mask_tokens(in.data(), 4, inputs.data(), targets.data(), *tok, rng, 1.5f), "mask_prob");
+  std::vector<int32_t> out_of_range = {'a', 258};
+  EXPECT_ERROR_HAS(mask_tokens(out_of_range.data(), 2, inputs.data(), targets.data(), *tok, rng),
+                   "id 258 at position 1");
+}
+
+// --- naive Bayes and confusion matrices ---
+
+TEST(NaiveBayes, WordTokens) {
+  EXPECT_EQ(word_tokens("And the LORD's word, 12 times: café!"),
+            (std::vector<std::string>{"and", "the", "lord", "s", "word", "12", "times", "café"}));
+  EXPECT_TRUE(word_tokens(" ,;. ").empty());
+}
+
+TEST(NaiveBayes, TinySetWithAKnownAnswer) {
+  LabelledSet train;
+  train.class_names = {"fruit", "tool"};
+  train.texts = {"apple banana apple", "banana cherry", "hammer nail", "saw hammer banana"};
+  train.labels = {0, 0, 1, 1};
+  NaiveBayes nb;
+  nb.fit(train);
+  EXPECT_EQ(nb.n_classes(), 2);
+  EXPECT_EQ(nb.vocabulary_size(), 6u);  // apple banana cherry hammer nail saw
+  // By hand: fruit has 5 words (apple 2, banana 2, cherry 1), tool 5 (hammer 2, nail 1,
+  // saw 1, banana 1); |V| = 6, alpha 1, priors 1/2 each.
+  const auto s = nb.scores("Apple, banana and a HAMMER");  // "and", "a" are unknown: ignored
+  const double fruit = std::log(0.5) + std::log(3.0 / 11) + std::log(3.0 / 11) + std::log(1.0 / 11);
+  const double tool = std::log(0.5) + std::log(1.0 / 11) + std::log(2.0 / 11) + std::log(3.0 / 11);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_NEAR(s[0], fruit, 1e-12);
+  EXPECT_NEAR(s[1], tool, 1e-12);
+  EXPECT_EQ(nb.predict("Apple, banana and a HAMMER"), 0);
+  EXPECT_EQ(nb.predict("a saw and nails and a hammer"), 1);
+  EXPECT_EQ(nb.predict("unknown words only"), 0);  // equal priors: the tie goes to class 0
+  // alpha changes the estimates: with alpha 0.5, cherry under tool is 0.5 / 8.
+  nb.fit(train, 0.5);
+  EXPECT_NEAR(nb.scores("cherry")[1], std::log(0.5) + std::log(0.5 / 8), 1e-12);
+  // Unequal priors decide a text with no known word.
+  train.texts.push_back("nail");
+  train.labels.push_back(1);
+  nb.fit(train);
+  EXPECT_EQ(nb.predict("zzz"), 1);
+  EXPECT_ERROR_HAS(nb.fit(LabelledSet{}), "empty");
+  EXPECT_ERROR_HAS(nb.fit(train, 0.0), "alpha");
+  EXPECT_ERROR_HAS(NaiveBayes().predict("x"), "before fit");
+}
+
+TEST(Confusion, MatrixAccuracyAndTable) {
+  const std::vector<int32_t> truth = {0, 0, 1, 1, 1, 2}, pred = {0, 1, 1, 1, 0, 2};
+  const auto m = confusion_matrix(truth, pred, 3);
+  EXPECT_EQ(m, (std::vector<int64_t>{1, 1, 0, 1, 2, 0, 0, 0, 1}));
+  EXPECT_NEAR(confusion_accuracy(m), 4.0 / 6, 1e-12);
+  EXPECT_EQ(confusion_accuracy(std::vector<int64_t>(4, 0)), 0.0);
+  const std::vector<std::string> names = {"law", "history", "letters+revelation"};
+  const std::string table = format_confusion(m, names);
+  std::istringstream lines(table);
+  std::string header, row0, row1, row2;
+  std::getline(lines, header);
+  std::getline(lines, row0);
+  std::getline(lines, row1);
+  std::getline(lines, row2);
+  EXPECT_NE(header.find("true \\ predicted"), std::string::npos) << table;
+  EXPECT_NE(header.find("letters+revelation  total  recall"), std::string::npos) << table;
+  EXPECT_EQ(row0.rfind("law ", 0), 0u) << table;
+  EXPECT_NE(row0.find("0.500"), std::string::npos) << table;
+  EXPECT_NE(row1.find("0.667"), std::string::npos) << table;
+  EXPECT_NE(row2.find("1.000"), std::string::npos) << table;
+  // Columns line up: every line has the same length.
+  EXPECT_EQ(header.size(), row0.size()) << table;
+  EXPECT_EQ(row1.size(), row2.size()) << table;
+  const auto j = confusion_json(m, names);
+  EXPECT_EQ(j["classes"], nlohmann::json(names));
+  EXPECT_EQ(j["matrix"], nlohmann::json::parse("[[1,1,0],[1,2,0],[0,0,1]]"));
+  EXPECT_ERROR_HAS(format_confusion(m, {"a", "b"}), "9 entries for 2 class names");
+  EXPECT_ERROR_HAS(confusion_matrix({0, 3}, {0, 0}, 3), "example 1");
+  EXPECT_ERROR_HAS(confusion_matrix({0}, {0, 1}, 3), "1 true labels but 2 predictions");
+}
+
+TEST(Baseline, CommandOnASyntheticSet) {
+  TempDir tmp;
+  std::string train, test;
+  for (int i = 0; i < 20; ++i) {
+    train += "red\tcrimson scarlet blood rose " + std::to_string(i) + "\n";
+    train += "blue\tsky sea sapphire ocean " + std::to_string(i) + "\n";
+  }
+  test = "blue\tthe sea and the sky\nred\ta scarlet rose\nred\tthe ocean\n";  // the last is wrong
+  const auto tr = tmp.write("train.tsv", train), te = tmp.write("test.tsv", test);
+  auto r = test::run_command(test::gmlp_exe() + " baseline --train " + tr + " --test " + te + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_NEAR(j["accuracy"].get<double>(), 2.0 / 3, 1e-12);
+  EXPECT_EQ(j["confusion"]["classes"], nlohmann::json::parse(R"(["red","blue"])"));
+  EXPECT_EQ(j["confusion"]["matrix"], nlohmann::json::parse("[[1,1],[0,1]]"));
+  r = test::run_command(test::gmlp_exe() + " baseline --train " + tr + " --test " + te);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("accuracy 0.6667 (2 / 3)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("true \\ predicted"), std::string::npos) << r.output;
+  const auto odd = tmp.write("odd.tsv", "green\tgrass\n");
+  r = test::run_command(test::gmlp_exe() + " baseline --train " + tr + " --test " + odd);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(odd + ":1: label \"green\""), std::string::npos) << r.output;
+}
+
+#ifdef GMLP_SOURCE_DIR
+// The book-group files of scripts/make_kjv_groups.sh (run by scripts/fetch_data.sh).
+TEST(KjvGroups, FilesMatchTheSpecAndTheBaselineScoresAbout072) {
+  const std::string dir = std::string(GMLP_SOURCE_DIR) + "/data/kjv_groups/";
+  ASSERT_TRUE(fs::exists(dir + "train.tsv")) << dir << " not made (run scripts/fetch_data.sh)";
+  const LabelledSet train = load_labelled(dir + "train.tsv");
+  const LabelledSet test = load_labelled(dir + "test.tsv", train.class_names);
+  EXPECT_EQ(train.class_names, (std::vector<std::string>{"law", "history", "wisdom", "prophets", "gospels+acts",
+                                                         "letters+revelation"}));
+  EXPECT_EQ(train.size(), 25720u);
+  EXPECT_EQ(test.size(), 5382u);
+  EXPECT_EQ(train.texts.front(), "In the beginning God created the heaven and the earth.");
+  // The MLM corpus is the training verses, nothing else.
+  std::ifstream pre(dir + "pretrain.txt");
+  size_t i = 0;
+  for (std::string line; std::getline(pre, line); ++i) {
+    ASSERT_LT(i, train.size());
+    ASSERT_EQ(line, train.texts[i]) << "pretrain.txt line " << i + 1;
+  }
+  EXPECT_EQ(i, train.size());
+  NaiveBayes nb;
+  nb.fit(train);
+  int64_t right = 0;
+  for (size_t j = 0; j < test.size(); ++j) right += nb.predict(test.texts[j]) == test.labels[j];
+  const double acc = double(right) / double(test.size());
+  EXPECT_NEAR(acc, 0.72, 0.02);
+  EXPECT_EQ(right, 3869);  // deterministic
 }
 #endif

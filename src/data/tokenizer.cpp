@@ -86,11 +86,36 @@ std::vector<char32_t> code_points(std::string_view text, const char* what) {
   return out;
 }
 
+// Extra tokens after a base vocabulary of `base` ids: names, ids base .. base + n - 1.
+class Specials {
+ public:
+  Specials(int base, std::vector<std::string> names) : base_(base), names_(std::move(names)) {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == "[PAD]") pad_ = base_ + int32_t(i);
+      if (names_[i] == "[MASK]") mask_ = base_ + int32_t(i);
+    }
+  }
+  int size() const { return int(names_.size()); }
+  bool has(int32_t id) const { return id >= base_ && id < base_ + size(); }
+  const std::string& name(int32_t id) const { return names_[size_t(id - base_)]; }
+  int32_t pad() const { return pad_; }
+  int32_t mask() const { return mask_; }
+  void add_to(nlohmann::json& j) const {
+    if (!names_.empty()) j["specials"] = names_;
+  }
+
+ private:
+  int base_;
+  std::vector<std::string> names_;
+  int32_t pad_ = -1, mask_ = -1;
+};
+
 class ByteTokenizer final : public Tokenizer {
  public:
   using Tokenizer::decode;
+  explicit ByteTokenizer(std::vector<std::string> specials) : specials_(256, std::move(specials)) {}
   std::string kind() const override { return "byte"; }
-  int vocab_size() const override { return 256; }
+  int vocab_size() const override { return 256 + specials_.size(); }
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids(text.size());
     for (size_t i = 0; i < text.size(); ++i) ids[i] = uint8_t(text[i]);
@@ -98,22 +123,33 @@ class ByteTokenizer final : public Tokenizer {
   }
   std::string decode(int32_t id) const override {
     check(id);
+    if (id >= 256) return specials_.name(id);
     return std::string(1, char(uint8_t(id)));
   }
-  int token_bytes(int32_t id) const override { check(id); return 1; }
-  nlohmann::json to_json() const override { return {{"kind", "byte"}}; }
+  int token_bytes(int32_t id) const override { check(id); return id < 256 ? 1 : 0; }
+  int32_t pad_id() const override { return specials_.pad(); }
+  int32_t mask_id() const override { return specials_.mask(); }
+  bool is_special(int32_t id) const override { return specials_.has(id); }
+  nlohmann::json to_json() const override {
+    nlohmann::json j = {{"kind", "byte"}};
+    specials_.add_to(j);
+    return j;
+  }
 
  private:
-  static void check(int32_t id) {
-    require(id >= 0 && id < 256, "byte tokenizer: token id " + std::to_string(id) + " outside [0, 256)");
+  void check(int32_t id) const {
+    require(id >= 0 && id < vocab_size(), "byte tokenizer: token id " + std::to_string(id) + " outside [0, " +
+                                              std::to_string(vocab_size()) + ")");
   }
+  Specials specials_;
 };
 
 class CharTokenizer final : public Tokenizer {
  public:
   using Tokenizer::decode;
   // chars must be distinct; ids follow their order.
-  explicit CharTokenizer(std::vector<char32_t> chars) : chars_(std::move(chars)) {
+  explicit CharTokenizer(std::vector<char32_t> chars, std::vector<std::string> specials)
+      : chars_(std::move(chars)), specials_(int(chars_.size()), std::move(specials)) {
     ascii_.fill(-1);
     for (size_t id = 0; id < chars_.size(); ++id) {
       const char32_t c = chars_[id];
@@ -123,7 +159,7 @@ class CharTokenizer final : public Tokenizer {
     }
   }
   std::string kind() const override { return "char"; }
-  int vocab_size() const override { return int(chars_.size()); }
+  int vocab_size() const override { return int(chars_.size()) + specials_.size(); }
   std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> ids;
     ids.reserve(text.size());
@@ -144,25 +180,51 @@ class CharTokenizer final : public Tokenizer {
     }
     return ids;
   }
-  std::string decode(int32_t id) const override { return pieces_[check(id)]; }
-  int token_bytes(int32_t id) const override { return int(pieces_[check(id)].size()); }
+  std::string decode(int32_t id) const override {
+    const size_t i = check(id);
+    return i < pieces_.size() ? pieces_[i] : specials_.name(id);
+  }
+  int token_bytes(int32_t id) const override {
+    const size_t i = check(id);
+    return i < pieces_.size() ? int(pieces_[i].size()) : 0;
+  }
+  int32_t pad_id() const override { return specials_.pad(); }
+  int32_t mask_id() const override { return specials_.mask(); }
+  bool is_special(int32_t id) const override { return specials_.has(id); }
   nlohmann::json to_json() const override {
     std::string all;
     for (const auto& p : pieces_) all += p;
-    return {{"kind", "char"}, {"chars", all}};
+    nlohmann::json j = {{"kind", "char"}, {"chars", all}};
+    specials_.add_to(j);
+    return j;
   }
 
  private:
   size_t check(int32_t id) const {
-    require(id >= 0 && size_t(id) < chars_.size(), "char tokenizer: token id " + std::to_string(id) +
-                                                       " outside [0, " + std::to_string(chars_.size()) + ")");
+    require(id >= 0 && id < vocab_size(), "char tokenizer: token id " + std::to_string(id) + " outside [0, " +
+                                              std::to_string(vocab_size()) + ")");
     return size_t(id);
   }
   std::vector<char32_t> chars_;
+  Specials specials_;
   std::vector<std::string> pieces_;  // UTF-8 of each id, precomputed for decode
   std::array<int32_t, 128> ascii_;
   std::unordered_map<char32_t, int32_t> other_;
 };
+
+// Error unless the names are distinct and non-empty; `where` names the field.
+void check_specials(const std::vector<std::string>& names, const std::string& where) {
+  constexpr size_t kMaxSpecials = 1024;
+  require(names.size() <= kMaxSpecials, where + ": more than " + std::to_string(kMaxSpecials) + " specials (" +
+                                            std::to_string(names.size()) + ")");
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    require(!names[i].empty(), where + ": special " + std::to_string(i) + " is an empty string");
+    auto [it, fresh] = seen.emplace(names[i], i);
+    require(fresh, where + ": \"" + names[i] + "\" is listed twice (positions " + std::to_string(it->second) +
+                       " and " + std::to_string(i) + ")");
+  }
+}
 
 }  // namespace
 
@@ -172,22 +234,53 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
-std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+std::vector<std::string> mlm_specials() { return {"[PAD]", "[MASK]"}; }
 
-std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus) {
+std::unique_ptr<Tokenizer> make_byte_tokenizer(std::vector<std::string> specials) {
+  check_specials(specials, "byte tokenizer specials");
+  return std::make_unique<ByteTokenizer>(std::move(specials));
+}
+
+std::unique_ptr<Tokenizer> build_char_tokenizer(std::string_view corpus, std::vector<std::string> specials) {
   require(!corpus.empty(), "build_char_tokenizer: corpus is empty");
+  check_specials(specials, "char tokenizer specials");
   std::vector<char32_t> chars = code_points(corpus, "corpus");
   std::sort(chars.begin(), chars.end());
   chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
-  return std::make_unique<CharTokenizer>(std::move(chars));
+  return std::make_unique<CharTokenizer>(std::move(chars), std::move(specials));
 }
+
+std::vector<std::string> tokenizer_specials(const nlohmann::json& j) {
+  require(j.is_object(), "tokenizer JSON: expected an object, got " + std::string(j.type_name()));
+  if (!j.contains("specials")) return {};
+  require(j.value("kind", "") != "sentencepiece",
+          "tokenizer JSON: field \"specials\" is not allowed for kind \"sentencepiece\" (its model holds [PAD] and [MASK])");
+  const auto& s = j["specials"];
+  require(s.is_array(), "tokenizer JSON: field \"specials\" must be an array of strings, got " + s.dump());
+  std::vector<std::string> names;
+  for (size_t i = 0; i < s.size(); ++i) {
+    require(s[i].is_string(), "tokenizer JSON: field \"specials\"[" + std::to_string(i) + "] must be a string, got " +
+                                  s[i].dump());
+    names.push_back(s[i].get<std::string>());
+  }
+  check_specials(names, "tokenizer JSON: field \"specials\"");
+  return names;
+}
+
+std::unique_ptr<Tokenizer> sentencepiece_from_json(const nlohmann::json& j);  // sentencepiece.cpp
 
 std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   require(j.is_object(), "tokenizer JSON: expected an object, got " + std::string(j.type_name()));
   require(j.contains("kind") && j["kind"].is_string(), "tokenizer JSON: field \"kind\" missing or not a string");
   const std::string kind = j["kind"].get<std::string>();
-  if (kind == "byte") return make_byte_tokenizer();
-  require(kind == "char", "tokenizer JSON: field \"kind\" is \"" + kind + "\", expected \"byte\" or \"char\"");
+  if (kind == "sentencepiece") {
+    tokenizer_specials(j);  // rejects a "specials" field
+    return sentencepiece_from_json(j);
+  }
+  require(kind == "byte" || kind == "char", "tokenizer JSON: field \"kind\" is \"" + kind +
+                                                "\", expected \"byte\", \"char\" or \"sentencepiece\"");
+  std::vector<std::string> specials = tokenizer_specials(j);
+  if (kind == "byte") return make_byte_tokenizer(std::move(specials));
   require(j.contains("chars") && j["chars"].is_string(),
           "tokenizer JSON: field \"chars\" missing or not a string (required for kind \"char\")");
   const std::string text = j["chars"].get<std::string>();
@@ -200,7 +293,9 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
     require(fresh, "tokenizer JSON: field \"chars\" repeats character " + describe(chars[i]) + " (ids " +
                        std::to_string(it->second) + " and " + std::to_string(i) + ")");
   }
-  return std::make_unique<CharTokenizer>(std::move(chars));
+  return std::make_unique<CharTokenizer>(std::move(chars), std::move(specials));
 }
+
+int tokenizer_vocab_size(const nlohmann::json& j) { return tokenizer_from_json(j)->vocab_size(); }
 
 }  // namespace gmlp

@@ -1,0 +1,131 @@
+// Labelled sentences ("label<TAB>text" files), padding into batches, KJV verse lines.
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <unordered_map>
+
+#include "gmlp/error.h"
+#include "gmlp/text_data.h"
+
+namespace gmlp {
+namespace {
+
+LabelledSet load(const std::string& path, const std::vector<std::string>* fixed) {
+  std::ifstream in(path, std::ios::binary);
+  require(bool(in), "labelled data: cannot read " + path);
+  LabelledSet s;
+  std::unordered_map<std::string, int32_t> index;
+  if (fixed) {
+    s.class_names = *fixed;
+    for (size_t i = 0; i < fixed->size(); ++i) index.emplace((*fixed)[i], int32_t(i));
+  }
+  std::string line;
+  int64_t no = 0;
+  while (std::getline(in, line)) {
+    ++no;
+    const std::string where = path + ":" + std::to_string(no);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    require(!line.empty(), where + ": empty line (expected \"label<TAB>text\")");
+    const size_t tab = line.find('\t');
+    require(tab != std::string::npos, where + ": no tab (expected \"label<TAB>text\")");
+    std::string label = line.substr(0, tab);
+    require(!label.empty(), where + ": empty label");
+    require(tab + 1 < line.size(), where + ": empty text after the label \"" + label + "\"");
+    auto it = index.find(label);
+    if (it == index.end()) {
+      if (fixed) {
+        std::string known;
+        for (const auto& n : *fixed) known += (known.empty() ? "" : ", ") + n;
+        throw Error(where + ": label \"" + label + "\" is not one of the training classes (" + known + ")");
+      }
+      it = index.emplace(label, int32_t(s.class_names.size())).first;
+      s.class_names.push_back(label);
+    }
+    s.labels.push_back(it->second);
+    s.texts.push_back(line.substr(tab + 1));
+  }
+  require(!in.bad(), "labelled data: read error in " + path + " after line " + std::to_string(no));
+  require(!s.texts.empty(), "labelled data: " + path + " holds no lines");
+  return s;
+}
+
+}  // namespace
+
+LabelledSet load_labelled(const std::string& path) { return load(path, nullptr); }
+
+LabelledSet load_labelled(const std::string& path, const std::vector<std::string>& class_names) {
+  require(!class_names.empty(), "labelled data: no classes given for " + path);
+  return load(path, &class_names);
+}
+
+PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenizer& tok, int T) {
+  require(T >= 1, "encode_padded: length T must be at least 1, got " + std::to_string(T));
+  const int32_t pad = tok.pad_id();
+  require(pad >= 0, "encode_padded: the " + tok.kind() +
+                        " tokenizer has no [PAD] token (give it \"specials\": [\"[PAD]\", \"[MASK]\"])");
+  PaddedTokens p;
+  p.rows = int(texts.size());
+  p.T = T;
+  p.tokens.assign(texts.size() * size_t(T), pad);
+  p.lengths.resize(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> ids;
+    try {
+      ids = tok.encode(texts[i]);
+    } catch (const Error& e) {
+      throw Error("encode_padded: text " + std::to_string(i) + ": " + e.what());
+    }
+    require(!ids.empty(), "encode_padded: text " + std::to_string(i) + " encodes to no tokens");
+    if (ids.size() > size_t(T)) {
+      ++p.truncated;
+      ids.resize(size_t(T));
+    }
+    std::copy(ids.begin(), ids.end(), p.tokens.begin() + ptrdiff_t(i * size_t(T)));
+    p.lengths[i] = int32_t(ids.size());
+  }
+  return p;
+}
+
+void gather_rows(const PaddedTokens& p, const size_t* idx, int n, int32_t* tokens_out, int32_t* lengths_out) {
+  for (int r = 0; r < n; ++r) {
+    const size_t i = idx[r];
+    require(i < size_t(p.rows), "gather_rows: row " + std::to_string(i) + " outside [0, " + std::to_string(p.rows) + ")");
+    std::memcpy(tokens_out + size_t(r) * p.T, p.tokens.data() + i * size_t(p.T), sizeof(int32_t) * size_t(p.T));
+    lengths_out[r] = p.lengths[i];
+  }
+}
+
+bool parse_kjv_line(std::string_view line, KjvVerse* out) {
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto is_alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  size_t i = 0;
+  if (i < line.size() && is_digit(line[i])) ++i;
+  const size_t book_start = 0;
+  const size_t letters = i;
+  while (i < line.size() && is_alpha(line[i])) ++i;
+  if (i == letters) return false;
+  const size_t book_end = i;
+  auto number = [&](int* v) {
+    const size_t start = i;
+    long long n = 0;
+    while (i < line.size() && is_digit(line[i]) && i - start < 6) n = n * 10 + (line[i++] - '0');
+    *v = int(n);
+    return i > start && (i >= line.size() || !is_digit(line[i]));
+  };
+  int chapter = 0, verse = 0;
+  if (!number(&chapter)) return false;
+  if (i >= line.size() || line[i] != ':') return false;
+  ++i;
+  if (!number(&verse)) return false;
+  if (i >= line.size() || line[i] != ' ') return false;
+  ++i;
+  if (i >= line.size()) return false;
+  out->book.assign(line.substr(book_start, book_end - book_start));
+  out->chapter = chapter;
+  out->verse = verse;
+  out->text.assign(line.substr(i));
+  return true;
+}
+
+}  // namespace gmlp
