@@ -1,0 +1,106 @@
+#pragma once
+// Images for the vision task: IDX data sets (MNIST, Fashion-MNIST; raw or gzipped),
+// per-channel normalisation, shift augmentation, and single image files (PNG via
+// stb_image, PGM/PPM by our own parser) converted to a model's input shape.
+// Every malformed input is a gmlp::Error that names the file and what is wrong.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gmlp/rng.h"
+
+namespace gmlp {
+
+// A labelled set of images, all of one shape.
+struct ImageSet {
+  int n = 0, channels = 0, height = 0, width = 0;
+  std::vector<float> pixels;     // [n, C, H, W], in [0, 1] until normalised
+  std::vector<int32_t> labels;   // [n], each in [0, n_classes)
+  int n_classes = 0;
+
+  size_t image_size() const { return size_t(channels) * size_t(height) * size_t(width); }
+  const float* image(int i) const { return pixels.data() + size_t(i) * image_size(); }
+  float* image(int i) { return pixels.data() + size_t(i) * image_size(); }
+};
+
+// A whole file's bytes, gunzipped when it starts with the gzip magic (1f 8b), so either
+// form of a file reads the same. Error naming the path: missing, unreadable, corrupt or
+// truncated gzip data.
+std::vector<uint8_t> read_maybe_gzipped(const std::string& path);
+
+// One IDX array of unsigned bytes (type code 0x08): its dims and its data, row-major.
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> data;
+};
+// Error naming the path: bad magic, a type code other than 0x08, no dims, zero dims,
+// data shorter (truncated) or longer than the dims say.
+IdxArray read_idx(const std::string& path);
+
+// An IDX image file [n, H, W] (one channel) and its IDX label file [n] as an ImageSet
+// with pixels / 255. n_classes > 0: every label must be below it; 0: n_classes is the
+// largest label + 1. Errors name the file: dims of the wrong rank, counts that differ,
+// a label out of range, plus everything read_idx reports.
+ImageSet load_idx(const std::string& images_path, const std::string& labels_path, int n_classes = 0);
+
+// The split ("train" or "test") of an IDX data set in `dir`, named as MNIST names it:
+// {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte, each optionally
+// with .gz (the raw file wins when both exist; "t10k-labels.idx1-ubyte", as some
+// mirrors name them, is accepted too). Error naming the folder and the names tried when a file is missing.
+ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes = 0);
+
+// Per-channel normalisation x' = (x - mean[c]) / std[c], stored with a model so that
+// inference applies what training applied.
+struct Normalization {
+  std::vector<float> mean, std;  // one per channel; both empty: identity
+
+  bool empty() const { return mean.empty(); }
+  nlohmann::json to_json() const;  // {"mean": [...], "std": [...]}
+  // Error naming `where` and the key: not an object, missing or non-numeric entries,
+  // lengths that differ, a std that is not > 0.
+  static Normalization from_json(const nlohmann::json& j, const std::string& where);
+};
+// Mean and population standard deviation of each channel over every pixel of the set
+// (accumulated in double). A constant channel gets std 1. Error on an empty set.
+Normalization compute_normalization(const ImageSet& set);
+// In place; Error when the channel count differs from the normalisation's.
+void normalize(ImageSet& set, const Normalization& norm);
+// In place on `count` images [C, H, W] (hw = H * W pixels per channel).
+void normalize(float* images, size_t count, int channels, size_t hw, const Normalization& norm);
+
+// dst[c, y, x] = src[c, y - dy, x - dx]: the content moves dy pixels down and dx right;
+// pixels that come from outside the image are `fill`. src and dst must not overlap.
+void shift_image(const float* src, float* dst, int channels, int height, int width, int dy, int dx,
+                 float fill = 0.0f);
+// A random shift of up to max_shift pixels in each direction: dy then dx, each drawn as
+// rng.below(2 * max_shift + 1) - max_shift. max_shift 0 copies and draws nothing.
+// Returns {dy, dx}.
+std::pair<int, int> random_shift(const float* src, float* dst, int channels, int height, int width,
+                                 int max_shift, Rng& rng, float fill = 0.0f);
+
+// One image, [C, H, W] in [0, 1].
+struct Image {
+  int channels = 0, height = 0, width = 0;
+  std::vector<float> pixels;
+  float at(int c, int y, int x) const { return pixels[(size_t(c) * height + y) * width + x]; }
+};
+
+// Reads PGM (P2, P5) and PPM (P3, P6) with our parser (maxval up to 65535), anything
+// else with stb_image (PNG 8/16-bit, JPEG, BMP, ...). Gray stays 1 channel, colour is 3;
+// an alpha channel is composited onto black (value * alpha). Error naming the path
+// when it is unreadable or malformed.
+Image read_image(const std::string& path);
+// 1 -> 3 replicates the gray; 3 -> 1 takes the luma 0.299 R + 0.587 G + 0.114 B.
+Image convert_channels(const Image& img, int channels);
+// Bilinear resampling with pixel centres at +0.5 (PyTorch align_corners=False, PIL's
+// BILINEAR): when shrinking, the triangle filter widens by the scale (antialiasing,
+// as PIL does) so thin strokes survive. Same size returns a copy.
+Image resize_bilinear(const Image& img, int height, int width);
+// read_image, then convert_channels and resize_bilinear to the wanted shape.
+Image load_image(const std::string& path, int channels, int height, int width);
+
+}  // namespace gmlp

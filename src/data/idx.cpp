@@ -1,0 +1,279 @@
+// IDX data sets (raw or gzipped), per-channel normalisation and shift augmentation.
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "gmlp/error.h"
+#include "gmlp/image.h"
+#include "gmlp/safetensors.h"  // read_file
+
+namespace gmlp {
+
+namespace {
+
+bool is_gzip(const uint8_t* p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+
+// Inflates every gzip member of `in` (concatenated members are legal gzip).
+std::vector<uint8_t> gunzip(const std::string& path, const uint8_t* in, size_t n) {
+  require(n <= UINT32_MAX, path + ": gzip file over 4 GiB is not supported");
+  std::vector<uint8_t> out;
+  out.reserve(std::min<size_t>(n * 4, size_t(1) << 30));
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw Error(path + ": zlib inflateInit2 failed");
+  auto fail = [&](const std::string& what) {
+    inflateEnd(&zs);
+    throw Error(path + ": " + what);
+  };
+  zs.next_in = const_cast<Bytef*>(in);
+  zs.avail_in = static_cast<uInt>(n);
+  std::vector<uint8_t> chunk(size_t(1) << 18);
+  while (true) {
+    zs.next_out = chunk.data();
+    zs.avail_out = static_cast<uInt>(chunk.size());
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
+    if (rc == Z_STREAM_END) {
+      // Another member may follow; anything else after the stream is junk.
+      if (zs.avail_in == 0) break;
+      if (!is_gzip(zs.next_in, zs.avail_in))
+        fail(std::to_string(zs.avail_in) + " bytes of trailing garbage after the gzip data");
+      inflateReset(&zs);
+    } else if (rc == Z_OK || rc == Z_BUF_ERROR) {
+      // All the input is in; a stream that wants more is cut short.
+      if (zs.avail_out != 0 && zs.avail_in == 0)
+        fail("truncated gzip data (the stream ends after " + std::to_string(n) + " bytes without its end marker)");
+    } else {
+      fail("corrupt gzip data (zlib: " + std::string(zs.msg ? zs.msg : "error " + std::to_string(rc)) + ")");
+    }
+  }
+  inflateEnd(&zs);
+  return out;
+}
+
+uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+
+const char* idx_type_name(int code) {
+  switch (code) {
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "int16";
+    case 0x0C: return "int32";
+    case 0x0D: return "float32";
+    case 0x0E: return "float64";
+    default: return "unknown";
+  }
+}
+
+std::string hex2(int v) {
+  char b[8];
+  std::snprintf(b, sizeof b, "0x%02X", v & 0xff);
+  return b;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_maybe_gzipped(const std::string& path) {
+  const std::string raw = read_file(path);
+  const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
+  if (is_gzip(p, raw.size())) return gunzip(path, p, raw.size());
+  return std::vector<uint8_t>(p, p + raw.size());
+}
+
+IdxArray read_idx(const std::string& path) {
+  std::vector<uint8_t> buf = read_maybe_gzipped(path);
+  auto fail = [&](const std::string& what) { throw Error(path + ": " + what); };
+  if (buf.size() < 4) fail("not an IDX file: only " + std::to_string(buf.size()) + " bytes");
+  if (buf[0] != 0 || buf[1] != 0)
+    fail("not an IDX file: bad magic " + hex2(buf[0]) + " " + hex2(buf[1]) + " (expected 0x00 0x00)");
+  const int type = buf[2], ndims = buf[3];
+  if (type != 0x08)
+    fail("IDX type code " + hex2(type) + " (" + idx_type_name(type) +
+         ") is not supported; expected 0x08 (unsigned byte)");
+  if (ndims == 0) fail("IDX header has 0 dimensions");
+  const size_t header = 4 + 4 * size_t(ndims);
+  if (buf.size() < header)
+    fail("truncated IDX header: " + std::to_string(ndims) + " dimensions need " + std::to_string(header) +
+         " bytes, the file has " + std::to_string(buf.size()));
+  IdxArray a;
+  size_t count = 1;
+  for (int i = 0; i < ndims; ++i) {
+    const uint32_t d = be32(buf.data() + 4 + 4 * i);
+    a.dims.push_back(d);
+    if (d == 0) fail("IDX dimension " + std::to_string(i) + " is 0 (dims " + dims_str(a.dims) + ")");
+    if (__builtin_mul_overflow(count, size_t(d), &count)) fail("IDX dims overflow");
+  }
+  const size_t have = buf.size() - header;
+  if (have < count)
+    fail("truncated IDX data: dims " + dims_str(a.dims) + " need " + std::to_string(count) + " bytes, found " +
+         std::to_string(have));
+  if (have > count)
+    fail("IDX data longer than its dims " + dims_str(a.dims) + " say: " + std::to_string(have - count) +
+         " extra bytes");
+  a.data.assign(buf.begin() + header, buf.end());
+  return a;
+}
+
+ImageSet load_idx(const std::string& images_path, const std::string& labels_path, int n_classes) {
+  require(n_classes >= 0, "load_idx: n_classes must be >= 0, got " + std::to_string(n_classes));
+  IdxArray im = read_idx(images_path);
+  require(im.dims.size() == 3, images_path + ": an IDX image file must have 3 dims [n, height, width], found " +
+                                   dims_str(im.dims));
+  IdxArray lb = read_idx(labels_path);
+  require(lb.dims.size() == 1, labels_path + ": an IDX label file must have 1 dim [n], found " + dims_str(lb.dims));
+  require(im.dims[0] == lb.dims[0], labels_path + ": " + std::to_string(lb.dims[0]) + " labels but " + images_path +
+                                        " holds " + std::to_string(im.dims[0]) + " images");
+  require(im.dims[0] <= INT32_MAX && im.dims[1] <= 65535 && im.dims[2] <= 65535,
+          images_path + ": IDX dims " + dims_str(im.dims) + " too large");
+  ImageSet s;
+  s.n = int(im.dims[0]);
+  s.channels = 1;
+  s.height = int(im.dims[1]);
+  s.width = int(im.dims[2]);
+  s.pixels.resize(im.data.size());
+  for (size_t i = 0; i < im.data.size(); ++i) s.pixels[i] = float(im.data[i]) * (1.0f / 255.0f);
+  s.labels.resize(s.n);
+  int max_label = 0;
+  for (int i = 0; i < s.n; ++i) {
+    const int l = lb.data[i];
+    if (n_classes > 0 && l >= n_classes)
+      throw Error(labels_path + ": label " + std::to_string(l) + " at index " + std::to_string(i) +
+                  " is out of range for " + std::to_string(n_classes) + " classes");
+    s.labels[i] = l;
+    max_label = std::max(max_label, l);
+  }
+  s.n_classes = n_classes > 0 ? n_classes : max_label + 1;
+  return s;
+}
+
+ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes) {
+  namespace fs = std::filesystem;
+  require(split == "train" || split == "test", "image data set split must be \"train\" or \"test\", got \"" + split + "\"");
+  require(fs::is_directory(dir), dir + ": not a directory (expected an IDX data set folder, e.g. data/mnist)");
+  const std::string stem = split == "train" ? "train" : "t10k";
+  auto find = [&](const std::string& kind, const std::string& idx) {
+    std::vector<std::string> tried;
+    for (const char* sep : {"-", "."})
+      for (const char* ext : {"", ".gz"}) {
+        const std::string name = stem + "-" + kind + sep + idx + "-ubyte" + ext;
+        const fs::path p = fs::path(dir) / name;
+        if (fs::is_regular_file(p)) return p.string();
+        tried.push_back(name);
+      }
+    std::string names;
+    for (const auto& t : tried) names += (names.empty() ? "" : ", ") + t;
+    throw Error(dir + ": no " + split + " " + kind + " file (tried " + names + ")");
+  };
+  const std::string images = find("images", "idx3"), labels = find("labels", "idx1");
+  return load_idx(images, labels, n_classes);
+}
+
+nlohmann::json Normalization::to_json() const { return {{"mean", mean}, {"std", std}}; }
+
+Normalization Normalization::from_json(const nlohmann::json& j, const std::string& where) {
+  require(j.is_object(), where + ": normalization must be an object {\"mean\": [...], \"std\": [...]}");
+  Normalization n;
+  for (const auto& [key, dst] : {std::pair<const char*, std::vector<float>*>{"mean", &n.mean}, {"std", &n.std}}) {
+    require(j.contains(key) && j.at(key).is_array(), where + ": normalization." + key + " must be an array of numbers");
+    for (const auto& v : j.at(key)) {
+      require(v.is_number(), where + ": normalization." + key + " holds a non-number: " + v.dump());
+      dst->push_back(v.get<float>());
+    }
+  }
+  for (const auto& [key, _] : j.items())
+    require(key == "mean" || key == "std", where + ": unknown key normalization." + key);
+  require(n.mean.size() == n.std.size(), where + ": normalization.mean has " + std::to_string(n.mean.size()) +
+                                             " entries but normalization.std has " + std::to_string(n.std.size()));
+  for (size_t c = 0; c < n.std.size(); ++c)
+    require(std::isfinite(n.std[c]) && n.std[c] > 0 && std::isfinite(n.mean[c]),
+            where + ": normalization channel " + std::to_string(c) + " needs a finite mean and std > 0, got mean " +
+                std::to_string(n.mean[c]) + ", std " + std::to_string(n.std[c]));
+  return n;
+}
+
+Normalization compute_normalization(const ImageSet& set) {
+  require(set.n > 0 && set.channels > 0 && set.height > 0 && set.width > 0,
+          "compute_normalization: the image set is empty");
+  const size_t hw = size_t(set.height) * set.width;
+  Normalization norm;
+  for (int c = 0; c < set.channels; ++c) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < set.n; ++i) {
+      const float* p = set.image(i) + size_t(c) * hw;
+      double s1 = 0, s2 = 0;  // per image first: keeps the double sums well conditioned
+      for (size_t k = 0; k < hw; ++k) {
+        s1 += p[k];
+        s2 += double(p[k]) * p[k];
+      }
+      sum += s1;
+      sq += s2;
+    }
+    const double count = double(set.n) * double(hw);
+    const double mean = sum / count;
+    const double var = std::max(0.0, sq / count - mean * mean);
+    const double sd = std::sqrt(var);
+    norm.mean.push_back(float(mean));
+    norm.std.push_back(sd > 1e-12 ? float(sd) : 1.0f);
+  }
+  return norm;
+}
+
+void normalize(float* images, size_t count, int channels, size_t hw, const Normalization& norm) {
+  if (norm.empty()) return;
+  require(norm.mean.size() == size_t(channels) && norm.std.size() == size_t(channels),
+          "normalization has " + std::to_string(norm.mean.size()) + " channels but the images have " +
+              std::to_string(channels));
+  for (size_t i = 0; i < count; ++i)
+    for (int c = 0; c < channels; ++c) {
+      float* p = images + (i * channels + c) * hw;
+      const float m = norm.mean[c], inv = 1.0f / norm.std[c];
+      for (size_t k = 0; k < hw; ++k) p[k] = (p[k] - m) * inv;
+    }
+}
+
+void normalize(ImageSet& set, const Normalization& norm) {
+  normalize(set.pixels.data(), size_t(set.n), set.channels, size_t(set.height) * set.width, norm);
+}
+
+void shift_image(const float* src, float* dst, int channels, int height, int width, int dy, int dx, float fill) {
+  for (int c = 0; c < channels; ++c) {
+    const float* s = src + size_t(c) * height * width;
+    float* d = dst + size_t(c) * height * width;
+    for (int y = 0; y < height; ++y) {
+      float* row = d + size_t(y) * width;
+      const int sy = y - dy;
+      if (sy < 0 || sy >= height) {
+        std::fill(row, row + width, fill);
+        continue;
+      }
+      // Columns x with 0 <= x - dx < width come from the source row.
+      const int x0 = std::clamp(dx, 0, width), x1 = std::clamp(width + dx, 0, width);
+      std::fill(row, row + x0, fill);
+      if (x1 > x0) std::memcpy(row + x0, s + size_t(sy) * width + (x0 - dx), sizeof(float) * size_t(x1 - x0));
+      std::fill(row + std::max(x0, x1), row + width, fill);
+    }
+  }
+}
+
+std::pair<int, int> random_shift(const float* src, float* dst, int channels, int height, int width, int max_shift,
+                                 Rng& rng, float fill) {
+  require(max_shift >= 0, "random_shift: max_shift must be >= 0, got " + std::to_string(max_shift));
+  int dy = 0, dx = 0;
+  if (max_shift > 0) {
+    const uint64_t span = 2 * uint64_t(max_shift) + 1;
+    dy = int(rng.below(span)) - max_shift;
+    dx = int(rng.below(span)) - max_shift;
+  }
+  shift_image(src, dst, channels, height, width, dy, dx, fill);
+  return {dy, dx};
+}
+
+}  // namespace gmlp

@@ -1,0 +1,429 @@
+// Image data: IDX files (raw and gzipped) and every way they can be malformed,
+// normalisation, shift augmentation, and single image files (PGM, PNG) with channel
+// conversion and resizing.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "gmlp/error.h"
+#include "gmlp/image.h"
+#include "gmlp/plot.h"
+#include "gmlp/safetensors.h"  // read_file
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+using test::TempDir;
+
+using Bytes = std::vector<uint8_t>;
+
+void write_bytes(const std::string& path, const Bytes& b) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+void write_text(const std::string& path, const std::string& s) {
+  std::ofstream f(path, std::ios::binary);
+  f << s;
+}
+
+// gzip (not zlib) framing via deflateInit2's windowBits 16 + 15.
+Bytes gzip(const Bytes& in) {
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  Bytes out(deflateBound(&zs, uLong(in.size())) + 64);
+  zs.next_in = const_cast<Bytef*>(in.data());
+  zs.avail_in = uInt(in.size());
+  zs.next_out = out.data();
+  zs.avail_out = uInt(out.size());
+  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+// An IDX file: magic 00 00 <type> <ndims>, big-endian dims, then the data.
+Bytes idx(const std::vector<uint32_t>& dims, const Bytes& data, uint8_t type = 0x08) {
+  Bytes b = {0, 0, type, uint8_t(dims.size())};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(d >> s));
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+// 3 images of 4x5 with pixel k = (7 * k + i) % 256 and labels 2, 0, 1.
+struct Small {
+  Bytes pixels, labels = {2, 0, 1};
+  Small() {
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 20; ++k) pixels.push_back(uint8_t((7 * k + 40 * i) % 256));
+  }
+  Bytes images_file() const { return idx({3, 4, 5}, pixels); }
+  Bytes labels_file() const { return idx({3}, labels); }
+};
+
+void expect_small(const ImageSet& s, const Small& want) {
+  EXPECT_EQ(s.n, 3);
+  EXPECT_EQ(s.channels, 1);
+  EXPECT_EQ(s.height, 4);
+  EXPECT_EQ(s.width, 5);
+  ASSERT_EQ(s.pixels.size(), want.pixels.size());
+  for (size_t i = 0; i < s.pixels.size(); ++i) ASSERT_FLOAT_EQ(s.pixels[i], want.pixels[i] / 255.0f) << i;
+  EXPECT_EQ(s.labels, (std::vector<int32_t>{2, 0, 1}));
+}
+
+TEST(Idx, RawAndGzippedRoundTrip) {
+  TempDir dir("idx");
+  Small sm;
+  write_bytes(dir.file("im"), sm.images_file());
+  write_bytes(dir.file("lb"), sm.labels_file());
+  write_bytes(dir.file("im.gz"), gzip(sm.images_file()));
+  write_bytes(dir.file("lb.gz"), gzip(sm.labels_file()));
+  const ImageSet raw = load_idx(dir.file("im"), dir.file("lb"));
+  expect_small(raw, sm);
+  EXPECT_EQ(raw.n_classes, 3);  // largest label + 1
+  const ImageSet gz = load_idx(dir.file("im.gz"), dir.file("lb.gz"), 10);
+  expect_small(gz, sm);
+  EXPECT_EQ(gz.n_classes, 10);
+  EXPECT_EQ(raw.image(1)[0], 40 / 255.0f);
+  // Mixed forms, and the raw bytes behind read_maybe_gzipped are the same.
+  expect_small(load_idx(dir.file("im"), dir.file("lb.gz")), sm);
+  EXPECT_EQ(read_maybe_gzipped(dir.file("im.gz")), sm.images_file());
+}
+
+TEST(Idx, ConcatenatedGzipMembers) {
+  TempDir dir("idx");
+  Small sm;
+  const Bytes whole = sm.images_file();
+  Bytes a(whole.begin(), whole.begin() + 10), b(whole.begin() + 10, whole.end());
+  Bytes two = gzip(a), gb = gzip(b);
+  two.insert(two.end(), gb.begin(), gb.end());
+  write_bytes(dir.file("im.gz"), two);
+  EXPECT_EQ(read_maybe_gzipped(dir.file("im.gz")), whole);
+}
+
+TEST(Idx, DatasetFolderFindsRawOrGzNames) {
+  TempDir dir("idxset");
+  Small sm;
+  write_bytes(dir.file("train-images-idx3-ubyte.gz"), gzip(sm.images_file()));
+  write_bytes(dir.file("train-labels-idx1-ubyte.gz"), gzip(sm.labels_file()));
+  write_bytes(dir.file("t10k-images-idx3-ubyte"), sm.images_file());
+  write_bytes(dir.file("t10k-labels.idx1-ubyte"), sm.labels_file());  // the '.' form of some mirrors
+  expect_small(load_image_dataset(dir.path().string(), "train", 10), sm);
+  expect_small(load_image_dataset(dir.path().string(), "test", 10), sm);
+  // Errors: a bad split, a missing folder, a missing file (naming what was tried).
+  EXPECT_NE(error_of([&] { load_image_dataset(dir.path().string(), "val"); }).find("\"train\" or \"test\""),
+            std::string::npos);
+  const std::string nodir = dir.file("nope");
+  EXPECT_NE(error_of([&] { load_image_dataset(nodir, "train"); }).find(nodir + ": not a directory"), std::string::npos);
+  fs::remove(dir.file("t10k-images-idx3-ubyte"));
+  const std::string e = error_of([&] { load_image_dataset(dir.path().string(), "test"); });
+  EXPECT_NE(e.find("no test images file"), std::string::npos) << e;
+  EXPECT_NE(e.find("t10k-images-idx3-ubyte.gz"), std::string::npos) << e;
+}
+
+// Each malformed file gets an error that names the file and says what is wrong.
+TEST(Idx, MalformedFilesNameTheFileAndTheFault) {
+  TempDir dir("idxbad");
+  Small sm;
+  const std::string lb = dir.file("labels"), im = dir.file("images");
+  write_bytes(lb, sm.labels_file());
+  write_bytes(im, sm.images_file());
+  struct Case {
+    std::string name;
+    Bytes bytes;
+    bool as_labels;  // the file stands in for the labels (else the images)
+    std::string want;
+  };
+  Bytes bad_magic = sm.images_file();
+  bad_magic[0] = 0x12;
+  Bytes trailing = sm.images_file();
+  trailing.push_back(0);
+  Bytes truncated = sm.images_file();
+  truncated.resize(truncated.size() - 7);
+  Bytes gz_truncated = gzip(sm.images_file());
+  gz_truncated.resize(gz_truncated.size() / 2);
+  Bytes gz_corrupt = gzip(sm.images_file());
+  gz_corrupt[gz_corrupt.size() - 8] ^= 0x5a;  // the CRC-32 of the data
+  Bytes gz_junk = gzip(sm.images_file());
+  gz_junk.push_back('x');
+  const std::vector<Case> cases = {
+      {"bad_magic", bad_magic, false, "bad magic 0x12 0x00"},
+      {"float_type", idx({3, 4, 5}, Bytes(240, 0), 0x0D), false, "type code 0x0D (float32) is not supported"},
+      {"image_rank", idx({3, 20}, sm.pixels), false, "must have 3 dims [n, height, width], found [3, 20]"},
+      {"label_rank", idx({3, 1}, sm.labels), true, "must have 1 dim [n], found [3, 1]"},
+      {"zero_dim", idx({3, 0, 5}, {}), false, "dimension 1 is 0"},
+      {"no_dims", idx({}, {}), false, "0 dimensions"},
+      {"short_header", Bytes{0, 0, 8, 3, 0, 0}, false, "truncated IDX header"},
+      {"tiny", Bytes{0, 0}, false, "not an IDX file: only 2 bytes"},
+      {"truncated", truncated, false, "truncated IDX data: dims [3, 4, 5] need 60 bytes, found 53"},
+      {"trailing", trailing, false, "1 extra bytes"},
+      {"count", idx({2}, {0, 1}), true, "2 labels but " + im + " holds 3 images"},
+      {"gz_truncated", gz_truncated, false, "truncated gzip data"},
+      {"gz_corrupt", gz_corrupt, false, "corrupt gzip data"},
+      {"gz_junk", gz_junk, false, "trailing garbage"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir.file(c.name);
+    write_bytes(path, c.bytes);
+    const std::string e = c.as_labels ? error_of([&] { load_idx(im, path, 10); })
+                                      : error_of([&] { load_idx(path, lb, 10); });
+    EXPECT_NE(e.find(path), std::string::npos) << c.name << ": " << e;
+    EXPECT_NE(e.find(c.want), std::string::npos) << c.name << ": " << e;
+  }
+  // A label at or above n_classes.
+  write_bytes(dir.file("big_label"), idx({3}, {2, 0, 9}));
+  std::string e = error_of([&] { load_idx(im, dir.file("big_label"), 5); });
+  EXPECT_NE(e.find(dir.file("big_label") + ": label 9 at index 2 is out of range for 5 classes"), std::string::npos) << e;
+  // A missing file and a directory.
+  e = error_of([&] { load_idx(dir.file("missing"), lb); });
+  EXPECT_NE(e.find(dir.file("missing") + ": cannot open"), std::string::npos) << e;
+  e = error_of([&] { load_idx(dir.path().string(), lb); });
+  EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
+}
+
+ImageSet two_channel_set() {
+  // 2 images, 2 channels, 2x2: channel 0 = {0, 1, 2, 3} + 4i, channel 1 = 5 everywhere.
+  ImageSet s;
+  s.n = 2, s.channels = 2, s.height = 2, s.width = 2, s.n_classes = 2;
+  for (int i = 0; i < 2; ++i) {
+    for (int k = 0; k < 4; ++k) s.pixels.push_back(float(k + 4 * i));
+    for (int k = 0; k < 4; ++k) s.pixels.push_back(5.0f);
+  }
+  s.labels = {0, 1};
+  return s;
+}
+
+TEST(Normalization, PerChannelMeanStdAndJson) {
+  ImageSet s = two_channel_set();
+  const Normalization n = compute_normalization(s);
+  ASSERT_EQ(n.mean.size(), 2u);
+  EXPECT_NEAR(n.mean[0], 3.5f, 1e-6);
+  EXPECT_NEAR(n.std[0], std::sqrt(5.25f), 1e-6);  // population variance of 0..7
+  EXPECT_NEAR(n.mean[1], 5.0f, 1e-6);
+  EXPECT_EQ(n.std[1], 1.0f);  // a constant channel keeps its scale
+  normalize(s, n);
+  double m = 0, v = 0;
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) m += s.image(i)[k];
+  m /= 8;
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) v += (s.image(i)[k] - m) * (s.image(i)[k] - m);
+  EXPECT_NEAR(m, 0.0, 1e-6);
+  EXPECT_NEAR(v / 8, 1.0, 1e-5);
+  EXPECT_EQ(s.image(1)[4], 0.0f);  // channel 1: 5 - 5
+
+  const Normalization back = Normalization::from_json(n.to_json(), "test");
+  EXPECT_EQ(back.mean, n.mean);
+  EXPECT_EQ(back.std, n.std);
+  // Through text too (as stored in a checkpoint's config).
+  const Normalization text = Normalization::from_json(nlohmann::json::parse(n.to_json().dump()), "test");
+  EXPECT_EQ(text.mean, n.mean);
+
+  EXPECT_NE(error_of([] { Normalization::from_json({{"mean", {0.5}}, {"std", {0.0}}}, "cfg.json"); })
+                .find("cfg.json: normalization channel 0 needs a finite mean and std > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Normalization::from_json({{"mean", {0.5, 1}}, {"std", {1}}}, "cfg.json"); })
+                .find("mean has 2 entries but normalization.std has 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Normalization::from_json({{"mean", {0.5}}}, "cfg.json"); }).find("normalization.std must be"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Normalization::from_json({{"mean", {"a"}}, {"std", {1}}}, "cfg.json"); })
+                .find("non-number"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Normalization::from_json({{"mean", {0}}, {"std", {1}}, {"x", 1}}, "cfg.json"); })
+                .find("unknown key normalization.x"),
+            std::string::npos);
+  ImageSet one = two_channel_set();
+  one.channels = 1, one.n = 4;
+  EXPECT_NE(error_of([&] { normalize(one, n); }).find("normalization has 2 channels but the images have 1"),
+            std::string::npos);
+  // The identity normalisation leaves pixels alone.
+  ImageSet same = two_channel_set();
+  normalize(same, Normalization{});
+  EXPECT_EQ(same.pixels, two_channel_set().pixels);
+}
+
+TEST(Augment, ShiftZeroIsIdentityAndContentMoves) {
+  const int C = 2, H = 5, W = 6;
+  std::vector<float> src(C * H * W), dst(src.size(), -7.0f);
+  std::iota(src.begin(), src.end(), 1.0f);
+  shift_image(src.data(), dst.data(), C, H, W, 0, 0);
+  EXPECT_EQ(dst, src);
+  // Down 2, left 1: dst[c, y, x] = src[c, y-2, x+1]; the rest is the fill.
+  shift_image(src.data(), dst.data(), C, H, W, 2, -1, -1.0f);
+  for (int c = 0; c < C; ++c)
+    for (int y = 0; y < H; ++y)
+      for (int x = 0; x < W; ++x) {
+        const int sy = y - 2, sx = x + 1;
+        const float want = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? src[(c * H + sy) * W + sx] : -1.0f;
+        ASSERT_EQ(dst[(c * H + y) * W + x], want) << c << " " << y << " " << x;
+      }
+  // A shift past the border leaves only fill.
+  shift_image(src.data(), dst.data(), C, H, W, 0, 9);
+  for (float v : dst) EXPECT_EQ(v, 0.0f);
+
+  // Random shifts: max 0 copies and draws nothing; otherwise a single bright pixel lands
+  // at (y + dy, x + dx), with |dy|, |dx| <= k, and every offset turns up.
+  Rng rng(42);
+  const uint64_t before = rng.state();
+  auto r0 = random_shift(src.data(), dst.data(), C, H, W, 0, rng);
+  EXPECT_EQ(r0, std::make_pair(0, 0));
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(rng.state(), before);
+  std::vector<float> dot(1 * 9 * 9, 0.0f), out(dot.size());
+  dot[4 * 9 + 4] = 1.0f;
+  std::set<std::pair<int, int>> seen;
+  for (int t = 0; t < 400; ++t) {
+    const auto [dy, dx] = random_shift(dot.data(), out.data(), 1, 9, 9, 2, rng);
+    ASSERT_LE(std::abs(dy), 2);
+    ASSERT_LE(std::abs(dx), 2);
+    seen.insert({dy, dx});
+    ASSERT_EQ(out[(4 + dy) * 9 + 4 + dx], 1.0f);
+    ASSERT_EQ(std::accumulate(out.begin(), out.end(), 0.0f), 1.0f);
+  }
+  EXPECT_EQ(seen.size(), 25u);
+  // Same seed, same shifts.
+  Rng a(7), b(7);
+  for (int t = 0; t < 20; ++t)
+    EXPECT_EQ(random_shift(dot.data(), out.data(), 1, 9, 9, 3, a), random_shift(dot.data(), out.data(), 1, 9, 9, 3, b));
+}
+
+TEST(ImageFile, PgmAsciiBinaryAnd16Bit) {
+  TempDir dir("pgm");
+  write_text(dir.file("a.pgm"), "P2\n# a comment\n3 2\n# another\n10\n0 5 10\n 2 4\n6\n");
+  Image a = read_image(dir.file("a.pgm"));
+  EXPECT_EQ(a.channels, 1);
+  EXPECT_EQ(a.height, 2);
+  EXPECT_EQ(a.width, 3);
+  const std::vector<float> want = {0, 0.5f, 1, 0.2f, 0.4f, 0.6f};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(a.pixels[i], want[i]);
+
+  std::string p5 = "P5 2 2 255\n";
+  p5 += std::string("\x00\x80\xff\x40", 4);
+  write_text(dir.file("b.pgm"), p5);
+  Image b = read_image(dir.file("b.pgm"));
+  EXPECT_FLOAT_EQ(b.at(0, 0, 1), 128 / 255.0f);
+  EXPECT_FLOAT_EQ(b.at(0, 1, 0), 1.0f);
+
+  std::string p16 = "P5\n1 2\n65535\n";
+  p16 += std::string("\x80\x00\xff\xff", 4);
+  write_text(dir.file("c.pgm"), p16);
+  Image c = read_image(dir.file("c.pgm"));
+  EXPECT_FLOAT_EQ(c.at(0, 0, 0), 32768 / 65535.0f);
+  EXPECT_FLOAT_EQ(c.at(0, 1, 0), 1.0f);
+
+  // PPM (P3) is colour, planar after reading.
+  write_text(dir.file("d.ppm"), "P3 2 1 255  255 0 0   0 0 255");
+  Image d = read_image(dir.file("d.ppm"));
+  EXPECT_EQ(d.channels, 3);
+  EXPECT_EQ(d.at(0, 0, 0), 1.0f);
+  EXPECT_EQ(d.at(2, 0, 0), 0.0f);
+  EXPECT_EQ(d.at(2, 0, 1), 1.0f);
+
+  struct Bad {
+    std::string name, text, want;
+  };
+  const std::vector<Bad> bad = {
+      {"trunc_ascii.pgm", "P2 3 2 10 0 1 2 3", "truncated: 4 of 6 samples"},
+      {"trunc_bin.pgm", "P5 3 2 255\nab", "truncated: 2 of 6 samples"},
+      {"maxval.pgm", "P2 1 1 70000 1", "maxval 70000 is not in 1..65535"},
+      {"sample.pgm", "P2 2 1 10 3 11", "sample 11 at index 1 exceeds maxval 10"},
+      {"letters.pgm", "P2 2 x 10", "expected a number for its height"},
+      {"empty_size.pgm", "P2 0 3 10", "size 0x3 is empty"},
+      {"header.pgm", "P5 4", "file ends before its height"},
+  };
+  for (const auto& x : bad) {
+    write_text(dir.file(x.name), x.text);
+    const std::string e = error_of([&] { read_image(dir.file(x.name)); });
+    EXPECT_NE(e.find(dir.file(x.name) + ": malformed P"), std::string::npos) << e;
+    EXPECT_NE(e.find(x.want), std::string::npos) << x.name << ": " << e;
+  }
+}
+
+TEST(ImageFile, PngReadConvertAndResize) {
+  TempDir dir("png");
+  // A 3x2 RGB PNG written by the plot library (stb_image_write).
+  plot::Canvas cv(3, 2, plot::kBlack);
+  cv.set(0, 0, {255, 0, 0});
+  cv.set(1, 0, {0, 255, 0});
+  cv.set(2, 0, {0, 0, 255});
+  cv.set(0, 1, {255, 255, 255});
+  cv.set(1, 1, {100, 150, 200});
+  cv.write_png(dir.file("x.png"));
+  Image img = read_image(dir.file("x.png"));
+  ASSERT_EQ(img.channels, 3);
+  ASSERT_EQ(img.height, 2);
+  ASSERT_EQ(img.width, 3);
+  EXPECT_EQ(img.at(0, 0, 0), 1.0f);
+  EXPECT_EQ(img.at(1, 0, 0), 0.0f);
+  EXPECT_EQ(img.at(1, 0, 1), 1.0f);
+  EXPECT_EQ(img.at(2, 0, 2), 1.0f);
+  EXPECT_FLOAT_EQ(img.at(1, 1, 1), 150 / 255.0f);
+  // To gray: luma weights.
+  Image g = load_image(dir.file("x.png"), 1, 2, 3);
+  ASSERT_EQ(g.channels, 1);
+  EXPECT_NEAR(g.at(0, 0, 0), 0.299f, 1e-6);
+  EXPECT_NEAR(g.at(0, 0, 1), 0.587f, 1e-6);
+  EXPECT_NEAR(g.at(0, 1, 0), 1.0f, 1e-6);
+  EXPECT_NEAR(g.at(0, 1, 1), (0.299f * 100 + 0.587f * 150 + 0.114f * 200) / 255, 1e-6);
+  // Gray back to RGB replicates.
+  Image rgb = convert_channels(g, 3);
+  EXPECT_EQ(rgb.at(2, 1, 1), g.at(0, 1, 1));
+  // Resized: the output shape is the one asked for, values in [0, 1].
+  Image big = load_image(dir.file("x.png"), 3, 8, 12);
+  EXPECT_EQ(big.height, 8);
+  EXPECT_EQ(big.width, 12);
+  for (float v : big.pixels) ASSERT_TRUE(v >= 0 && v <= 1);
+  // Bad inputs name the file.
+  write_text(dir.file("junk.png"), "definitely not an image");
+  std::string e = error_of([&] { read_image(dir.file("junk.png")); });
+  EXPECT_NE(e.find(dir.file("junk.png") + ": not a readable image"), std::string::npos) << e;
+  std::string png = gmlp::read_file(dir.file("x.png"));
+  write_text(dir.file("cut.png"), png.substr(0, png.size() / 2));
+  e = error_of([&] { read_image(dir.file("cut.png")); });
+  EXPECT_NE(e.find(dir.file("cut.png") + ": "), std::string::npos) << e;
+  write_text(dir.file("empty.png"), "");
+  EXPECT_NE(error_of([&] { read_image(dir.file("empty.png")); }).find("empty file"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_image(dir.file("none.png")); }).find(dir.file("none.png") + ": cannot open"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_image(dir.file("x.png"), 2, 4, 4); }).find("channel count must be 1 or 3"),
+            std::string::npos);
+}
+
+TEST(ImageFile, BilinearMatchesHalfPixelCentres) {
+  // Upsampling [0, 1] to 4 pixels: PyTorch's bilinear (align_corners=False) gives
+  // 0, 0.25, 0.75, 1.
+  Image row{1, 1, 2, {0.0f, 1.0f}};
+  Image up = resize_bilinear(row, 1, 4);
+  const std::vector<float> want = {0, 0.25f, 0.75f, 1};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(up.pixels[i], want[i], 1e-6) << i;
+  // A constant image stays constant at any size.
+  Image flat{1, 3, 5, std::vector<float>(15, 0.3f)};
+  for (auto [h, w] : {std::pair{7, 2}, std::pair{1, 1}, std::pair{30, 40}})
+    for (float v : resize_bilinear(flat, h, w).pixels) ASSERT_NEAR(v, 0.3f, 1e-6);
+  // Shrinking a 1-pixel checkerboard by 4 averages it (antialiased), not aliasing to 0 or 1.
+  Image checker{1, 16, 16, {}};
+  for (int y = 0; y < 16; ++y)
+    for (int x = 0; x < 16; ++x) checker.pixels.push_back(float((x + y) % 2));
+  Image small = resize_bilinear(checker, 4, 4);
+  for (float v : small.pixels) EXPECT_NEAR(v, 0.5f, 0.05f);
+  // Shrinking by 2 along x: the mean of each pair region (here a ramp stays a ramp).
+  Image ramp{1, 1, 4, {0.0f, 0.0f, 1.0f, 1.0f}};
+  Image half = resize_bilinear(ramp, 1, 2);
+  EXPECT_LT(half.pixels[0], 0.25f);
+  EXPECT_GT(half.pixels[1], 0.75f);
+  EXPECT_NEAR(half.pixels[0] + half.pixels[1], 1.0f, 1e-6);
+}
+
+}  // namespace
+}  // namespace gmlp
