@@ -199,7 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"unknown_set_key", "--data $TEXT --set model.layers=3", "unknown key 'layers'"},
                       BadCase{"config_not_json", "--data $TEXT --config $DIR/bad_json.json", "not valid JSON"},
                       BadCase{"config_wrong_type", "--data $TEXT --config $DIR/bad_type.json", "'steps' must be an integer"},
-                      BadCase{"bad_tokenizer", "--data $TEXT --tokenizer words", "--tokenizer must be byte or char"},
+                      BadCase{"bad_tokenizer", "--data $TEXT --tokenizer words", "--tokenizer must be byte, char or a tokenizer JSON file"},
                       BadCase{"negative_lr", "--data $TEXT --set train.lr=-1", "'lr' must be positive"},
                       BadCase{"zero_lr_flag", "--data $TEXT --lr 0", "'lr' must be positive"},
                       BadCase{"zero_batch_flag", "--data $TEXT --batch-size 0", "'batch_size' must be positive"},

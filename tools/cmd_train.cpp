@@ -1,4 +1,5 @@
-// gmlp train: train a causal gMLP LM on a text file (default: the KJV corpus).
+// gmlp train: train any gMLP task (default: the causal LM on the KJV corpus), and
+// gmlp finetune: sentence classification from a masked-LM checkpoint or from scratch.
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -7,7 +8,12 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
+#include "gmlp/image.h"
+#include "gmlp/safetensors.h"
+#include "gmlp/tokenizer.h"
+#include "gmlp/text_data.h"
 #include "gmlp/trainer.h"
 #include "train/progress.h"
 
@@ -15,7 +21,7 @@ namespace gmlp::cli {
 namespace {
 
 struct TrainArgs {
-  std::string config, data = "data/kjv.txt", out = "runs/default", tokenizer;
+  std::string config, data, test, out = "runs/default", tokenizer, task, init_from;
   std::vector<std::string> sets;
   // Only read when given on the command line (see run_train).
   std::string batch_size, lr, seed, eval_every, ckpt_every, log_every;
@@ -33,12 +39,69 @@ void on_signal(int sig) {
   std::signal(sig, SIG_DFL);
 }
 
-int run_train(const TrainArgs& a, const CLI::App& cmd) {
-  nlohmann::json j = a.config.empty() ? RunConfig{}.to_json() : RunConfig::load(a.config).to_json();
+// The default data of each task (SPEC §7), fetched by scripts/fetch_data.sh and
+// scripts/fetch_vision.sh.
+std::string default_data(const std::string& task) {
+  if (task == "mlm") return "data/kjv_groups/pretrain.txt";
+  if (task == "classify") return "data/kjv_groups/train.tsv";
+  if (task == "vision") return "data/mnist";
+  return "data/kjv.txt";
+}
+
+// Fills what the data decides and the config left open: a vision model's image shape
+// and classes (patches of 4 when they tile the image), a classifier's classes.
+void complete_from_data(nlohmann::json& m, const std::string& task, const std::string& data) {
+  if (task == "vision") {
+    m.erase("tokenizer");
+    m["vocab_size"] = 0;
+    if (m.value("image_channels", 0) != 0 && m.value("n_classes", 0) != 0) return;
+    const ImageSet probe = load_image_dataset(data, "test");
+    if (m.value("image_channels", 0) == 0) {
+      m["image_channels"] = probe.channels;
+      m["image_height"] = probe.height;
+      m["image_width"] = probe.width;
+      const int p = probe.height % 4 == 0 && probe.width % 4 == 0 ? 4 : 1;
+      if (m.value("patch_height", 0) == 0) m["patch_height"] = p;
+      if (m.value("patch_width", 0) == 0) m["patch_width"] = p;
+      m["seq_len"] = (probe.height / m["patch_height"].get<int>()) * (probe.width / m["patch_width"].get<int>());
+    }
+    if (m.value("n_classes", 0) == 0) m["n_classes"] = probe.n_classes;
+  } else if (task == "classify" && m.value("n_classes", 0) == 0) {
+    m["n_classes"] = int(load_labelled(data).class_names.size());
+  }
+}
+
+// base: the run's config before --config, --task and --set apply (the built-in
+// defaults for train; a checkpoint's architecture for finetune).
+int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
+  nlohmann::json j = a.config.empty() ? std::move(base) : RunConfig::load(a.config).to_json();
+  if (!a.task.empty()) j["model"]["task"] = a.task;
   for (const auto& s : a.sets) apply_set(j, s);
   if (!a.tokenizer.empty()) {
-    require(a.tokenizer == "byte" || a.tokenizer == "char", "--tokenizer must be byte or char, got '" + a.tokenizer + "'");
-    j["model"]["tokenizer"] = {{"kind", a.tokenizer}};
+    if (a.tokenizer == "byte" || a.tokenizer == "char") {
+      j["model"]["tokenizer"] = {{"kind", a.tokenizer}};
+    } else {
+      // A tokenizer file written by `gmlp tokenizer train`.
+      require(std::filesystem::exists(a.tokenizer),
+              "--tokenizer must be byte, char or a tokenizer JSON file; '" + a.tokenizer + "' is none of these");
+      try {
+        j["model"]["tokenizer"] = nlohmann::json::parse(read_file(a.tokenizer));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error("--tokenizer '" + a.tokenizer + "' is not valid JSON: " + e.what());
+      }
+    }
+    // The tokenizer decides the vocabulary (a char set still to be built: the corpus).
+    const auto& tj = j["model"]["tokenizer"];
+    if (!(tj.value("kind", "") == "char" && !tj.contains("chars")))
+      j["model"]["vocab_size"] = tokenizer_from_json(tj)->vocab_size();
+  }
+  const std::string task = j["model"].value("task", std::string("causal_lm"));
+  const std::string data = a.data.empty() ? default_data(task) : a.data;
+  if (!a.resume) {
+    if (!std::filesystem::exists(data) && a.data.empty())
+      throw Error("the default data " + data + " for task \"" + task + "\" is missing; fetch it with " +
+                  (task == "vision" ? "scripts/fetch_vision.sh" : "scripts/fetch_data.sh") + " or pass --data");
+    complete_from_data(j["model"], task, data);
   }
   // Flags given on the command line override the config, whatever their value:
   // the config validation below judges them (so --steps -5 is an error, not ignored).
@@ -63,7 +126,9 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
   TrainOptions o;
   o.run.model = ModelConfig::from_json(j["model"], where + " [model]");
   o.run.train = TrainConfig::from_json(j["train"], where + " [train]");
-  o.data_path = a.data;
+  o.data_path = data;
+  o.test_path = a.test.empty() && task == "classify" && a.data.empty() ? "data/kjv_groups/test.tsv" : a.test;
+  o.init_from = a.init_from.empty() ? "" : resolve_model_path(a.init_from);
   o.out_dir = a.out;
   o.resume = a.resume;
   o.extend_to = a.resume && cmd.get_option("--steps")->count() ? a.steps : 0;
@@ -75,7 +140,8 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
     // A resumed run is the saved run: options that would change it are refused rather
     // than silently ignored (only --steps may extend it).
     for (const char* opt : {"--config", "--data", "--tokenizer", "--set", "--batch-size", "--lr", "--seed",
-                            "--eval-every", "--ckpt-every", "--log-every", "--overwrite"})
+                            "--eval-every", "--ckpt-every", "--log-every", "--overwrite", "--task", "--test",
+                            "--init-from"})
       require(cmd.get_option(opt)->count() == 0,
               std::string(opt) + " cannot be combined with --resume: the run continues with its saved settings");
     require(fs::exists(state_file(a.out)), "--resume: no training state in '" + a.out + "' (expected " +
@@ -84,16 +150,23 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
     require(a.overwrite || !fs::exists(state_file(a.out)),
             "'" + a.out + "' already holds a training run; pass --resume to continue it, --overwrite to start over, "
             "or choose another --out");
-    if (!fs::exists(a.data) && a.data == "data/kjv.txt")
-      throw Error("the default corpus data/kjv.txt is missing; fetch it with scripts/fetch_data.sh or pass --data FILE");
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   const TrainSummary s = train(o);
   std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
               (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
-  if (s.val.tokens > 0) std::printf(", val loss %.4f nats/token, %.4f bits/byte", s.val.loss, s.val.bits_per_byte);
-  std::printf(", %.0f tokens/s\n", s.tokens_per_s);
+  const auto& v = s.val_metrics;
+  if (s.val.tokens > 0) {
+    std::printf(", val loss %.4f nats/token, %.4f bits/byte", s.val.loss, s.val.bits_per_byte);
+  } else if (v.contains("val_ppl")) {
+    std::printf(", val masked-token loss %.4f nats, perplexity %.3f", v["val_loss"].get<double>(),
+                v["val_ppl"].get<double>());
+  } else if (v.contains("val_acc")) {
+    std::printf(", test loss %.4f, accuracy %.4f (%lld examples)", v["val_loss"].get<double>(),
+                v["val_acc"].get<double>(), (long long)v["val_examples"].get<int64_t>());
+  }
+  std::printf(", %.0f %s/s\n", s.tokens_per_s, task == "vision" ? "images" : task == "classify" ? "sentences" : "tokens");
   if (fs::exists(model_file(a.out)))
     std::printf("checkpoint: %s (step %lld)\n", model_file(a.out).c_str(), (long long)s.steps);
   else
@@ -108,11 +181,20 @@ int run_train(const TrainArgs& a, const CLI::App& cmd) {
 
 void add_train(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<TrainArgs>();
-  auto* c = app.add_subcommand("train", "Train a causal gMLP language model (defaults: the default config on data/kjv.txt)");
+  auto* c = app.add_subcommand("train", "Train a gMLP model (defaults: the causal LM on data/kjv.txt)");
   c->add_option("--config", a->config, "JSON config file: {\"model\": {...}, \"train\": {...}}")->check(CLI::ExistingFile);
-  c->add_option("--data", a->data, "Training text file; its tail is held out for validation")->capture_default_str();
+  c->add_option("--task", a->task, "causal_lm (default), mlm, classify or vision (sets model.task)");
+  c->add_option("--data", a->data,
+                "Training data: a text file (causal_lm, mlm: its tail is held out), a label<TAB>text file "
+                "(classify), an IDX folder (vision). Default per task: data/kjv.txt, data/kjv_groups/pretrain.txt, "
+                "data/kjv_groups/train.tsv, data/mnist");
+  c->add_option("--test", a->test, "classify: the labelled test file (default with the default data: "
+                                   "data/kjv_groups/test.tsv)");
+  c->add_option("--init-from", a->init_from, "Initialise matching tensors from this checkpoint (a new head)");
   c->add_option("--out", a->out, "Run directory: checkpoints, metrics.jsonl, config.json")->capture_default_str();
-  c->add_option("--tokenizer", a->tokenizer, "byte (vocab 256, the default) or char (built from the corpus)");
+  c->add_option("--tokenizer", a->tokenizer,
+                "byte (vocab 256, the default), char (built from the corpus) or a tokenizer JSON file "
+                "(gmlp tokenizer train)");
   c->add_option("--steps", a->steps, "Total training steps (with --resume: extend the run to this many)");
   c->add_option("--batch-size", a->batch_size, "Windows per step");
   c->add_option("--lr", a->lr, "Peak learning rate");
@@ -125,7 +207,80 @@ void add_train(CLI::App& app, int& exit_code) {
   c->add_flag("--overwrite", a->overwrite, "Start a new run even if --out already holds one");
   c->add_option("--stop-after", a->stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
   c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
-  c->callback([a, c, &exit_code] { exit_code = run_train(*a, *c); });
+  c->callback([a, c, &exit_code] { exit_code = run_train(*a, *c, RunConfig{}.to_json()); });
+}
+
+namespace {
+// Fine-tuning settings: shorter and gentler than pretraining, evaluated on the whole
+// test set.
+TrainConfig finetune_defaults() {
+  TrainConfig t;
+  t.batch_size = 32;
+  t.steps = 1500;
+  t.lr = 1e-3f;
+  t.min_lr = 1e-5f;
+  t.warmup = 100;
+  t.weight_decay = 0.01f;
+  t.eval_every = 500;
+  t.eval_batches = 0;
+  t.ckpt_every = 500;
+  t.log_every = 50;
+  return t;
+}
+}  // namespace
+
+void add_finetune(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<TrainArgs>();
+  auto scratch = std::make_shared<bool>(false);
+  a->out = "runs/finetune";
+  auto* c = app.add_subcommand("finetune",
+                               "Train a sentence classifier (default: KJV book groups), its encoder taken from a "
+                               "masked-LM checkpoint (--init-from) or trained from scratch");
+  c->add_option("--init-from", a->init_from,
+                "Masked-LM checkpoint (file or run directory): its architecture, tokenizer and encoder weights");
+  c->add_flag("--scratch", *scratch, "With --init-from: the same architecture and tokenizer, randomly initialised");
+  c->add_option("--config", a->config, "JSON config instead of --init-from's architecture (a from-scratch run)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--data", a->data, "label<TAB>text training file (default data/kjv_groups/train.tsv)");
+  c->add_option("--test", a->test, "label<TAB>text test file (default with the default data: data/kjv_groups/test.tsv)");
+  c->add_option("--out", a->out, "Run directory")->capture_default_str();
+  c->add_option("--steps", a->steps, "Total training steps (with --resume: extend the run to this many)");
+  c->add_option("--batch-size", a->batch_size, "Sentences per step");
+  c->add_option("--lr", a->lr, "Peak learning rate");
+  c->add_option("--seed", a->seed, "Seed for the head's init and the data order");
+  c->add_option("--eval-every", a->eval_every, "Steps between test-set evaluations");
+  c->add_option("--ckpt-every", a->ckpt_every, "Steps between checkpoints");
+  c->add_option("--log-every", a->log_every, "Steps between metrics lines");
+  c->add_option("--set", a->sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
+  c->add_flag("--resume", a->resume, "Continue the run saved in --out exactly where it stopped");
+  c->add_flag("--overwrite", a->overwrite, "Start a new run even if --out already holds one");
+  c->add_option("--stop-after", a->stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
+  c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
+  // Hidden so that run_train's option checks find them.
+  c->add_option("--task", a->task)->group("");
+  c->add_option("--tokenizer", a->tokenizer)->group("");
+  c->callback([a, c, scratch, &exit_code] {
+    TrainArgs args = *a;
+    args.task = "classify";
+    nlohmann::json base = RunConfig{}.to_json();
+    base["train"] = finetune_defaults().to_json();
+    if (!a->resume) {
+      require(!a->init_from.empty() || !a->config.empty(),
+              "finetune needs --init-from CHECKPOINT (optionally with --scratch) or --config FILE");
+      require(!*scratch || !a->init_from.empty(), "--scratch goes with --init-from (whose architecture it copies)");
+      if (!a->init_from.empty()) {
+        const auto file = SafeTensorsFile::load(resolve_model_path(a->init_from));
+        nlohmann::json m = read_model_config(file).to_json();
+        require(m["task"] != "vision", "finetune classifies text; '" + a->init_from + "' is a vision model");
+        m["task"] = "classify";
+        m["n_classes"] = 0;  // from the data
+        m.erase("class_names");
+        base["model"] = m;
+      }
+      if (*scratch) args.init_from.clear();
+    }
+    exit_code = run_train(args, *c, base);
+  });
 }
 
 void apply_set(nlohmann::json& j, const std::string& kv) {

@@ -4,14 +4,26 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "gmlp/model.h"
+
 namespace gmlp::cli {
 
 // Each returns the process exit code of the command when it ran.
 void add_train(CLI::App& app, int& exit_code);
+void add_finetune(CLI::App& app, int& exit_code);
+void add_classify(CLI::App& app, int& exit_code);  // classify and classify-image
+void add_ablate(CLI::App& app, int& exit_code);
 void add_generate(CLI::App& app, int& exit_code);
 void add_eval(CLI::App& app, int& exit_code);
 void add_inspect(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);
+void add_plot(CLI::App& app, int& exit_code);
+void add_tokenizer(CLI::App& app, int& exit_code);
+void add_baseline(CLI::App& app, int& exit_code);
+void add_convert(CLI::App& app, int& exit_code);  // timm gMLP checkpoints <-> ours
+
+// gmlp eval for classify and vision checkpoints: top-1 and the confusion matrix.
+int run_classifier_eval(Model& model, const std::string& data, int batch, bool json);
 
 // "model.d_model=256" into a RunConfig JSON; the value is parsed as JSON when it can be.
 void apply_set(nlohmann::json& j, const std::string& kv);

@@ -15,10 +15,17 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads for BLAS and OpenMP (default: all cores)")->check(CLI::NonNegativeNumber);
   int exit_code = 0;
   gmlp::cli::add_train(app, exit_code);
+  gmlp::cli::add_finetune(app, exit_code);
+  gmlp::cli::add_classify(app, exit_code);
+  gmlp::cli::add_ablate(app, exit_code);
   gmlp::cli::add_generate(app, exit_code);
   gmlp::cli::add_eval(app, exit_code);
   gmlp::cli::add_inspect(app, exit_code);
   gmlp::cli::add_bench(app, exit_code);
+  gmlp::cli::add_plot(app, exit_code);
+  gmlp::cli::add_tokenizer(app, exit_code);
+  gmlp::cli::add_baseline(app, exit_code);
+  gmlp::cli::add_convert(app, exit_code);
   // One thread pool: BLAS (OpenMP build) and our loops share libgomp's threads.
   app.parse_complete_callback([&] { gmlp::set_threads(threads); });
   try {

@@ -1,7 +1,8 @@
 #pragma once
-// The language-model training loop: random windows from a corpus, AdamW with a
-// schedule and clipping, periodic validation in bits per byte, a JSONL metrics log,
-// atomic checkpoints (periodic, final, and on interruption), and exact resumption.
+// The training loop of every task (causal LM, masked LM, sentence classification,
+// vision): random batches, AdamW with a schedule and clipping, periodic held-out
+// evaluation, a JSONL metrics log, atomic checkpoints (periodic, final, and on
+// interruption), and exact resumption.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -17,7 +18,10 @@ namespace gmlp {
 
 struct TrainOptions {
   RunConfig run;
-  std::string data_path;
+  std::string data_path;     // corpus (LM, MLM), labelled training file (classify), image folder (vision)
+  std::string test_path;     // classify: labelled test file (optional)
+  std::string init_from;     // a checkpoint whose matching tensors initialise the model (fine-tuning);
+                             // the head is always new
   std::string out_dir;
   bool resume = false;       // continue the run saved in out_dir
   int64_t extend_to = 0;     // with resume: raise the run's total steps to this (0 = keep)
@@ -41,7 +45,8 @@ struct TrainSummary {
   int64_t steps = 0;
   bool interrupted = false;
   double last_loss = 0.0;
-  EvalResult val;
+  EvalResult val;              // causal LM: the last validation
+  nlohmann::json val_metrics;  // every task: the last evaluation's "val_*" metrics (null if none)
   double elapsed_s = 0.0;
   double tokens_per_s = 0.0;
 };

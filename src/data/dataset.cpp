@@ -42,7 +42,20 @@ TextCorpus TextCorpus::load(const std::string& path, const Tokenizer& tok, int w
   const std::string text = read_file(path);
   std::vector<int32_t> ids;
   try {
-    ids = tok.encode(text);
+    if (tok.kind() == "sentencepiece") {
+      // SentencePiece normalises whitespace and is meant for a line at a time; each
+      // line's leading piece then carries its word boundary (see Tokenizer::token_bytes).
+      size_t start = 0;
+      while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        const auto line = tok.encode(std::string_view(text).substr(start, end - start));
+        ids.insert(ids.end(), line.begin(), line.end());
+        start = end + 1;
+      }
+    } else {
+      ids = tok.encode(text);
+    }
   } catch (const Error& e) {
     throw Error("corpus " + path + ": " + e.what());  // the tokenizer knows the offset, not the file
   }

@@ -17,7 +17,9 @@ std::string format_duration(double s) {
   return buf;
 }
 
-Progress::Progress(int64_t total, bool live) : total_(total), live_(live), start_(std::chrono::steady_clock::now()) {}
+Progress::Progress(int64_t total, bool live, const std::string& unit)
+    : total_(total), live_(live), start_(std::chrono::steady_clock::now()),
+      unit_(unit == "tokens" ? "tok" : unit == "images" ? "img" : unit) {}
 
 void Progress::update(int64_t step, double loss, double tps) {
   const auto now = std::chrono::steady_clock::now();
@@ -35,13 +37,13 @@ void Progress::update(int64_t step, double loss, double tps) {
     const int fill = total_ > 0 ? int(kWidth * step / total_) : kWidth;
     std::string bar(size_t(fill), '#');
     bar.resize(kWidth, '.');
-    std::snprintf(line, sizeof line, "\r[%s] step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\033[K", bar.c_str(),
-                  (long long)step, (long long)total_, loss, tps, eta.c_str());
+    std::snprintf(line, sizeof line, "\r[%s] step %lld/%lld  loss %.4f  %.0f %s/s  ETA %s\033[K", bar.c_str(),
+                  (long long)step, (long long)total_, loss, tps, unit_.c_str(), eta.c_str());
     std::fputs(line, stderr);
     drawn_ = true;
   } else {
-    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s\n", (long long)step,
-                  (long long)total_, loss, tps, eta.c_str());
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f %s/s  ETA %s\n", (long long)step,
+                  (long long)total_, loss, tps, unit_.c_str(), eta.c_str());
     std::fputs(line, stderr);
   }
   last_ = line;

@@ -9,7 +9,8 @@ namespace gmlp {
 
 class Progress {
  public:
-  Progress(int64_t total, bool live);
+  // unit: what the throughput counts ("tokens", "images", ...).
+  Progress(int64_t total, bool live, const std::string& unit = "tokens");
   void update(int64_t step, double loss, double tokens_per_s);
   void note(const std::string& line);  // a message above the bar
   void finish();
@@ -21,6 +22,7 @@ class Progress {
   int64_t start_step_ = -1;
   std::chrono::steady_clock::time_point start_;
   std::string last_;
+  std::string unit_;
 };
 
 std::string format_duration(double seconds);

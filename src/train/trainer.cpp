@@ -14,6 +14,7 @@
 #include "gmlp/optimizer.h"
 #include "gmlp/safetensors.h"
 #include "train/progress.h"
+#include "train/tasks.h"
 
 namespace gmlp {
 
@@ -58,7 +59,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std:
   if (spec.is_object() && spec.value("kind", "") == "char" && !spec.contains("chars")) {
     const std::string text = read_file(data_path);
     try {
-      return build_char_tokenizer(text);
+      return build_char_tokenizer(text, tokenizer_specials(spec));
     } catch (const Error& e) {
       throw Error("'" + data_path + "': " + e.what());
     }
@@ -100,13 +101,61 @@ class MetricsLog {
 
 }  // namespace
 
+std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in);
+
+std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
+  ModelConfig& m = rc.model;
+  if (m.task == "vision") return make_vision_task(rc, in);
+  auto tok = make_tokenizer(m.tokenizer, in.data_path);
+  // Masked LM and classification need [PAD] and [MASK]; byte and char vocabularies get
+  // them appended when the config did not list them.
+  if (m.task != "causal_lm" && (tok->pad_id() < 0 || tok->mask_id() < 0)) {
+    require(tok->kind() != "sentencepiece", "task \"" + m.task + "\" needs [PAD] and [MASK] in the tokenizer");
+    nlohmann::json j = tok->to_json();
+    j["specials"] = mlm_specials();
+    tok = tokenizer_from_json(j);
+  }
+  m.tokenizer = tok->to_json();
+  m.vocab_size = tok->vocab_size();
+  if (m.task == "classify") return make_classify_task(rc, in, std::move(tok));
+  return make_text_task(rc, in, std::move(tok));
+}
+
+namespace {
+// Fine-tuning: every tensor of `path` whose name and shape match the new model is
+// copied (the head never is: the new task has its own). Returns how many were.
+size_t init_from_checkpoint(Model& model, const std::string& path) {
+  const auto file = SafeTensorsFile::load(path);
+  const ModelConfig src = read_model_config(file);
+  require(src.d_model == model.config().d_model && src.n_layers == model.config().n_layers,
+          path + ": a " + std::to_string(src.n_layers) + "-layer d=" + std::to_string(src.d_model) +
+              " encoder does not fit this " + std::to_string(model.config().n_layers) + "-layer d=" +
+              std::to_string(model.config().d_model) + " model");
+  if (src.token_input())
+    require(src.tokenizer == model.config().tokenizer,
+            path + ": its tokenizer differs from this run's; fine-tune with the checkpoint's own tokenizer");
+  size_t copied = 0;
+  for (const auto& p : model.params()) {
+    if (p.name.rfind("head.", 0) == 0 || !file.has(p.name)) continue;
+    require(file.info(p.name).shape == p.shape, path + ": tensor '" + p.name + "' has another shape than this model's");
+    file.read_f32(p.name, p.shape, model.weights() + p.offset);
+    ++copied;
+  }
+  require(copied > 0, path + ": no tensor matches this model");
+  return copied;
+}
+}  // namespace
+
 TrainSummary train(const TrainOptions& opts) {
   namespace fs = std::filesystem;
   RunConfig rc = opts.run;
-  std::string data_path = opts.data_path;
+  TaskInputs in{opts.data_path, opts.test_path};
+  std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
   if (opts.resume) {
-    // The state file carries the run's config and data path: resume exactly that run.
+    // The state file carries the run's config and data paths: resume exactly that run.
     const std::string path = state_file(opts.out_dir);
     const auto sf = SafeTensorsFile::load(path);
     auto it = sf.metadata().find("gmlp.train_state");
@@ -115,7 +164,8 @@ TrainSummary train(const TrainOptions& opts) {
       resume_meta = nlohmann::json::parse(it->second).at("run");
       rc.model = ModelConfig::from_json(resume_meta.at("config").at("model"), path);
       rc.train = TrainConfig::from_json(resume_meta.at("config").at("train"), path);
-      data_path = resume_meta.at("data").get<std::string>();
+      in.data_path = resume_meta.at("data").get<std::string>();
+      in.test_path = resume_meta.value("test", std::string());
       (void)resume_meta.at("data_tokens").get<int64_t>();
     } catch (const nlohmann::json::exception& e) {
       throw Error(path + ": malformed training-state metadata: " + e.what());
@@ -125,19 +175,17 @@ TrainSummary train(const TrainOptions& opts) {
   rc.model.validate();
   rc.train.validate();
   const TrainConfig& tc = rc.train;
-
-  auto tok = make_tokenizer(rc.model.tokenizer, data_path);
-  rc.model.tokenizer = tok->to_json();
-  rc.model.vocab_size = tok->vocab_size();
-  const int n = rc.model.seq_len, window = n + 1, B = tc.batch_size;
-  require(int64_t(B) * n <= (int64_t(1) << 28), "batch_size x seq_len = " + std::to_string(int64_t(B) * n) +
-                                                    " tokens per step is more than one step can hold");
-  const TextCorpus corpus = TextCorpus::load(data_path, *tok, window, tc.val_fraction);
-  const int64_t corpus_tokens = int64_t(corpus.train.size() + corpus.val.size());
+  const int B = tc.batch_size;
+  require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
+          "batch_size x seq_len = " + std::to_string(int64_t(B) * rc.model.seq_len) +
+              " tokens per step is more than one step can hold");
+  auto task = make_task(rc, in);
+  rc.model.validate();
+  const int64_t signature = task->data_signature();
   if (opts.resume)
-    require(resume_meta.at("data_tokens").get<int64_t>() == corpus_tokens,
-            "'" + data_path + "' has changed since the run started (" + std::to_string(corpus_tokens) +
-                " tokens now, " + std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
+    require(resume_meta.at("data_tokens").get<int64_t>() == signature,
+            "'" + in.data_path + "' has changed since the run started (" + std::to_string(signature) + " now, " +
+                std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
 
   try {
     fs::create_directories(opts.out_dir);
@@ -154,6 +202,11 @@ TrainSummary train(const TrainOptions& opts) {
   Model model(rc.model);
   Rng init_rng(tc.seed, 1);
   model.init(init_rng);
+  if (!opts.resume && !init_from.empty()) {
+    const size_t copied = init_from_checkpoint(model, init_from);
+    std::fprintf(stderr, "gmlp train: %zu of %zu tensors initialised from %s (new head)\n", copied,
+                 model.params().size(), init_from.c_str());
+  }
   AdamW opt(model.params(), model.num_params(), tc);
   TrainState st;
   st.rng.seed_with(tc.seed, 2);
@@ -172,26 +225,27 @@ TrainSummary train(const TrainOptions& opts) {
 
   auto checkpoint = [&]() {
     st.run = {{"config", rc.to_json()},
-              {"data", fs::absolute(data_path).string()},
-              {"data_tokens", corpus_tokens},
+              {"data", fs::absolute(in.data_path).string()},
+              {"test", in.test_path.empty() ? std::string() : fs::absolute(in.test_path).string()},
+              {"data_tokens", signature},
               {"log_sum", log_sum},
               {"log_count", log_count}};
     save_train_state(model, opt, st, state_file(opts.out_dir));
     save_model(model, model_file(opts.out_dir));
   };
 
-  std::fprintf(stderr, "gmlp train: %zu parameters, %zu train / %zu val tokens from %s, window %d, batch %d\n",
-               model.num_params(), corpus.train.size(), corpus.val.size(), data_path.c_str(), n, B);
+  std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", rc.model.task.c_str(), model.num_params(),
+               task->describe().c_str(), B);
   if (opts.resume) std::fprintf(stderr, "gmlp train: resuming %s at step %lld\n", opts.out_dir.c_str(), (long long)st.step);
 
-  Progress bar(tc.steps, opts.progress_bar && isatty(fileno(stderr)));
-  std::vector<int32_t> batch(size_t(B) * window);
+  Progress bar(tc.steps, opts.progress_bar && isatty(fileno(stderr)), task->unit());
   TrainSummary sum;
   const int64_t first = st.step;
   auto t_start = Clock::now();
   const double elapsed_before = st.elapsed_s;
   double window_time = 0.0;
-  int64_t window_tokens = 0;
+  int64_t window_units = 0;
+  const std::string per_s = std::string(task->unit()) + "_per_s";
 
   while (st.step < tc.steps) {
     if (g_stop_requested.load() || (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
@@ -199,9 +253,9 @@ TrainSummary train(const TrainOptions& opts) {
       break;
     }
     auto t0 = Clock::now();
-    sample_windows(corpus.train, B, window, st.rng, batch.data());
+    const Batch& batch = task->next_batch(st.rng);
     model.zero_grad();
-    const double loss = model.forward(batch.data(), batch.data() + 1, window, B, n);
+    const double loss = model.forward(batch);
     require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +
                                      std::to_string(st.step + 1) + " (try a lower lr)");
     model.backward();
@@ -210,28 +264,36 @@ TrainSummary train(const TrainOptions& opts) {
     opt.step(model.weights(), model.grads(), lr);
     ++st.step;
     window_time += seconds_since(t0);
-    window_tokens += int64_t(B) * n;
+    window_units += task->units_per_batch();
     log_sum += loss;
     ++log_count;
     sum.last_loss = loss;
 
     if (st.step % tc.log_every == 0 || st.step == tc.steps) {
-      const double tps = window_time > 0 ? double(window_tokens) / window_time : 0.0;
+      const double ups = window_time > 0 ? double(window_units) / window_time : 0.0;
       const double mean = log_sum / double(log_count);
-      log.write({{"step", st.step}, {"loss", mean}, {"lr", lr}, {"grad_norm", gnorm}, {"tokens_per_s", tps},
+      log.write({{"step", st.step}, {"loss", mean}, {"lr", lr}, {"grad_norm", gnorm}, {per_s, ups},
                  {"elapsed_s", elapsed_before + seconds_since(t_start)}});
-      bar.update(st.step, mean, tps);
+      bar.update(st.step, mean, ups);
       log_sum = 0.0;
       log_count = 0;
       window_time = 0.0;
-      window_tokens = 0;
+      window_units = 0;
     }
-    if (!corpus.val.empty() && (st.step % tc.eval_every == 0 || st.step == tc.steps)) {
-      const EvalResult ev = evaluate(model, *tok, corpus.val, B, tc.eval_batches);
-      log.write({{"step", st.step}, {"val_loss", ev.loss}, {"val_bpb", ev.bits_per_byte}, {"val_tokens", ev.tokens}});
-      bar.note("step " + std::to_string(st.step) + ": val loss " + std::to_string(ev.loss) + " nats, " +
-               std::to_string(ev.bits_per_byte) + " bits/byte");
-      sum.val = ev;
+    if (st.step % tc.eval_every == 0 || st.step == tc.steps) {
+      nlohmann::json ev = task->evaluate(model, B, tc.eval_batches);
+      if (!ev.is_null()) {
+        nlohmann::json line = {{"step", st.step}};
+        line.update(ev);
+        log.write(line);
+        bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
+        sum.val_metrics = ev;
+        if (ev.contains("val_bpb")) {
+          sum.val.loss = ev["val_loss"];
+          sum.val.bits_per_byte = ev["val_bpb"];
+          sum.val.tokens = ev["val_tokens"];
+        }
+      }
     }
     st.elapsed_s = elapsed_before + seconds_since(t_start);
     if (st.step % tc.ckpt_every == 0 || st.step == tc.steps) checkpoint();
@@ -242,7 +304,7 @@ TrainSummary train(const TrainOptions& opts) {
   sum.steps = st.step;
   sum.elapsed_s = st.elapsed_s;
   const double run_s = seconds_since(t_start);
-  sum.tokens_per_s = run_s > 0 ? double(st.step - first) * B * n / run_s : 0.0;
+  sum.tokens_per_s = run_s > 0 ? double(st.step - first) * double(task->units_per_batch()) / run_s : 0.0;
   return sum;
 }
 

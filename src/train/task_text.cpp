@@ -1,0 +1,135 @@
+// Text tasks: the causal LM (next-token windows, bits per byte) and the masked LM
+// (BERT masking of windows, perplexity on the chosen positions).
+#include <cmath>
+
+#include "gmlp/dataset.h"
+#include "gmlp/error.h"
+#include "gmlp/safetensors.h"
+#include "gmlp/text_data.h"
+#include "gmlp/trainer.h"
+#include "train/tasks.h"
+
+namespace gmlp {
+namespace {
+
+class CausalLmTask : public TrainTask {
+ public:
+  CausalLmTask(std::unique_ptr<Tokenizer> tok, const std::string& path, int n, int B, float val_fraction)
+      : tok_(std::move(tok)), corpus_(TextCorpus::load(path, *tok_, n + 1, val_fraction)), n_(n), B_(B),
+        buf_(size_t(B) * (n + 1)) {
+    batch_.B = B;
+    batch_.T = n;
+    batch_.stride = n + 1;
+    batch_.tokens = buf_.data();
+    batch_.targets = buf_.data() + 1;
+  }
+  std::string describe() const override {
+    return std::to_string(corpus_.train.size()) + " train / " + std::to_string(corpus_.val.size()) +
+           " val tokens from " + corpus_.path + ", window " + std::to_string(n_);
+  }
+  int64_t data_signature() const override { return int64_t(corpus_.train.size() + corpus_.val.size()); }
+  const Batch& next_batch(Rng& rng) override {
+    sample_windows(corpus_.train, B_, n_ + 1, rng, buf_.data());
+    return batch_;
+  }
+  int64_t units_per_batch() const override { return int64_t(B_) * n_; }
+  const char* unit() const override { return "tokens"; }
+  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
+    if (corpus_.val.empty()) return nullptr;
+    const EvalResult r = gmlp::evaluate(model, *tok_, corpus_.val, batch, max_batches);
+    return {{"val_loss", r.loss}, {"val_bpb", r.bits_per_byte}, {"val_tokens", r.tokens}};
+  }
+  std::string summarize(const nlohmann::json& v) const override {
+    return "val loss " + std::to_string(v["val_loss"].get<double>()) + " nats, " +
+           std::to_string(v["val_bpb"].get<double>()) + " bits/byte";
+  }
+
+ private:
+  std::unique_ptr<Tokenizer> tok_;
+  TextCorpus corpus_;
+  int n_, B_;
+  std::vector<int32_t> buf_;
+  Batch batch_;
+};
+
+class MaskedLmTask : public TrainTask {
+ public:
+  MaskedLmTask(std::unique_ptr<Tokenizer> tok, const std::string& path, int n, int B, float val_fraction,
+               float mask_prob)
+      : tok_(std::move(tok)), corpus_(TextCorpus::load(path, *tok_, n, val_fraction)), n_(n), B_(B),
+        mask_prob_(mask_prob), raw_(size_t(B) * n), inputs_(size_t(B) * n), targets_(size_t(B) * n) {
+    batch_.B = B;
+    batch_.T = n;
+    batch_.stride = n;
+    batch_.tokens = inputs_.data();
+    batch_.targets = targets_.data();
+  }
+  std::string describe() const override {
+    return std::to_string(corpus_.train.size()) + " train / " + std::to_string(corpus_.val.size()) +
+           " val tokens from " + corpus_.path + ", window " + std::to_string(n_) + ", " +
+           std::to_string(int(std::lround(mask_prob_ * 100))) + "% masked";
+  }
+  int64_t data_signature() const override { return int64_t(corpus_.train.size() + corpus_.val.size()); }
+  const Batch& next_batch(Rng& rng) override {
+    sample_windows(corpus_.train, B_, n_, rng, raw_.data());
+    mask_rows(B_, rng);
+    batch_.B = B_;
+    return batch_;
+  }
+  int64_t units_per_batch() const override { return int64_t(B_) * n_; }
+  const char* unit() const override { return "tokens"; }
+  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
+    if (corpus_.val.empty()) return nullptr;
+    // The same corruption at every evaluation, so the numbers are comparable.
+    Rng rng(0x6d6c6d, 7);
+    NoGrad no_grad(model);
+    double nats = 0.0;
+    int64_t chosen = 0;
+    for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
+      // Windows of n sharing one token with the next: every held-out token is seen.
+      const int rows = eval_batch(corpus_.val, n_, std::min(batch, B_), k, raw_.data());
+      if (rows == 0) break;
+      const int64_t count = mask_rows(rows, rng);
+      batch_.B = rows;
+      nats += model.forward(batch_) * double(count);
+      chosen += count;
+    }
+    batch_.B = B_;
+    if (chosen == 0) return nullptr;
+    const double loss = nats / double(chosen);
+    return {{"val_loss", loss}, {"val_ppl", std::exp(loss)}, {"val_masked", chosen}};
+  }
+  std::string summarize(const nlohmann::json& v) const override {
+    return "val masked-token loss " + std::to_string(v["val_loss"].get<double>()) + " nats, perplexity " +
+           std::to_string(v["val_ppl"].get<double>());
+  }
+
+ private:
+  int64_t mask_rows(int rows, Rng& rng) {
+    int64_t count = 0;
+    for (int b = 0; b < rows; ++b)
+      count += mask_tokens(raw_.data() + size_t(b) * n_, n_, inputs_.data() + size_t(b) * n_,
+                           targets_.data() + size_t(b) * n_, *tok_, rng, mask_prob_);
+    return count;
+  }
+
+  std::unique_ptr<Tokenizer> tok_;
+  TextCorpus corpus_;
+  int n_, B_;
+  float mask_prob_;
+  std::vector<int32_t> raw_, inputs_, targets_;
+  Batch batch_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
+  const TrainConfig& tc = rc.train;
+  if (rc.model.task == "causal_lm")
+    return std::make_unique<CausalLmTask>(std::move(tok), in.data_path, rc.model.seq_len, tc.batch_size,
+                                          tc.val_fraction);
+  return std::make_unique<MaskedLmTask>(std::move(tok), in.data_path, rc.model.seq_len, tc.batch_size,
+                                        tc.val_fraction, tc.mask_prob);
+}
+
+}  // namespace gmlp

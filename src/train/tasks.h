@@ -1,0 +1,47 @@
+#pragma once
+// What the training loop needs from a task (docs/variants.md): batches, a held-out
+// evaluation, and a description for the log. One implementation per task:
+// causal LM and masked LM on a text corpus, sentence classification on labelled
+// lines, image classification on an IDX data set.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gmlp/config.h"
+#include "gmlp/model.h"
+#include "gmlp/rng.h"
+
+namespace gmlp {
+
+class TrainTask {
+ public:
+  virtual ~TrainTask() = default;
+  // One line for the start of the run: what the data is.
+  virtual std::string describe() const = 0;
+  // Changes when the data changes: a resumed run refuses different data.
+  virtual int64_t data_signature() const = 0;
+  // Draws the next training batch (all randomness from rng, so resumption is exact).
+  virtual const Batch& next_batch(Rng& rng) = 0;
+  // Units of work per batch for throughput: tokens (text) or images.
+  virtual int64_t units_per_batch() const = 0;
+  virtual const char* unit() const = 0;
+  // Metrics on the held-out data, every key prefixed "val_" (val_loss always), or
+  // null when there is no held-out data. max_batches <= 0: all of it.
+  virtual nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) = 0;
+  // A short human summary of evaluate()'s result.
+  virtual std::string summarize(const nlohmann::json& val) const = 0;
+};
+
+struct TaskInputs {
+  std::string data_path;  // LM/MLM corpus, classification training file, or image folder
+  std::string test_path;  // classification test file (vision: the folder's test split)
+};
+
+// Builds the task for cfg.model.task. May complete the model config from the data
+// (char vocabularies, class names, image normalisation); Errors name the file at fault.
+std::unique_ptr<TrainTask> make_task(RunConfig& cfg, const TaskInputs& in);
+
+}  // namespace gmlp

@@ -1,0 +1,134 @@
+// gmlp classify: label sentences with a classifier checkpoint (task "classify").
+// gmlp classify-image: label an image file with a vision checkpoint.
+// Also the classifier half of `gmlp eval`: top-1 and the confusion matrix.
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+
+#include "commands.h"
+#include "gmlp/checkpoint.h"
+#include "gmlp/classify.h"
+#include "gmlp/error.h"
+#include "gmlp/image.h"
+#include "gmlp/text_data.h"
+#include "gmlp/tokenizer.h"
+
+namespace gmlp::cli {
+namespace {
+
+std::vector<std::string> names_of(const ModelConfig& c) {
+  std::vector<std::string> names;
+  for (int i = 0; i < c.n_classes; ++i) names.push_back(class_name(c, i));
+  return names;
+}
+
+// The k most likely classes, most likely first.
+std::vector<int> top_classes(const std::vector<float>& p, int k) {
+  std::vector<int> idx(p.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min<int>(k, int(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return p[a] > p[b]; });
+  idx.resize(size_t(k));
+  return idx;
+}
+
+void print_prediction(const ModelConfig& c, const std::vector<float>& p, int k, const std::string& what) {
+  const auto top = top_classes(p, k);
+  std::printf("%s", class_name(c, top[0]).c_str());
+  for (int i : top) std::printf("%s%s %.4f", i == top[0] ? "\t" : "  ", class_name(c, i).c_str(), p[size_t(i)]);
+  if (!what.empty()) std::printf("\t%s", what.c_str());
+  std::printf("\n");
+}
+
+struct ClassifyArgs {
+  std::string model = "runs/finetune", file;
+  std::vector<std::string> texts;
+  int top = 3;
+};
+
+int run_classify(const ClassifyArgs& a) {
+  auto model = load_model(resolve_model_path(a.model));
+  const ModelConfig& c = model->config();
+  require(c.task == "classify", "'" + a.model + "' is a \"" + c.task + "\" model, not a sentence classifier");
+  require(a.top >= 1, "--top must be >= 1");
+  auto tok = tokenizer_from_json(c.tokenizer);
+  std::vector<std::string> texts = a.texts;
+  if (!a.file.empty()) {
+    std::ifstream f(a.file);
+    require(f.good(), "cannot open '" + a.file + "'");
+    for (std::string line; std::getline(f, line);)
+      if (!line.empty()) texts.push_back(line);
+  }
+  require(!texts.empty(), "nothing to classify: give --text or --file");
+  for (const auto& t : texts) print_prediction(c, classify_text(*model, *tok, t), a.top, t);
+  return 0;
+}
+
+struct ImageArgs {
+  std::string model = "runs/mnist";
+  std::vector<std::string> images;
+  int top = 3;
+};
+
+int run_classify_image(const ImageArgs& a) {
+  auto model = load_model(resolve_model_path(a.model));
+  const ModelConfig& c = model->config();
+  require(c.task == "vision", "'" + a.model + "' is a \"" + c.task + "\" model, not an image classifier");
+  require(a.top >= 1, "--top must be >= 1");
+  for (const auto& path : a.images) {
+    Image img = load_image(path, c.image_channels, c.image_height, c.image_width);
+    if (!c.normalization.is_null())
+      normalize(img.pixels.data(), 1, c.image_channels, size_t(c.image_height) * c.image_width,
+                Normalization::from_json(c.normalization, path));
+    print_prediction(c, classify_image(*model, img.pixels.data()), a.top, path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_classifier_eval(Model& model, const std::string& data, int batch, bool json) {
+  const ModelConfig& c = model.config();
+  ClassEval ev;
+  std::string what;
+  if (c.task == "vision") {
+    ImageSet test = load_image_dataset(data, "test", c.n_classes);
+    normalize_for_model(c, test);
+    ev = evaluate_images(model, test, batch);
+    what = data + " (test split)";
+  } else {
+    auto tok = tokenizer_from_json(c.tokenizer);
+    const LabelledSet test = load_labelled(data, names_of(c));
+    ev = evaluate_texts(model, *tok, test, batch);
+    what = data;
+  }
+  if (json) {
+    std::printf("%s\n", nlohmann::json({{"data", data}, {"examples", ev.examples}, {"loss", ev.loss},
+                                        {"accuracy", ev.accuracy}, {"confusion", confusion_json(ev.confusion, names_of(c))}})
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("%s: top-1 accuracy %.4f (%lld examples), loss %.4f nats\n\n%s", what.c_str(), ev.accuracy,
+                (long long)ev.examples, ev.loss, format_confusion(ev.confusion, names_of(c)).c_str());
+  }
+  return 0;
+}
+
+void add_classify(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<ClassifyArgs>();
+  auto* c = app.add_subcommand("classify", "Label sentences with a classifier checkpoint (gmlp finetune)");
+  c->add_option("--model", a->model, "Checkpoint file or run directory")->capture_default_str();
+  c->add_option("--text", a->texts, "A sentence to classify (repeatable)");
+  c->add_option("--file", a->file, "A file of sentences, one a line");
+  c->add_option("--top", a->top, "Classes to show per sentence")->capture_default_str();
+  c->callback([a, &exit_code] { exit_code = run_classify(*a); });
+
+  auto b = std::make_shared<ImageArgs>();
+  auto* ci = app.add_subcommand("classify-image", "Label PNG/PGM/PPM images with a vision checkpoint");
+  ci->add_option("--model", b->model, "Checkpoint file or run directory")->capture_default_str();
+  ci->add_option("images,--image", b->images, "Image files (resized and converted to the model's input)")->required();
+  ci->add_option("--top", b->top, "Classes to show per image")->capture_default_str();
+  ci->callback([b, &exit_code] { exit_code = run_classify_image(*b); });
+}
+
+}  // namespace gmlp::cli
