@@ -1,11 +1,12 @@
 // The cached decoder. prefill() is the training forward on one sequence, keeping each
-// layer's normalised gate; step() does one token with plain loops, threaded only where
-// a matrix is large enough to repay the fork/join.
+// layer's normalised gate (and aMLP's q|k|v rows); step() does one token with plain
+// loops, threaded only where a matrix is large enough to repay the fork/join.
 #include "gmlp/decoder.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gmlp/error.h"
 #include "ops/fast_math.h"
@@ -41,35 +42,95 @@ void gemv(const float* W, int out, int in, const float* x, const float* b, float
   }
 }
 
-// F[c] = bias + sum_{j < rows} w[j] G[j, c]: the cached gates weighted by row i of W.
-void mix_history(const float* G, int rows, int cols, const float* w, float bias, float* F) {
+// F[c] = bias + sum_{j < rows} w[j] G[j, c] for c < cols: the cached gates (rows ldg
+// apart) weighted by row i of W. One head's channel group is a column slice of G.
+void mix_history(const float* G, int ldg, int rows, int cols, const float* w, float bias, float* F) {
 #pragma omp parallel for schedule(static) if (int64_t(rows) * cols >= kParallelMacs)
   for (int c0 = 0; c0 < cols; c0 += 64) {
     const int c1 = std::min(cols, c0 + 64);
     for (int c = c0; c < c1; ++c) F[c] = bias;
     for (int j = 0; j < rows; ++j) {
       const float wj = w[j];
-      const float* g = G + size_t(j) * cols;
+      const float* g = G + size_t(j) * ldg;
 #pragma omp simd
       for (int c = c0; c < c1; ++c) F[c] += wj * g[c];
     }
   }
 }
 
+ops::SguKind sgu_kind(const std::string& s) {
+  if (s == "linear") return ops::SguKind::linear;
+  if (s == "additive") return ops::SguKind::additive;
+  if (s == "multiplicative") return ops::SguKind::multiplicative;
+  return ops::SguKind::split;
+}
+
+// aMLP at position i: appends this token's q|k|v row to the cache (qkv [n, 3 da]) and
+// writes A = softmax(q K^T / sqrt(da)) V Wo^T + bo over the keys j <= i, as the
+// training attention computes it.
+void attention_step(const BlockParams& p, int d, int da, int dout, int i, const float* h, float* qkv,
+                    float* P, float* O, float* A) {
+  const int q3 = 3 * da;
+  float* row = qkv + size_t(i) * q3;
+  gemv(p.attn_qkv_w, q3, d, h, p.attn_qkv_b, row, false);
+  const float scale = 1.f / std::sqrt(float(da));
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j <= i; ++j) {
+    const float* k = qkv + size_t(j) * q3 + da;
+    float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+    for (int c = 0; c < da; ++c) acc += row[c] * k[c];
+    P[j] = scale * acc;
+    mx = std::max(mx, P[j]);
+  }
+  double sum = 0.0;
+  for (int j = 0; j <= i; ++j) {
+    P[j] = std::exp(P[j] - mx);
+    sum += P[j];
+  }
+  const float inv = float(1.0 / sum);
+  std::fill(O, O + da, 0.f);
+  for (int j = 0; j <= i; ++j) {
+    const float pj = P[j] * inv;
+    const float* v = qkv + size_t(j) * q3 + 2 * da;
+#pragma omp simd
+    for (int c = 0; c < da; ++c) O[c] += pj * v[c];
+  }
+  gemv(p.attn_out_w, dout, da, O, p.attn_out_b, A, false);
+}
+
 }  // namespace
+
+bool Decoder::supports(const ModelConfig& c) { return c.task == "causal_lm"; }
 
 Decoder::Decoder(const Model& model)
     : model_(model), cfg_(model.config()), w_(param_views(cfg_, const_cast<float*>(model.weights()))) {
-  const size_t n = size_t(cfg_.seq_len), d = size_t(cfg_.d_model), f = size_t(cfg_.d_ffn), h = f / 2;
-  gates_.assign(size_t(cfg_.n_layers), std::vector<float>(n * h));
+  require(supports(cfg_), "the cached decoder needs a causal language model; this one is \"" + cfg_.task + "\"");
+  const size_t n = size_t(cfg_.seq_len), d = size_t(cfg_.d_model), f = size_t(cfg_.d_ffn),
+               L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), H = size_t(cfg_.sgu_heads);
+  g_ = cfg_.gate_channels();
+  s_ = cfg_.branch_channels();
+  goff_ = cfg_.sgu == "split" ? cfg_.d_ffn / 2 : 0;
+  gh_ = g_ / cfg_.sgu_heads;
+  const size_t g = size_t(g_), s = size_t(s_);
+  if (cfg_.has_sgu()) {
+    gates_.assign(L, std::vector<float>(n * g));
+    F_.resize(n * g);
+    gstats_.resize(2 * n);
+    if (cfg_.spatial == "toeplitz") Wd_.resize(H * n * n);
+  }
+  if (da > 0) {
+    qkv_.assign(L, std::vector<float>(n * 3 * da));
+    P_.resize(n * n);
+    O_.resize(n * da);
+    A_.resize(n * g);
+  }
   x_.resize(n * d);
   h_.resize(n * d);
   u_.resize(n * f);
   z_.resize(n * f);
-  F_.resize(n * h);
-  S_.resize(n * h);
+  S_.resize(n * s);
   logits_.resize(size_t(cfg_.vocab_size));
-  gstats_.resize(2 * n);
   if (cfg_.pos_embedding == "sinusoidal") {
     pe_.resize(n * d);
     ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe_.data());
@@ -81,25 +142,58 @@ void Decoder::reset() { len_ = 0; }
 const float* Decoder::prefill(const int32_t* tokens, int T) {
   require(T >= 1 && T <= cfg_.seq_len, "prefill: " + std::to_string(T) + " tokens do not fit the window of " +
                                            std::to_string(cfg_.seq_len));
-  const int d = cfg_.d_model, f = cfg_.d_ffn, h = f / 2, V = cfg_.vocab_size;
+  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, s = s_, V = cfg_.vocab_size;
   for (int t = 0; t < T; ++t)
     require(tokens[t] >= 0 && tokens[t] < V, "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-  const bool tanh_gelu = cfg_.gelu == "tanh";
+  len_ = 0;
+  const bool tanh_gelu = cfg_.gelu == "tanh", toeplitz = cfg_.spatial == "toeplitz";
   float* x = x_.data();
   ops::embedding_forward(w_.embed, d, tokens, T, 1, pe_.empty() ? nullptr : pe_.data(), x);
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const BlockParams& p = w_.blocks[size_t(l)];
-    float* G = gates_[size_t(l)].data();
     ops::layernorm_forward(x, d, T, d, p.norm_w, p.norm_b, cfg_.norm_eps, h_.data(), d, nullptr, nullptr);
     ops::linear_forward(h_.data(), T, d, p.proj_in_w, p.proj_in_b, f, u_.data());
     ops::gelu_forward(u_.data(), z_.data(), int64_t(T) * f, tanh_gelu);
-    // The training SGU, with the layer's gate cache as its gate buffer: prefill leaves
-    // exactly the rows step() extends.
-    const ops::SguParams sp{p.sgu_norm_w, p.sgu_norm_b, p.spatial_w, p.spatial_b, cfg_.seq_len, cfg_.norm_eps};
-    ops::sgu_forward(sp, z_.data(), T, 1, h, S_.data(), gstats_.data(), gstats_.data() + cfg_.seq_len, F_.data(), G);
+    const float* branch = z_.data();  // s(Z) = Z for "none"
+    if (cfg_.has_sgu()) {
+      const float* extra = nullptr;
+      if (cfg_.d_attn > 0) {
+        // The training attention, writing its q|k|v rows straight into the layer's cache.
+        const ops::AttnParams ap{p.attn_qkv_w, p.attn_qkv_b, p.attn_out_w, p.attn_out_b, d, cfg_.d_attn, f / 2,
+                                 true, nullptr};
+        ops::tiny_attention_forward(ap, h_.data(), T, 1, qkv_[size_t(l)].data(), P_.data(), O_.data(), A_.data());
+        extra = A_.data();
+      }
+      // The training SGU, with the layer's gate cache as its gate buffer: prefill leaves
+      // exactly the rows step() extends.
+      ops::SguParams sp;
+      sp.kind = sgu_kind(cfg_.sgu);
+      sp.norm_w = p.sgu_norm_w;
+      sp.norm_b = p.sgu_norm_b;
+      sp.bias = p.spatial_b;
+      sp.n = n;
+      sp.heads = cfg_.sgu_heads;
+      sp.causal = true;
+      sp.eps = cfg_.sgu_norm_eps;
+      if (toeplitz) {
+        const int64_t wsz = cfg_.spatial_weight_size();
+        for (int k = 0; k < cfg_.sgu_heads; ++k)
+          ops::toeplitz_materialize(p.spatial_w + k * wsz, n, true, T, Wd_.data() + int64_t(k) * T * T);
+        sp.W = Wd_.data();
+        sp.ldw = T;
+        sp.w_head_stride = int64_t(T) * T;
+      } else {
+        sp.W = p.spatial_w;
+        sp.ldw = n;
+        sp.w_head_stride = int64_t(n) * n;
+      }
+      ops::sgu_forward(sp, z_.data(), T, 1, f, S_.data(), gstats_.data(), gstats_.data() + n, F_.data(),
+                       gates_[size_t(l)].data(), extra);
+      branch = S_.data();
+    }
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < d; ++c) x[size_t(t) * d + c] += p.proj_out_b[c];
-    ops::gemm(false, true, T, d, h, 1.f, S_.data(), h, p.proj_out_w, h, 1.f, x, d);
+    ops::gemm(false, true, T, d, s, 1.f, branch, s, p.proj_out_w, s, 1.f, x, d);
   }
   len_ = T;
   const float* last = x + size_t(T - 1) * d;
@@ -110,9 +204,12 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
 
 const float* Decoder::step(int32_t token) {
   require(len_ < cfg_.seq_len, "step: the context is full (" + std::to_string(cfg_.seq_len) + " tokens)");
-  const int d = cfg_.d_model, f = cfg_.d_ffn, h = f / 2, V = cfg_.vocab_size, i = len_;
+  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, g = g_, gh = gh_, V = cfg_.vocab_size, i = len_;
   require(token >= 0 && token < V, "step: token id " + std::to_string(token) + " outside the vocabulary");
-  const bool tanh_gelu = cfg_.gelu == "tanh";
+  const bool tanh_gelu = cfg_.gelu == "tanh", toeplitz = cfg_.spatial == "toeplitz";
+  const ops::SguKind kind = sgu_kind(cfg_.sgu);
+  const int heads = cfg_.sgu_heads;
+  const int64_t wsz = cfg_.spatial_weight_size();
   float* x = x_.data();
   const float* e = w_.embed + size_t(token) * d;
   for (int c = 0; c < d; ++c) x[c] = e[c] + (pe_.empty() ? 0.f : pe_[size_t(i) * d + c]);
@@ -121,7 +218,6 @@ const float* Decoder::step(int32_t token) {
   float* F = F_.data();
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const BlockParams& p = w_.blocks[size_t(l)];
-    float* G = gates_[size_t(l)].data();
     layernorm_row(x, d, p.norm_w, p.norm_b, cfg_.norm_eps, h_.data());
     gemv(p.proj_in_w, f, d, h_.data(), p.proj_in_b, u, false);
     if (tanh_gelu) {
@@ -131,11 +227,44 @@ const float* Decoder::step(int32_t token) {
 #pragma omp simd
       for (int c = 0; c < f; ++c) z[c] = ops::fast::gelu_erf(u[c]);
     }
-    layernorm_row(z + h, h, p.sgu_norm_w, p.sgu_norm_b, cfg_.norm_eps, G + size_t(i) * h);
-    // F = b_i + G[0..i]^T W[i, 0..i]: the only place the history enters.
-    mix_history(G, i + 1, h, p.spatial_w + size_t(i) * cfg_.seq_len, p.spatial_b[i], F);
-    for (int c = 0; c < h; ++c) F[c] *= z[c];
-    gemv(p.proj_out_w, d, h, F, p.proj_out_b, x, true);
+    if (!cfg_.has_sgu()) {
+      gemv(p.proj_out_w, d, f, z, p.proj_out_b, x, true);
+      continue;
+    }
+    float* G = gates_[size_t(l)].data();
+    layernorm_row(z + goff_, g, p.sgu_norm_w, p.sgu_norm_b, cfg_.sgu_norm_eps, G + size_t(i) * g);
+    // F = b_k[i] + G[0..i]^T W_k[i, 0..i] per head k: the only place the history enters.
+    const int bi = std::min(i, n - 1);
+    for (int k = 0; k < heads; ++k) {
+      const float* wrow;
+      if (toeplitz) {
+        // Row i of the causal Toeplitz matrix, W[i, j] = w[i - j] for j <= i (i < n).
+        const float* wk = p.spatial_w + k * wsz;
+        float* r = Wd_.data() + size_t(k) * n;
+        for (int j = 0; j <= i; ++j) r[j] = wk[i - j];
+        wrow = r;
+      } else {
+        wrow = p.spatial_w + k * wsz + size_t(i) * n;
+      }
+      mix_history(G + k * gh, g, i + 1, gh, wrow, p.spatial_b[size_t(k) * n + bi], F + k * gh);
+    }
+    if (cfg_.d_attn > 0) {
+      attention_step(p, d, cfg_.d_attn, f / 2, i, h_.data(), qkv_[size_t(l)].data(), P_.data(), O_.data(),
+                     A_.data());
+      for (int c = 0; c < g; ++c) F[c] += A_[size_t(c)];
+    }
+    switch (kind) {
+      case ops::SguKind::split:  // Z1 = z[0, g)
+      case ops::SguKind::multiplicative:
+        for (int c = 0; c < g; ++c) F[c] *= z[c];
+        break;
+      case ops::SguKind::additive:
+        for (int c = 0; c < g; ++c) F[c] += z[c];
+        break;
+      case ops::SguKind::linear:
+        break;
+    }
+    gemv(p.proj_out_w, d, g, F, p.proj_out_b, x, true);
   }
   ++len_;
   layernorm_row(x, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, h_.data());
