@@ -155,9 +155,13 @@ void ModelConfig::validate() const {
     for (auto [key, v] : {std::pair<const char*, int>{"image_channels", image_channels}, {"image_height", image_height},
                           {"image_width", image_width}, {"patch_height", patch_height}, {"patch_width", patch_width}})
       check_positive(v, key);
-    require(image_height % patch_height == 0 && image_width % patch_width == 0,
-            "config: patches of " + std::to_string(patch_height) + "x" + std::to_string(patch_width) +
-                " do not tile images of " + std::to_string(image_height) + "x" + std::to_string(image_width));
+    // "do not tile" names the problem; the keys name where it is.
+    require(image_height % patch_height == 0,
+            "config: patches do not tile the image: 'patch_height' = " + std::to_string(patch_height) +
+                " does not divide 'image_height' = " + std::to_string(image_height));
+    require(image_width % patch_width == 0,
+            "config: patches do not tile the image: 'patch_width' = " + std::to_string(patch_width) +
+                " does not divide 'image_width' = " + std::to_string(image_width));
     const int grid = (image_height / patch_height) * (image_width / patch_width);
     require(seq_len == grid, "config: a " + std::to_string(image_height) + "x" + std::to_string(image_width) +
                                  " image in " + std::to_string(patch_height) + "x" + std::to_string(patch_width) +

@@ -1,0 +1,492 @@
+// End-to-end runs of the non-LM tasks through the real `gmlp` binary, on tiny data
+// written into temp dirs: masked-LM pretraining, sentence classification (train, eval,
+// classify, finetune from the masked LM), vision on a synthetic IDX set (train, eval,
+// classify-image), the s(Z) ablation, exact resumption, and clear failures.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmlp/checkpoint.h"
+#include "gmlp/safetensors.h"
+#include "gmlp/tokenizer.h"
+#include "gmlp/trainer.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_command;
+
+// A real English text present on every Debian system (base-files), about 35 KB.
+const std::string kText = "/usr/share/common-licenses/GPL-3";
+// A model that trains a step in about a millisecond.
+const std::string kTiny =
+    " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
+    " --batch-size 8 --set train.warmup=2 --set train.eval_batches=4 --no-progress";
+
+std::string gmlp() { return test::gmlp_exe(); }
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::vector<double> train_losses(const std::string& run_dir) {
+  std::vector<double> out;
+  for (const auto& j : read_jsonl(metrics_file(run_dir)))
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Two checkpoints hold the same tensors, bit for bit.
+::testing::AssertionResult same_weights(const std::string& a, const std::string& b) {
+  const auto fa = SafeTensorsFile::load(a), fb = SafeTensorsFile::load(b);
+  if (fa.names() != fb.names()) return ::testing::AssertionFailure() << "different tensor names";
+  for (const auto& n : fa.names())
+    if (fa.read_f32(n) != fb.read_f32(n)) return ::testing::AssertionFailure() << "tensor " << n << " differs";
+  return ::testing::AssertionSuccess();
+}
+
+// ---- synthetic data
+
+// Three classes of sentences told apart by their keywords, with shared filler words.
+void write_sentences(const std::string& path, int per_class, uint32_t seed) {
+  const std::vector<std::string> names = {"animals", "colours", "numbers"};
+  const std::vector<std::vector<std::string>> words = {{"cat", "dog", "horse", "sheep", "goat", "bird"},
+                                                       {"red", "blue", "green", "yellow", "pink", "grey"},
+                                                       {"one", "two", "three", "seven", "nine", "ten"}};
+  const std::vector<std::string> filler = {"the", "and", "a", "of", "we", "saw"};
+  std::mt19937 rng(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < per_class; ++i)
+    for (int k = 0; k < 3; ++k) {
+      std::string text;
+      for (int w = 0; w < 4; ++w) {
+        text += (w ? " " : "") + filler[rng() % filler.size()];
+        text += " " + words[size_t(k)][rng() % words[size_t(k)].size()];
+      }
+      f << names[size_t(k)] << "\t" << text << "\n";
+    }
+}
+
+void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
+  std::ofstream f(path, std::ios::binary);
+  const uint8_t magic[4] = {0, 0, 0x08, uint8_t(dims.size())};
+  f.write(reinterpret_cast<const char*>(magic), 4);
+  for (uint32_t d : dims) {
+    const uint8_t be[4] = {uint8_t(d >> 24), uint8_t(d >> 16), uint8_t(d >> 8), uint8_t(d)};
+    f.write(reinterpret_cast<const char*>(be), 4);
+  }
+  f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+}
+
+// An 8x8 grey image of class k: dim noise, with quadrant k (top-left, top-right,
+// bottom-left) bright.
+std::vector<uint8_t> quadrant_image(int k, std::mt19937& rng) {
+  std::vector<uint8_t> px(64);
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x) {
+      const int q = (y >= 4) * 2 + (x >= 4);
+      px[size_t(y) * 8 + x] = uint8_t(q == k ? 180 + rng() % 76 : rng() % 70);
+    }
+  return px;
+}
+
+const std::vector<std::string> kQuadrants = {"top-left", "top-right", "bottom-left"};
+
+// An MNIST-style folder: 64 train and 32 test images, classes.txt with the names.
+void write_vision_set(const std::string& dir) {
+  fs::create_directories(dir);
+  std::mt19937 rng(5);
+  for (auto [stem, n] : {std::pair<std::string, int>{"train", 64}, {"t10k", 32}}) {
+    std::vector<uint8_t> images, labels;
+    for (int i = 0; i < n; ++i) {
+      const int k = int(rng() % 3);
+      const auto px = quadrant_image(k, rng);
+      images.insert(images.end(), px.begin(), px.end());
+      labels.push_back(uint8_t(k));
+    }
+    write_idx(dir + "/" + stem + "-images-idx3-ubyte", {uint32_t(n), 8, 8}, images);
+    write_idx(dir + "/" + stem + "-labels-idx1-ubyte", {uint32_t(n)}, labels);
+  }
+  std::ofstream(dir + "/classes.txt") << "top-left\ntop-right\nbottom-left\n";
+}
+
+void write_pgm(const std::string& path, const std::vector<uint8_t>& px, int h, int w) {
+  std::ofstream f(path, std::ios::binary);
+  f << "P5\n" << w << " " << h << "\n255\n";
+  f.write(reinterpret_cast<const char*>(px.data()), std::streamsize(px.size()));
+}
+
+const std::string kVisionTiny =
+    " --task vision --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --batch-size 16"
+    " --set train.warmup=5 --set train.min_lr=3e-3 --lr 1e-2 --no-progress";
+
+// ---- masked LM
+
+TEST(TasksCli, MaskedLmTrainsAndItsCheckpointHasTheSpecials) {
+  test::TempDir dir("tasks_mlm");
+  const std::string out = dir.file("run");
+  auto r = run_command(gmlp() + " train --task mlm --data " + kText + " --out " + out +
+                       " --steps 20 --eval-every 10 --log-every 5" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "perplexity")) << r.output;
+  int vals = 0;
+  for (const auto& j : read_jsonl(metrics_file(out)))
+    if (j.contains("val_ppl")) {
+      ++vals;
+      EXPECT_GT(j["val_ppl"].get<double>(), 1.0);
+      EXPECT_LT(j["val_ppl"].get<double>(), 400.0) << "a masked byte model starts near 258";
+      EXPECT_GT(j["val_masked"].get<int64_t>(), 0);
+    }
+  EXPECT_EQ(vals, 2);
+  EXPECT_EQ(train_losses(out).size(), 4u);
+  auto m = load_model(model_file(out));
+  EXPECT_EQ(m->config().task, "mlm");
+  EXPECT_EQ(m->config().vocab_size, 258) << "[PAD] and [MASK] appended to the 256 bytes";
+  auto tok = tokenizer_from_json(m->config().tokenizer);
+  EXPECT_EQ(tok->pad_id(), 256);
+  EXPECT_EQ(tok->mask_id(), 257);
+  EXPECT_EQ(m->param("head.weight").shape, (std::vector<int64_t>{258, 16}));
+  // A masked LM is not scored by `gmlp eval`: it says so instead of printing nonsense.
+  r = run_command(gmlp() + " eval --model " + out + " --data " + kText);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "\"mlm\"")) << r.output;
+}
+
+TEST(TasksCli, MaskedLmResumesExactly) {
+  test::TempDir dir("tasks_mlm_resume");
+  const std::string common = " train --task mlm --data " + kText +
+                             " --steps 16 --log-every 1 --eval-every 6 --ckpt-every 5 --set model.d_attn=8" + kTiny;
+  auto r = run_command(gmlp() + common + " --out " + dir.file("straight"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + common + " --out " + dir.file("split") + " --stop-after 7");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "interrupted after 7 steps")) << r.output;
+  r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(train_losses(dir.file("straight")), train_losses(dir.file("split")));
+  EXPECT_EQ(read_jsonl(metrics_file(dir.file("straight"))).size(), read_jsonl(metrics_file(dir.file("split"))).size());
+  EXPECT_TRUE(same_weights(model_file(dir.file("straight")), model_file(dir.file("split"))));
+  EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))))
+      << "the checkpoints (config metadata included) differ";
+}
+
+// ---- vision
+
+TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
+  test::TempDir dir("tasks_vision_resume");
+  write_vision_set(dir.file("data"));
+  // Shifts and stochastic depth draw from the run's RNG: resumption must restore it.
+  const std::string common = " train --data " + dir.file("data") + kVisionTiny +
+                             " --steps 14 --log-every 1 --eval-every 5 --ckpt-every 4"
+                             " --set model.survival_prob=0.7 --set train.augment_shift=1";
+  auto r = run_command(gmlp() + common + " --out " + dir.file("straight"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + common + " --out " + dir.file("split") + " --stop-after 6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = train_losses(dir.file("straight"));
+  EXPECT_EQ(a.size(), 14u);
+  EXPECT_EQ(a, train_losses(dir.file("split")));
+  EXPECT_TRUE(same_weights(model_file(dir.file("straight")), model_file(dir.file("split"))));
+  EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))))
+      << "the checkpoints (config metadata included) differ";
+  // A different seed gives a different run (so the equality above is not vacuous).
+  r = run_command(gmlp() + common + " --out " + dir.file("other") + " --seed 9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(a, train_losses(dir.file("other")));
+}
+
+TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {
+  test::TempDir dir("tasks_vision");
+  const std::string data = dir.file("data"), out = dir.file("run");
+  write_vision_set(data);
+  auto r = run_command(gmlp() + " train --data " + data + " --out " + out + kVisionTiny + " --steps 80 --eval-every 40");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "accuracy")) << r.output;
+  // The image shape, patches and classes came from the data.
+  auto m = load_model(model_file(out));
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.task, "vision");
+  EXPECT_EQ(c.image_channels, 1);
+  EXPECT_EQ(c.image_height, 8);
+  EXPECT_EQ(c.image_width, 8);
+  EXPECT_EQ(c.patch_height, 4);
+  EXPECT_EQ(c.seq_len, 4);
+  EXPECT_EQ(c.n_classes, 3);
+  EXPECT_EQ(c.class_names, kQuadrants);
+  EXPECT_FALSE(c.normalization.is_null()) << "the training set's normalisation is stored with the model";
+  EXPECT_EQ(m->param("patch.weight").shape, (std::vector<int64_t>{16, 16}));
+
+  r = run_command(gmlp() + " eval --model " + out + " --data " + data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch mt;
+  ASSERT_TRUE(std::regex_search(r.output, mt, std::regex("top-1 accuracy ([0-9.]+) \\(32 examples\\)"))) << r.output;
+  // Bright quadrant vs dim noise is learned within 80 steps (1.0 in practice).
+  EXPECT_GT(std::stod(mt[1].str()), 0.9) << r.output;
+  for (const auto& name : kQuadrants) EXPECT_TRUE(contains(r.output, name)) << "confusion names " << name << "\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "recall")) << r.output;
+  r = run_command(gmlp() + " eval --json --model " + out + " --data " + data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["examples"], 32);
+  int64_t total = 0;
+  for (const auto& row : j["confusion"]["matrix"])
+    for (const auto& v : row) total += v.get<int64_t>();
+  EXPECT_EQ(total, 32);
+
+  // One image file per class, read through the PGM parser and the stored normalisation.
+  std::mt19937 rng(99);
+  for (int k = 0; k < 3; ++k) {
+    const std::string img = dir.file("q" + std::to_string(k) + ".pgm");
+    write_pgm(img, quadrant_image(k, rng), 8, 8);
+    r = run_command(gmlp() + " classify-image --model " + out + " " + img);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.rfind(kQuadrants[size_t(k)] + "\t", 0), 0u) << "first the predicted class:\n" << r.output;
+    EXPECT_TRUE(contains(r.output, img)) << r.output;
+  }
+  // A larger image is resized to the model's 8x8.
+  std::vector<uint8_t> big(16 * 16, 10);
+  for (int y = 0; y < 8; ++y)
+    for (int x = 8; x < 16; ++x) big[size_t(y) * 16 + x] = 240;
+  write_pgm(dir.file("big.pgm"), big, 16, 16);
+  r = run_command(gmlp() + " classify-image --model " + out + " --top 1 " + dir.file("big.pgm"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("top-right\t", 0), 0u) << r.output;
+}
+
+// ---- sentence classification and fine-tuning
+
+TEST(TasksCli, ClassifyTrainEvalClassifyAndFinetune) {
+  test::TempDir dir("tasks_classify");
+  const std::string train_tsv = dir.file("train.tsv"), test_tsv = dir.file("test.tsv");
+  write_sentences(train_tsv, 30, 1);
+  write_sentences(test_tsv, 10, 2);
+  const std::string clf = dir.file("clf");
+  const std::string sizes =
+      " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=48"
+      " --batch-size 16 --set train.warmup=5 --no-progress";
+  auto r = run_command(gmlp() + " train --task classify --data " + train_tsv + " --test " + test_tsv + " --out " +
+                       clf + " --steps 60 --eval-every 30 --lr 1e-2" + sizes);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "accuracy")) << r.output;
+  int vals = 0;
+  for (const auto& j : read_jsonl(metrics_file(clf)))
+    if (j.contains("val_acc")) {
+      ++vals;
+      EXPECT_EQ(j["val_examples"], 30);
+    }
+  EXPECT_EQ(vals, 2);
+  auto m = load_model(model_file(clf));
+  EXPECT_EQ(m->config().task, "classify");
+  EXPECT_EQ(m->config().n_classes, 3);
+  EXPECT_EQ(m->config().class_names, (std::vector<std::string>{"animals", "colours", "numbers"}));
+
+  r = run_command(gmlp() + " eval --model " + clf + " --data " + test_tsv);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch mt;
+  ASSERT_TRUE(std::regex_search(r.output, mt, std::regex("top-1 accuracy ([0-9.]+) \\(30 examples\\)"))) << r.output;
+  // Keywords decide the class: learned within 60 steps (0.97 to 1.0 over seeds).
+  EXPECT_GT(std::stod(mt[1].str()), 0.8) << r.output;
+  for (const char* name : {"animals", "colours", "numbers", "recall"}) EXPECT_TRUE(contains(r.output, name)) << r.output;
+
+  const std::vector<std::pair<std::string, std::string>> texts = {{"colours", "the red and blue a green we yellow"},
+                                                                  {"animals", "we dog the cat a horse of goat"},
+                                                                  {"numbers", "and one the two saw nine a ten"}};
+  std::string cmd = gmlp() + " classify --model " + clf;
+  for (const auto& [label, text] : texts) cmd += " --text '" + text + "'";
+  r = run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> lines;
+  {
+    std::istringstream is(r.output);
+    for (std::string l; std::getline(is, l);)
+      if (!l.empty()) lines.push_back(l);
+  }
+  ASSERT_EQ(lines.size(), texts.size()) << r.output;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(lines[i].substr(0, lines[i].find('\t')), texts[i].first) << lines[i];
+    EXPECT_TRUE(contains(lines[i], texts[i].second)) << lines[i];
+  }
+
+  // Fine-tuning a masked LM: its encoder initialises the classifier (not its head).
+  const std::string mlm = dir.file("mlm");
+  r = run_command(gmlp() + " train --task mlm --data " + kText + " --out " + mlm + " --steps 5" + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ft = dir.file("ft");
+  r = run_command(gmlp() + " finetune --init-from " + mlm + " --data " + train_tsv + " --test " + test_tsv + " --out " +
+                  ft + " --steps 5 --eval-every 5 --batch-size 8 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 2 blocks x 10 tensors + embedding + final norm (2): every tensor but the head's two.
+  EXPECT_TRUE(contains(r.output, "23 of 25 tensors initialised from")) << r.output;
+  auto fm = load_model(model_file(ft));
+  EXPECT_EQ(fm->config().task, "classify");
+  EXPECT_EQ(fm->config().seq_len, 16) << "the architecture is the checkpoint's";
+  EXPECT_EQ(fm->config().tokenizer, load_model(model_file(mlm))->config().tokenizer);
+  r = run_command(gmlp() + " finetune --init-from " + mlm + " --scratch --data " + train_tsv + " --test " + test_tsv +
+                  " --out " + dir.file("scratch") + " --steps 5 --eval-every 5 --batch-size 8 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "initialised from")) << r.output;
+  auto sm = load_model(model_file(dir.file("scratch")));
+  EXPECT_EQ(sm->config().to_json()["d_model"], 16);
+  // A vision checkpoint cannot seed a text classifier.
+  auto vision_cfg = ModelConfig::from_json({{"task", "vision"}, {"n_classes", 3}, {"image_channels", 1},
+                                            {"image_height", 8}, {"image_width", 8}, {"patch_height", 4},
+                                            {"patch_width", 4}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}},
+                                           "test");
+  Model vm(vision_cfg);
+  save_model(vm, dir.file("vision.safetensors"));
+  r = run_command(gmlp() + " finetune --init-from " + dir.file("vision.safetensors") + " --data " + train_tsv +
+                  " --out " + dir.file("bad") + " --steps 2 --no-progress");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "vision model")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("bad")));
+}
+
+// ---- the ablation
+
+TEST(TasksCli, AblateTwoVariants) {
+  test::TempDir dir("tasks_ablate");
+  const std::string out = dir.file("abl");
+  auto r = run_command(gmlp() + " ablate --variants split none --steps 5 --data " + kText + " --out " + out +
+                       " --no-progress --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=1"
+                       " --set model.seq_len=16 --set train.batch_size=8 --set train.warmup=1"
+                       " --set train.eval_batches=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "split: Z1 * f(Z2) (gMLP)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "none: s(Z) = Z")) << r.output;
+  EXPECT_TRUE(contains(r.output, "perplexity")) << r.output;
+  EXPECT_FALSE(contains(r.output, "linear: f(Z)")) << "only the chosen variants run\n" << r.output;
+  const auto doc = nlohmann::json::parse(read_file(out + "/ablation.json"));
+  ASSERT_EQ(doc["results"].size(), 2u);
+  std::map<std::string, int64_t> params;
+  for (const auto& res : doc["results"]) {
+    const std::string v = res["variant"];
+    params[v] = res["params"].get<int64_t>();
+    EXPECT_GT(res["val_ppl"].get<double>(), 1.0) << v;
+    EXPECT_TRUE(std::isfinite(res["val_ppl"].get<double>())) << v;
+    EXPECT_EQ(res["steps"], 5) << v;
+    // The reported size is the trained checkpoint's.
+    auto m = load_model(model_file(out + "/" + v));
+    EXPECT_EQ(int64_t(m->num_params()), params[v]) << v;
+    EXPECT_EQ(m->config().sgu, v);
+    EXPECT_EQ(m->config().task, "mlm");
+  }
+  ASSERT_EQ(params.size(), 2u);
+  // "none" drops the SGU (gate norm, W, b) but its proj_out reads all d_ffn channels.
+  // split: 16*32+32 in, 16+16 gate norm, 16*16+16 spatial, 16*16+16 out;
+  // none:  16*32+32 in,                                    16*32+16 out.
+  EXPECT_EQ(params["split"] - params["none"], (16 + 16) + (16 * 16 + 16) + (16 * 16) - (16 * 32));
+}
+
+// ---- bad input: a non-zero exit, a message naming the problem, nothing written
+
+class TasksCliBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A vision checkpoint straight from the library (no training needed to be refused).
+    auto cfg = ModelConfig::from_json({{"task", "vision"}, {"n_classes", 3}, {"image_channels", 1},
+                                       {"image_height", 8}, {"image_width", 8}, {"patch_height", 4},
+                                       {"patch_width", 4}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}},
+                                      "test");
+    Model m(cfg);
+    Rng rng(1);
+    m.init(rng);
+    fs::create_directories(dir_.file("vrun"));
+    save_model(m, model_file(dir_.file("vrun")));
+    fs::create_directories(dir_.file("empty"));
+  }
+  void expect_failure(const std::string& args, const std::vector<std::string>& fragments,
+                      const std::string& must_not_exist = "") {
+    auto r = run_command(gmlp() + " " + args);
+    EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "error")) << r.output;
+    for (const auto& f : fragments) EXPECT_TRUE(contains(r.output, f)) << "expected '" << f << "' in:\n" << r.output;
+    if (!must_not_exist.empty()) {
+      EXPECT_FALSE(fs::exists(must_not_exist)) << must_not_exist << " was written";
+    }
+  }
+  test::TempDir dir_{"tasks_bad"};
+};
+
+TEST_F(TasksCliBadInput, FinetuneWithoutAnEncoderOrConfig) {
+  write_sentences(dir_.file("train.tsv"), 3, 1);
+  expect_failure("finetune --data " + dir_.file("train.tsv") + " --out " + dir_.file("ft") + " --no-progress",
+                 {"--init-from", "--config"}, dir_.file("ft"));
+  expect_failure("finetune --scratch --config /dev/null --data " + dir_.file("train.tsv") + " --out " + dir_.file("ft"),
+                 {"--scratch"}, dir_.file("ft"));
+}
+
+TEST_F(TasksCliBadInput, ClassifyImageMissingFile) {
+  const std::string img = dir_.file("nope.pgm");
+  expect_failure("classify-image --model " + dir_.file("vrun") + " " + img, {img});
+}
+
+TEST_F(TasksCliBadInput, ClassifyImageTruncatedPgm) {
+  const std::string img = dir_.file("cut.pgm");
+  {
+    std::ofstream f(img, std::ios::binary);
+    f << "P5\n8 8\n255\n" << std::string(20, '\x80');  // 20 of 64 pixels
+  }
+  expect_failure("classify-image --model " + dir_.file("vrun") + " " + img, {img, "P5"});
+}
+
+TEST_F(TasksCliBadInput, ClassifyImageWithATextModel) {
+  write_pgm(dir_.file("ok.pgm"), std::vector<uint8_t>(64, 100), 8, 8);
+  ModelConfig c;
+  c.d_model = 8, c.d_ffn = 16, c.n_layers = 1, c.seq_len = 8;
+  Model m(c);
+  save_model(m, dir_.file("lm.safetensors"));
+  expect_failure("classify-image --model " + dir_.file("lm.safetensors") + " " + dir_.file("ok.pgm"),
+                 {"\"causal_lm\"", "not an image classifier"});
+}
+
+TEST_F(TasksCliBadInput, EvalVisionModelOnAFolderWithoutIdx) {
+  expect_failure("eval --model " + dir_.file("vrun") + " --data " + dir_.file("empty"),
+                 {dir_.file("empty"), "t10k-images-idx3-ubyte"});
+  expect_failure("eval --model " + dir_.file("vrun") + " --data " + dir_.file("absent"),
+                 {dir_.file("absent"), "not a directory"});
+}
+
+TEST_F(TasksCliBadInput, TrainVisionOnAnEmptyFolder) {
+  const std::string out = dir_.file("run");
+  expect_failure("train --task vision --data " + dir_.file("empty") + " --out " + out + " --steps 3 --no-progress",
+                 {dir_.file("empty"), "images"}, out);
+  // Images but no labels: the labels file is named.
+  fs::create_directories(dir_.file("half"));
+  write_idx(dir_.file("half") + "/t10k-images-idx3-ubyte", {2, 8, 8}, std::vector<uint8_t>(128, 1));
+  write_idx(dir_.file("half") + "/train-images-idx3-ubyte", {2, 8, 8}, std::vector<uint8_t>(128, 1));
+  expect_failure("train --task vision --data " + dir_.file("half") + " --out " + out + " --steps 3 --no-progress",
+                 {"labels"}, out);
+}
+
+TEST_F(TasksCliBadInput, ClassifyTestFileWithAnUnknownLabel) {
+  write_sentences(dir_.file("train.tsv"), 3, 1);
+  std::ofstream(dir_.file("test.tsv")) << "animals\ta cat\nplants\ta tree\n";
+  const std::string out = dir_.file("clf");
+  expect_failure("train --task classify --data " + dir_.file("train.tsv") + " --test " + dir_.file("test.tsv") +
+                     " --out " + out + " --steps 2 --no-progress --set model.d_model=8 --set model.d_ffn=16"
+                     " --set model.seq_len=16",
+                 {"test.tsv", "plants"}, out);
+}
+
+}  // namespace
+}  // namespace gmlp
