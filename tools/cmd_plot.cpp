@@ -185,6 +185,24 @@ std::vector<float> materialise(const ModelConfig& c, const float* w, int n) {
   return W;
 }
 
+// Locality in numbers: the mean |W[i, j]| over pairs of patches at each Chebyshev
+// distance on the grid (the paper's Figure 3 shows the weights of nearby patches
+// standing out).
+void print_locality(const std::vector<float>& W, int gh, int gw, const std::string& what) {
+  const int n = gh * gw, far = std::max(gh, gw) - 1;
+  std::vector<double> sum(size_t(far) + 1, 0.0);
+  std::vector<int64_t> count(size_t(far) + 1, 0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const int k = std::max(std::abs(i / gw - j / gw), std::abs(i % gw - j % gw));
+      sum[size_t(k)] += std::fabs(W[size_t(i) * n + j]);
+      ++count[size_t(k)];
+    }
+  std::printf("%s: mean |W[i,j]| at grid distance 0..%d:", what.c_str(), far);
+  for (int k = 0; k <= far; ++k) std::printf(" %.4f", sum[size_t(k)] / double(count[size_t(k)]));
+  std::printf("\n");
+}
+
 int run_plot_spatial(const SpatialArgs& a) {
   const std::string path = resolve_model_path(a.model);
   auto model = load_model(path);
@@ -241,6 +259,7 @@ int run_plot_spatial(const SpatialArgs& a) {
     for (int h = 0; h < heads; ++h) {
       const std::vector<float> W = materialise(c, model->weights() + info.offset + size_t(h) * per_head, n);
       const std::string hp = heads > 1 ? "h" + std::to_string(h) + " " : "";
+      if (vision) print_locality(W, gh, gw, "layer " + std::to_string(l) + (heads > 1 ? " head " + std::to_string(h) : ""));
       if (vision) {
         for (int t : tokens) {
           plot::Heatmap m;
