@@ -22,8 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_command;
 
-// A real English text present on every Debian system (base-files), about 35 KB.
-const std::string kText = "/usr/share/common-licenses/GPL-3";
+const std::string kText = test::kGplText;
 // A model small enough to train 50 steps in about a second.
 const std::string kSmall =
     " --set model.d_model=32 --set model.d_ffn=64 --set model.n_layers=2 --set model.seq_len=32"
@@ -31,21 +30,8 @@ const std::string kSmall =
 
 std::string gmlp() { return test::gmlp_exe(); }
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-std::vector<double> train_losses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const auto& j : read_jsonl(metrics_file(run_dir)))
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  return out;
-}
+using test::read_jsonl;
+using test::train_losses;
 
 TEST(EndToEnd, TrainingLowersTheLossAndCheckpointRoundTrips) {
   test::TempDir dir("e2e_train");
@@ -121,8 +107,11 @@ TEST(EndToEnd, RunsAreDeterministicAtThreeThreads) {
   std::vector<nlohmann::json> a = read_jsonl(metrics_file(dir.file("a"))), b = read_jsonl(metrics_file(dir.file("b")));
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    for (const char* key : {"loss", "grad_norm", "val_loss"})
-      if (a[i].contains(key)) EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
+    for (const char* key : {"loss", "grad_norm", "val_loss"}) {
+      if (a[i].contains(key)) {
+        EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
+      }
+    }
   }
 }
 

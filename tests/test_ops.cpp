@@ -14,21 +14,13 @@
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
 #include "gmlp/config.h"
 #include "gmlp/optimizer.h"
+#include "grad_check.h"
 #include "test_util.h"
 
 namespace gmlp {
 namespace {
 
-using Vec = std::vector<float>;
-using Idx = std::vector<size_t>;
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-Vec uniform(size_t n, float lo, float hi, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using namespace test;  // Vec, Idx, kNaN, uniform, gather, all_finite, Tol, grad_check
 
 // Element indices of a [rows, cols] block with rows ld apart.
 Idx block(int rows, int cols, int ld) {
@@ -62,12 +54,6 @@ Idx lower(const std::vector<int>& rows, int ld) {
   return at;
 }
 
-// buf[at[k]] - base[at[k]] (base empty: just buf[at[k]]): what a backward wrote or added.
-Vec gather(const Vec& buf, const Idx& at, const Vec& base = {}) {
-  Vec out;
-  for (size_t i : at) out.push_back(buf[i] - (base.empty() ? 0.f : base[i]));
-  return out;
-}
 
 // The objective sum(out * R) in double; out's rows are ld apart, R is compact [rows, cols].
 double dot(const float* out, const Vec& R, int rows, int cols, int ld) {
@@ -78,39 +64,6 @@ double dot(const float* out, const Vec& R, int rows, int cols, int ld) {
 }
 double dot(const Vec& out, const Vec& R) { return dot(out.data(), R, 1, int(R.size()), int(R.size())); }
 
-struct Tol {
-  double atol = 1e-3, rtol = 1e-2;
-};
-
-// Central differences of loss() with respect to x[at[k]], against analytic[k]. loss()
-// reruns the forward from the current x; the step is the float difference actually made.
-::testing::AssertionResult grad_check(Vec& x, const Idx& at, const Vec& analytic,
-                                      const std::function<double()>& loss, const std::string& what, Tol tol = {},
-                                      float h = 1e-2f) {
-  size_t bad = 0;
-  std::ostringstream first;
-  for (size_t k = 0; k < at.size(); ++k) {
-    float& xi = x[at[k]];
-    const float x0 = xi, xp = x0 + h, xm = x0 - h;
-    xi = xp;
-    const double lp = loss();
-    xi = xm;
-    const double lm = loss();
-    xi = x0;
-    const double num = (lp - lm) / (double(xp) - double(xm));
-    if (!(std::fabs(analytic[k] - num) <= tol.atol + tol.rtol * std::fabs(num)) && bad++ == 0)  // NaN fails
-      first << "first at element " << at[k] << ": analytic " << analytic[k] << ", numeric " << num;
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << at.size() << " gradients off; "
-                                       << first.str();
-}
-
-bool all_finite(const Vec& v) {
-  for (float x : v)
-    if (!std::isfinite(x)) return false;
-  return true;
-}
 
 TEST(OpsGradCheck, Linear) {
   std::mt19937 rng(1);

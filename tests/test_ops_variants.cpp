@@ -14,73 +14,23 @@
 #include <vector>
 
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
+#include "grad_check.h"
 #include "test_util.h"
 
 namespace gmlp {
 namespace {
 
-using Vec = std::vector<float>;
-using Idx = std::vector<size_t>;
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-Vec uniform(size_t n, float lo, float hi, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using namespace test;  // Vec, Idx, kNaN, uniform, gather, all_finite, Tol, grad_check
 Idx all(size_t n) {
   Idx at(n);
   for (size_t i = 0; i < n; ++i) at[i] = i;
   return at;
-}
-// buf[at[k]] - base[at[k]] (base empty: just buf[at[k]]): what a backward wrote or added.
-Vec gather(const Vec& buf, const Idx& at, const Vec& base = {}) {
-  Vec out;
-  for (size_t i : at) out.push_back(buf[i] - (base.empty() ? 0.f : base[i]));
-  return out;
 }
 double dot(const Vec& a, const Vec& b) {
   double s = 0.0;
   for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
   return s;
 }
-bool all_finite(const Vec& v) {
-  for (float x : v)
-    if (!std::isfinite(x)) return false;
-  return true;
-}
-
-struct Tol {
-  double atol = 1e-3, rtol = 1e-2;
-};
-
-// Central differences of loss() with respect to x[at[k]], against analytic[k] (as in
-// test_ops.cpp): loss() reruns the forward from the current x.
-::testing::AssertionResult grad_check(Vec& x, const Idx& at, const Vec& analytic,
-                                      const std::function<double()>& loss, const std::string& what, Tol tol = {},
-                                      float h = 1e-2f) {
-  if (at.size() != analytic.size())
-    return ::testing::AssertionFailure() << what << ": " << at.size() << " indices, " << analytic.size() << " values";
-  size_t bad = 0;
-  std::ostringstream first;
-  for (size_t k = 0; k < at.size(); ++k) {
-    float& xi = x[at[k]];
-    const float x0 = xi, xp = x0 + h, xm = x0 - h;
-    xi = xp;
-    const double lp = loss();
-    xi = xm;
-    const double lm = loss();
-    xi = x0;
-    const double num = (lp - lm) / (double(xp) - double(xm));
-    if (!(std::fabs(analytic[k] - num) <= tol.atol + tol.rtol * std::fabs(num)) && bad++ == 0)  // NaN fails
-      first << "first at element " << at[k] << ": analytic " << analytic[k] << ", numeric " << num;
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << at.size() << " gradients off; "
-                                       << first.str();
-}
-
 const char* kind_name(ops::SguKind k) {
   switch (k) {
     case ops::SguKind::split: return "split";

@@ -27,8 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_command;
 
-// A real English text present on every Debian system (base-files), about 35 KB.
-const std::string kText = "/usr/share/common-licenses/GPL-3";
+const std::string kText = test::kGplText;
 // A model that trains a step in about a millisecond.
 const std::string kTiny =
     " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
@@ -36,21 +35,8 @@ const std::string kTiny =
 
 std::string gmlp() { return test::gmlp_exe(); }
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(f, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-std::vector<double> train_losses(const std::string& run_dir) {
-  std::vector<double> out;
-  for (const auto& j : read_jsonl(metrics_file(run_dir)))
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  return out;
-}
+using test::read_jsonl;
+using test::train_losses;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -1,11 +1,13 @@
 #include "test_util.h"
 
 #include "gmlp/error.h"
+#include "gmlp/trainer.h"
 
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -82,6 +84,22 @@ std::string reference_fixture_dir() {
   os << what << ": " << bad << " of " << n << " elements off (atol " << atol << ", rtol " << rtol << "); worst at ["
      << worst << "] got " << got[worst] << " want " << want[worst];
   return ::testing::AssertionFailure() << os.str();
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::vector<double> train_losses(const std::string& run_dir) {
+  std::vector<double> out;
+  for (const auto& j : read_jsonl(metrics_file(run_dir)))
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  return out;
 }
 
 }  // namespace gmlp::test

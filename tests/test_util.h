@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace gmlp::test {
 
 // A fresh directory under the system temp dir, removed when the object dies.
@@ -39,7 +41,13 @@ std::string error_of(const std::function<void()>& f);
 // Fixtures from tests/reference/dump_fixtures.py, generated once per test process.
 std::string reference_fixture_dir();
 
-// |got - want| <= atol + rtol * |want| elementwise; reports the worst element.
+// A real English text present on every Debian system (base-files), about 35 KB.
+inline const std::string kGplText = "/usr/share/common-licenses/GPL-3";
+// The JSON objects of a .jsonl file, and the training losses of a run's metrics log.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+std::vector<double> train_losses(const std::string& run_dir);
+
+// |got - want| + rtol * |want| elementwise; reports the worst element.
 ::testing::AssertionResult all_close(const float* got, const float* want, size_t n, float atol, float rtol,
                                      const std::string& what);
 
