@@ -349,6 +349,26 @@ TEST(TasksCli, ClassifyTrainEvalClassifyAndFinetune) {
 
 // ---- the ablation
 
+// gmlp bench builds a batch of each task's shape: images for vision, masked targets for
+// mlm, padded sentences for classify; generate is the causal LM's only.
+TEST(TasksCli, BenchEveryTask) {
+  const std::string src = test::source_dir();
+  for (const std::string cfg : {"configs/mnist.json", "configs/ablate.json", "configs/fashion.json"}) {
+    auto r = run_command(gmlp() + " bench --config " + src + "/" + cfg +
+                         " --mode train --repeats 1 --warmup 0 --batch-size 2 --json");
+    ASSERT_EQ(r.exit_code, 0) << cfg << "\n" << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0) << cfg;
+    EXPECT_EQ(j.contains("images_per_s"), cfg != "configs/ablate.json") << cfg;
+  }
+  auto r = run_command(gmlp() + " bench --config " + src + "/configs/ablate.json --set model.task=\"classify\"" +
+                       " --set model.n_classes=3 --mode infer --repeats 1 --warmup 0 --batch-size 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + " bench --config " + src + "/configs/mnist.json --mode generate");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "needs a causal LM")) << r.output;
+}
+
 TEST(TasksCli, AblateTwoVariants) {
   test::TempDir dir("tasks_ablate");
   const std::string out = dir.file("abl");

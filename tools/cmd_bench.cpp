@@ -80,16 +80,54 @@ int run_bench(const BenchArgs& a) {
   rc.train = TrainConfig::from_json(j["train"], "bench config [train]");
   // A char tokenizer's vocabulary comes from a corpus; benchmark it at the size of the
   // annotated implementation's character set.
-  if (rc.model.tokenizer.value("kind", "byte") == "char" && !rc.model.tokenizer.contains("chars")) rc.model.vocab_size = 65;
+  if (rc.model.token_input() && rc.model.tokenizer.value("kind", "byte") == "char" &&
+      !rc.model.tokenizer.contains("chars"))
+    rc.model.vocab_size = 65;
   const ModelConfig& mc = rc.model;
   const int n = mc.seq_len, B = a.batch_size > 0 ? a.batch_size : rc.train.batch_size;
+  require(a.mode != "generate" || mc.task == "causal_lm", "--mode generate needs a causal LM config; this one is \"" +
+                                                             mc.task + "\"");
 
   const double peak = sgemm_peak_gflops();
   Model model(mc);
   Rng rng(rc.train.seed, 1);
   model.init(rng);
-  std::vector<int32_t> tokens(size_t(B) * (n + 1));
-  for (auto& t : tokens) t = int32_t(rng.below(uint64_t(mc.vocab_size)));
+  // A batch of the task's shape with random content: the causal LM's shifted windows,
+  // the masked LM's 15% targets, full-length sentences, random images.
+  std::vector<int32_t> tokens(size_t(B) * (n + 1)), targets(size_t(B) * (n + 1), -1), lengths(size_t(B), n);
+  std::vector<float> images, keep(size_t(mc.n_layers) * B);
+  if (mc.token_input())
+    for (auto& t : tokens) t = int32_t(rng.below(uint64_t(mc.vocab_size)));
+  Batch batch;
+  batch.B = B;
+  batch.T = n;
+  if (mc.task == "causal_lm") {
+    batch.tokens = tokens.data();
+    batch.stride = n + 1;
+    batch.targets = tokens.data() + 1;
+  } else if (mc.token_input()) {
+    batch.tokens = tokens.data();
+    batch.stride = n + 1;
+    if (mc.task == "mlm") {
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < n; ++t)
+          if (rng.uniform(0.f, 1.f) < rc.train.mask_prob) targets[size_t(b) * (n + 1) + t] = tokens[size_t(b) * (n + 1) + t];
+    } else {
+      for (int b = 0; b < B; ++b) targets[size_t(b)] = int32_t(rng.below(uint64_t(mc.n_classes)));
+      batch.lengths = lengths.data();
+    }
+    batch.targets = targets.data();
+  } else {
+    images.resize(size_t(B) * mc.image_channels * mc.image_height * mc.image_width);
+    for (auto& v : images) v = rng.normal();
+    for (int b = 0; b < B; ++b) targets[size_t(b)] = int32_t(rng.below(uint64_t(mc.n_classes)));
+    batch.images = images.data();
+    batch.targets = targets.data();
+    if (mc.survival_prob < 1.f) {
+      draw_keep(mc, B, rng, keep.data());
+      batch.keep = keep.data();
+    }
+  }
 
   nlohmann::json out = {{"impl", "gmlp"},
                         {"config", a.config.empty() ? "default" : std::filesystem::path(a.config).stem().string()},
@@ -105,18 +143,20 @@ int run_bench(const BenchArgs& a) {
     AdamW opt(model.params(), model.num_params(), rc.train);
     s = time_it(a.warmup, a.repeats, [&] {
       model.zero_grad();
-      model.forward(tokens.data(), tokens.data() + 1, n + 1, B, n);
+      model.forward(batch);
       model.backward();
       clip_grad_norm(model.grads(), model.num_params(), 1.f);
       opt.step(model.weights(), model.grads(), 1e-4f);
     });
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
     out["tokens_per_s"] = B * n / s.median;
+    if (!mc.token_input()) out["images_per_s"] = B / s.median;
   } else if (a.mode == "infer") {
     model.set_grad_enabled(false);
-    s = time_it(a.warmup, a.repeats, [&] { model.forward(tokens.data(), tokens.data() + 1, n + 1, B, n); });
+    s = time_it(a.warmup, a.repeats, [&] { model.forward(batch); });
     flops = forward_flops_per_token(mc, n) * B * n;
     out["tokens_per_s"] = B * n / s.median;
+    if (!mc.token_input()) out["images_per_s"] = B / s.median;
   } else {
     // Steady-state generation: from a half-window prompt, 2n tokens (two slides of the
     // context included), greedy; per-token time = run time / tokens.
@@ -150,8 +190,9 @@ int run_bench(const BenchArgs& a) {
       std::printf("  %.3f ms/token cached (min %.3f, max %.3f); %.3f ms/token recomputing the window\n",
                   s.median * 1e3, s.min * 1e3, s.max * 1e3, out["ms_per_token_recompute"].get<double>());
     else
-      std::printf("  %.0f tokens/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)\n",
-                  out["tokens_per_s"].get<double>(), s.median * 1e3, s.min * 1e3, s.max * 1e3, a.repeats);
+      std::printf("  %.0f %s/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)\n",
+                  out.value("images_per_s", out["tokens_per_s"].get<double>()),
+                  mc.token_input() ? "tokens" : "images", s.median * 1e3, s.min * 1e3, s.max * 1e3, a.repeats);
     std::printf("  %.1f GFLOP/s = %.1f%% of the measured sgemm peak %.1f GFLOP/s; peak RSS %.0f MB\n",
                 out["gflops"].get<double>(), 100 * out["mfu"].get<double>(), peak, out["peak_rss_mb"].get<double>());
   }
