@@ -150,10 +150,16 @@ TEST(TasksCli, MaskedLmTrainsAndItsCheckpointHasTheSpecials) {
   EXPECT_EQ(tok->pad_id(), 256);
   EXPECT_EQ(tok->mask_id(), 257);
   EXPECT_EQ(m->param("head.weight").shape, (std::vector<int64_t>{258, 16}));
-  // A masked LM is not scored by `gmlp eval`: it says so instead of printing nonsense.
-  r = run_command(gmlp() + " eval --model " + out + " --data " + kText);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, "\"mlm\"")) << r.output;
+  // gmlp eval scores a masked LM by its perplexity on a fixed masking: the same twice,
+  // and consistent with its loss.
+  r = run_command(gmlp() + " eval --json --model " + out + " --data " + kText);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto e = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_NEAR(e["perplexity"].get<double>(), std::exp(e["loss"].get<double>()), 1e-9 * e["perplexity"].get<double>());
+  EXPECT_GT(e["masked"].get<int64_t>(), 1000) << "15% of a 35 KB text";
+  EXPECT_LT(e["perplexity"].get<double>(), 400.0);
+  const auto again = run_command(gmlp() + " eval --json --model " + out + " --data " + kText);
+  EXPECT_EQ(again.output, r.output);
 }
 
 TEST(TasksCli, MaskedLmResumesExactly) {

@@ -49,8 +49,20 @@ int run_eval(const EvalArgs& a) {
   auto model = load_model(resolve_model_path(a.model));
   const std::string task = model->config().task;
   if (task == "classify" || task == "vision") return run_classifier_eval(*model, a.data, a.batch_size, a.json);
-  require(task == "causal_lm", "gmlp eval scores causal LMs, classifiers and vision models; this one is \"" + task +
-                                   "\" (its training log reports the masked-LM perplexity)");
+  if (task == "mlm") {
+    auto tok = tokenizer_from_json(model->config().tokenizer);
+    const auto corpus = TextCorpus::load(a.data, *tok, model->config().seq_len, 0.f);
+    const MaskedLmEval r = evaluate_masked_lm(*model, *tok, corpus.train, a.batch_size, 0);
+    if (a.json)
+      std::printf("%s\n", nlohmann::json({{"data", a.data}, {"loss", r.loss}, {"perplexity", r.perplexity},
+                                          {"masked", r.masked}})
+                              .dump()
+                              .c_str());
+    else
+      std::printf("%s: masked-token loss %.4f nats, perplexity %.3f over %lld masked tokens (15%%, fixed seed)\n",
+                  a.data.c_str(), r.loss, r.perplexity, (long long)r.masked);
+    return 0;
+  }
   auto tok = tokenizer_from_json(model->config().tokenizer);
   // Every window of the file is scored: val_fraction 0 keeps it all in "train".
   const auto corpus = TextCorpus::load(a.data, *tok, model->config().seq_len + 1, 0.f);
@@ -84,10 +96,12 @@ void add_generate(CLI::App& app, int& exit_code) {
 
 void add_eval(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<EvalArgs>();
-  auto* c = app.add_subcommand("eval", "Causal LM: loss (nats/token) and bits per byte on a text file. Classifiers: "
+  auto* c = app.add_subcommand("eval", "Causal LM: loss (nats/token) and bits per byte on a text file. Masked LM: "
+                                       "perplexity on 15% masked tokens. Classifiers: "
                                        "top-1 and the confusion matrix on a labelled file or an image folder's test split");
   c->add_option("--model", a->model, "Checkpoint file or run directory")->capture_default_str();
-  c->add_option("--data", a->data, "Text file (LM), label<TAB>text file (classify) or IDX folder (vision)")->required();
+  c->add_option("--data", a->data, "Text file (LM, MLM), label<TAB>text file (classify) or IDX folder (vision)")
+      ->required();
   c->add_option("--batch-size", a->batch_size, "Windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   c->add_flag("--json", a->json, "Print the result as JSON");
   c->callback([a, &exit_code] { exit_code = run_eval(*a); });

@@ -41,6 +41,15 @@ struct EvalResult {
 EvalResult evaluate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
                     int64_t max_batches);
 
+// Masked-LM loss (nats per chosen token) and perplexity over windows of n tokens of
+// `tokens`, masked with a fixed seed so every call corrupts the same positions.
+struct MaskedLmEval {
+  double loss = 0.0, perplexity = 0.0;
+  int64_t masked = 0;  // chosen positions scored
+};
+MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
+                                int64_t max_batches, float mask_prob = 0.15f);
+
 struct TrainSummary {
   int64_t steps = 0;
   bool interrupted = false;

@@ -80,24 +80,9 @@ class MaskedLmTask : public TrainTask {
   const char* unit() const override { return "tokens"; }
   nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
     if (corpus_.val.empty()) return nullptr;
-    // The same corruption at every evaluation, so the numbers are comparable.
-    Rng rng(0x6d6c6d, 7);
-    NoGrad no_grad(model);
-    double nats = 0.0;
-    int64_t chosen = 0;
-    for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
-      // Windows of n sharing one token with the next: every held-out token is seen.
-      const int rows = eval_batch(corpus_.val, n_, std::min(batch, B_), k, raw_.data());
-      if (rows == 0) break;
-      const int64_t count = mask_rows(rows, rng);
-      batch_.B = rows;
-      nats += model.forward(batch_) * double(count);
-      chosen += count;
-    }
-    batch_.B = B_;
-    if (chosen == 0) return nullptr;
-    const double loss = nats / double(chosen);
-    return {{"val_loss", loss}, {"val_ppl", std::exp(loss)}, {"val_masked", chosen}};
+    const MaskedLmEval r = evaluate_masked_lm(model, *tok_, corpus_.val, std::min(batch, B_), max_batches, mask_prob_);
+    if (r.masked == 0) return nullptr;
+    return {{"val_loss", r.loss}, {"val_ppl", r.perplexity}, {"val_masked", r.masked}};
   }
   std::string summarize(const nlohmann::json& v) const override {
     return "val masked-token loss " + std::to_string(v["val_loss"].get<double>()) + " nats, perplexity " +
@@ -122,6 +107,40 @@ class MaskedLmTask : public TrainTask {
 };
 
 }  // namespace
+
+MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
+                                int64_t max_batches, float mask_prob) {
+  const int n = model.config().seq_len;
+  require(model.config().task == "mlm", "evaluate_masked_lm: the model's task is \"" + model.config().task + "\"");
+  // The same corruption at every evaluation, so the numbers are comparable.
+  Rng rng(0x6d6c6d, 7);
+  NoGrad no_grad(model);
+  std::vector<int32_t> raw(size_t(batch) * n), inputs(raw.size()), targets(raw.size());
+  Batch b;
+  b.T = n;
+  b.stride = n;
+  b.tokens = inputs.data();
+  b.targets = targets.data();
+  MaskedLmEval r;
+  double nats = 0.0;
+  for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
+    // Windows of n sharing one token with the next: every held-out token is seen.
+    const int rows = eval_batch(tokens, n, batch, k, raw.data());
+    if (rows == 0) break;
+    int64_t count = 0;
+    for (int i = 0; i < rows; ++i)
+      count += mask_tokens(raw.data() + size_t(i) * n, n, inputs.data() + size_t(i) * n, targets.data() + size_t(i) * n,
+                           tok, rng, mask_prob);
+    b.B = rows;
+    nats += model.forward(b) * double(count);
+    r.masked += count;
+  }
+  if (r.masked > 0) {
+    r.loss = nats / double(r.masked);
+    r.perplexity = std::exp(r.loss);
+  }
+  return r;
+}
 
 std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
   const TrainConfig& tc = rc.train;
