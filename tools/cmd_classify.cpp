@@ -60,7 +60,14 @@ int run_classify(const ClassifyArgs& a) {
       if (!line.empty()) texts.push_back(line);
   }
   require(!texts.empty(), "nothing to classify: give --text or --file");
-  for (const auto& t : texts) print_prediction(c, classify_text(*model, *tok, t), a.top, t);
+  for (const auto& t : texts) {
+    // Classification reads the first n tokens, as in training; say when that cuts.
+    const size_t len = tok->encode(t).size();
+    if (len > size_t(c.seq_len))
+      std::fprintf(stderr, "gmlp classify: note: a text of %zu tokens is cut to the model's window of %d\n", len,
+                   c.seq_len);
+    print_prediction(c, classify_text(*model, *tok, t), a.top, t);
+  }
   return 0;
 }
 
