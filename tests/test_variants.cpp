@@ -725,5 +725,57 @@ TEST(VariantConfig, PatchTilingNamesTheKey) {
   }
 }
 
+// The sparse masked-LM head (output layer only at the chosen rows) is an
+// optimisation: same loss, same gradient for every parameter, with padding and aMLP.
+TEST(SparseMlmHead, SameLossAndGradientsAsTheFullHead) {
+  ModelConfig c;
+  c.task = "mlm";
+  c.tokenizer = {{"kind", "byte"}, {"specials", {"[PAD]", "[MASK]"}}};
+  c.vocab_size = 258;
+  c.d_model = 16;
+  c.d_ffn = 32;
+  c.n_layers = 2;
+  c.seq_len = 12;
+  c.d_attn = 8;
+  const int B = 3, T = 10;
+  Rng rng(21);
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T, -1), lengths = {10, 7, 4};
+  for (auto& t : tokens) t = int32_t(rng.below(256));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < lengths[size_t(b)]; t += 3) targets[size_t(b) * T + t] = int32_t(rng.below(256));
+  Batch batch;
+  batch.B = B;
+  batch.T = T;
+  batch.tokens = tokens.data();
+  batch.stride = T;
+  batch.targets = targets.data();
+  batch.lengths = lengths.data();
+  std::vector<double> loss(2);
+  std::vector<std::vector<float>> grads(2), logits(2);
+  for (int sparse = 0; sparse < 2; ++sparse) {
+    Model m(c);
+    Rng init(5);
+    m.init(init);
+    m.set_sparse_mlm_head(sparse == 1);
+    m.zero_grad();
+    loss[size_t(sparse)] = m.forward(batch);
+    m.backward();
+    grads[size_t(sparse)].assign(m.grads(), m.grads() + m.num_params());
+    logits[size_t(sparse)].assign(m.logits(), m.logits() + size_t(m.logit_rows()) * 258);
+    EXPECT_EQ(m.logit_rows(), sparse ? 9 : B * T);  // t = 0, 3, 6, 9 within lengths 10, 7, 4
+  }
+  EXPECT_NEAR(loss[0], loss[1], 1e-6 * loss[0]);
+  EXPECT_TRUE(test::all_close(grads[1].data(), grads[0].data(), grads[0].size(), 1e-7f, 1e-5f, "gradients"));
+  // The sparse rows are the full head's rows at the chosen positions (t-major order).
+  int k = 0;
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < B; ++b)
+      if (targets[size_t(b) * T + t] >= 0) {
+        EXPECT_TRUE(test::all_close(logits[1].data() + size_t(k) * 258, logits[0].data() + (size_t(t) * B + b) * 258,
+                                    258, 1e-6f, 1e-6f, "logits row " + std::to_string(k)));
+        ++k;
+      }
+}
+
 }  // namespace
 }  // namespace gmlp

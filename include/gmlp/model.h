@@ -113,8 +113,14 @@ class Model {
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
   bool grad_enabled() const { return grad_enabled_; }
   // Logits of the last forward: per-token tasks sequence-major, row t * B + b with
-  // vocab_size columns; classify/vision [B, n_classes].
+  // vocab_size columns; classify/vision [B, n_classes]. With the sparse MLM head, only
+  // the rows with a target, in that order (logit_rows() of them).
   const float* logits() const;
+  int logit_rows() const;
+  // Masked LM: run the output layer only at positions with a target (the ~15% chosen),
+  // which is most of a large vocabulary's cost. Loss and gradients are unchanged.
+  void set_sparse_mlm_head(bool on) { sparse_head_ = on; }
+  bool sparse_mlm_head() const { return sparse_head_; }
   int last_T() const { return T_; }
   int last_B() const { return B_; }
 
@@ -132,6 +138,9 @@ class Model {
   bool grad_enabled_ = true;
   bool backward_ready_ = false;  // the last forward kept what backward needs
   bool last_lengths_ = false, last_keep_ = false;  // the last forward had padding / drop masks
+  bool sparse_head_ = false, last_sparse_ = false;
+  std::vector<int32_t> head_rows_, sel_targets_;   // sparse head: chosen rows and their targets
+  std::vector<float> h_sel_;                       // sparse head: the final-norm rows it read
 };
 
 // Disables gradients on a model for a scope, restoring the previous setting.

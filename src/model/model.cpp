@@ -113,6 +113,11 @@ const float* Model::logits() const {
   return arena_->logits.data();
 }
 
+int Model::logit_rows() const {
+  if (last_sparse_) return int(head_rows_.size());
+  return cfg_.per_token_output() ? B_ * T_ : B_;
+}
+
 namespace {
 
 ops::SguKind sgu_kind(const std::string& s) {
@@ -284,6 +289,30 @@ double Model::forward(const Batch& in) {
                          a.f_rstd.data());
   backward_ready_ = grad_enabled_ && in.targets != nullptr;
   int rows = M;
+  last_sparse_ = sparse_head_ && cfg_.task == "mlm" && in.targets != nullptr;
+  if (last_sparse_) {
+    // Only the chosen positions have targets: the head (V columns per row, the largest
+    // product of a big-vocabulary masked LM) runs on those rows alone.
+    head_rows_.clear();
+    sel_targets_.clear();
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b) {
+        const int32_t y = in.targets[int64_t(b) * in.stride + t];
+        if (y < 0) continue;
+        require(y < out, "forward: target " + std::to_string(y) + " outside the " + std::to_string(out) + " tokens");
+        head_rows_.push_back(t * B + b);
+        sel_targets_.push_back(y);
+      }
+    const int K = int(head_rows_.size());
+    h_sel_.resize(size_t(K) * d);
+    for (int k = 0; k < K; ++k)
+      std::copy(a.h.begin() + size_t(head_rows_[size_t(k)]) * d, a.h.begin() + size_t(head_rows_[size_t(k)] + 1) * d,
+                h_sel_.begin() + size_t(k) * d);
+    if (K == 0) return 0.0;
+    ops::linear_forward(h_sel_.data(), K, d, w_.head_w, w_.head_b, out, a.logits.data());
+    return ops::cross_entropy(a.logits.data(), K, out, sel_targets_.data(),
+                              backward_ready_ ? a.dlogits.data() : nullptr, nullptr);
+  }
   if (cfg_.per_token_output()) {
     ops::linear_forward(a.h.data(), M, d, w_.head_w, w_.head_b, out, a.logits.data());
   } else {
@@ -334,7 +363,16 @@ void Model::backward() {
 
   const float* xL = x + size_t(cfg_.n_layers) * M * d;
   ops::layernorm_apply(xL, d, M, d, w_.norm_w, w_.norm_b, a.f_mean.data(), a.f_rstd.data(), a.h.data(), d);
-  if (cfg_.per_token_output()) {
+  if (last_sparse_) {
+    // d(loss)/dh is zero at the rows the head did not read.
+    const int K = int(head_rows_.size());
+    std::fill(a.dh.begin(), a.dh.begin() + size_t(M) * d, 0.f);
+    float* dsel = a.dx.data();  // [K, d], dead until the final LayerNorm's backward
+    if (K > 0)
+      ops::linear_backward(a.dlogits.data(), h_sel_.data(), K, d, w_.head_w, out, dsel, false, g_.head_w, g_.head_b);
+    for (int k = 0; k < K; ++k)
+      std::copy(dsel + size_t(k) * d, dsel + size_t(k + 1) * d, a.dh.begin() + size_t(head_rows_[size_t(k)]) * d);
+  } else if (cfg_.per_token_output()) {
     ops::linear_backward(a.dlogits.data(), a.h.data(), M, d, w_.head_w, out, a.dh.data(), false, g_.head_w,
                          g_.head_b);
   } else {

@@ -115,6 +115,8 @@ MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::v
   // The same corruption at every evaluation, so the numbers are comparable.
   Rng rng(0x6d6c6d, 7);
   NoGrad no_grad(model);
+  const bool was_sparse = model.sparse_mlm_head();
+  model.set_sparse_mlm_head(true);  // only the chosen positions are scored
   std::vector<int32_t> raw(size_t(batch) * n), inputs(raw.size()), targets(raw.size());
   Batch b;
   b.T = n;
@@ -135,6 +137,7 @@ MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::v
     nats += model.forward(b) * double(count);
     r.masked += count;
   }
+  model.set_sparse_mlm_head(was_sparse);
   if (r.masked > 0) {
     r.loss = nats / double(r.masked);
     r.perplexity = std::exp(r.loss);

@@ -200,6 +200,7 @@ TrainSummary train(const TrainOptions& opts) {
     throw Error("cannot use '" + opts.out_dir + "' as the run directory: " + e.code().message());
   }
   Model model(rc.model);
+  model.set_sparse_mlm_head(true);  // masked LM: the output layer only where there are targets
   Rng init_rng(tc.seed, 1);
   model.init(init_rng);
   if (!opts.resume && !init_from.empty()) {
