@@ -177,6 +177,22 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   return s.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
 }
 
+// The options every training command shares: budget, schedule, cadence, resumption.
+void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, const std::string& seed_help) {
+  c->add_option("--steps", a.steps, "Total training steps (with --resume: extend the run to this many)");
+  c->add_option("--batch-size", a.batch_size, batch_help);
+  c->add_option("--lr", a.lr, "Peak learning rate");
+  c->add_option("--seed", a.seed, seed_help);
+  c->add_option("--eval-every", a.eval_every, "Steps between held-out evaluations");
+  c->add_option("--ckpt-every", a.ckpt_every, "Steps between checkpoints");
+  c->add_option("--log-every", a.log_every, "Steps between metrics lines");
+  c->add_option("--set", a.sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
+  c->add_flag("--resume", a.resume, "Continue the run saved in --out exactly where it stopped");
+  c->add_flag("--overwrite", a.overwrite, "Start a new run even if --out already holds one");
+  c->add_option("--stop-after", a.stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
+  c->add_flag("--no-progress", a.no_progress, "Plain log lines instead of a live progress bar");
+}
+
 }  // namespace
 
 void add_train(CLI::App& app, int& exit_code) {
@@ -195,18 +211,7 @@ void add_train(CLI::App& app, int& exit_code) {
   c->add_option("--tokenizer", a->tokenizer,
                 "byte (vocab 256, the default), char (built from the corpus) or a tokenizer JSON file "
                 "(gmlp tokenizer train)");
-  c->add_option("--steps", a->steps, "Total training steps (with --resume: extend the run to this many)");
-  c->add_option("--batch-size", a->batch_size, "Windows per step");
-  c->add_option("--lr", a->lr, "Peak learning rate");
-  c->add_option("--seed", a->seed, "Seed for init and data order");
-  c->add_option("--eval-every", a->eval_every, "Steps between validation passes");
-  c->add_option("--ckpt-every", a->ckpt_every, "Steps between checkpoints");
-  c->add_option("--log-every", a->log_every, "Steps between metrics lines");
-  c->add_option("--set", a->sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
-  c->add_flag("--resume", a->resume, "Continue the run saved in --out exactly where it stopped");
-  c->add_flag("--overwrite", a->overwrite, "Start a new run even if --out already holds one");
-  c->add_option("--stop-after", a->stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
-  c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
+  add_run_options(c, *a, "Examples (windows, sentences, images) per step", "Seed for init and data order");
   c->callback([a, c, &exit_code] { exit_code = run_train(*a, *c, RunConfig{}.to_json()); });
 }
 
@@ -244,18 +249,7 @@ void add_finetune(CLI::App& app, int& exit_code) {
   c->add_option("--data", a->data, "label<TAB>text training file (default data/kjv_groups/train.tsv)");
   c->add_option("--test", a->test, "label<TAB>text test file (default with the default data: data/kjv_groups/test.tsv)");
   c->add_option("--out", a->out, "Run directory")->capture_default_str();
-  c->add_option("--steps", a->steps, "Total training steps (with --resume: extend the run to this many)");
-  c->add_option("--batch-size", a->batch_size, "Sentences per step");
-  c->add_option("--lr", a->lr, "Peak learning rate");
-  c->add_option("--seed", a->seed, "Seed for the head's init and the data order");
-  c->add_option("--eval-every", a->eval_every, "Steps between test-set evaluations");
-  c->add_option("--ckpt-every", a->ckpt_every, "Steps between checkpoints");
-  c->add_option("--log-every", a->log_every, "Steps between metrics lines");
-  c->add_option("--set", a->sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
-  c->add_flag("--resume", a->resume, "Continue the run saved in --out exactly where it stopped");
-  c->add_flag("--overwrite", a->overwrite, "Start a new run even if --out already holds one");
-  c->add_option("--stop-after", a->stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
-  c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
+  add_run_options(c, *a, "Sentences per step", "Seed for the head's init and the data order");
   // Hidden so that run_train's option checks find them.
   c->add_option("--task", a->task)->group("");
   c->add_option("--tokenizer", a->tokenizer)->group("");
