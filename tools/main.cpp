@@ -1,4 +1,4 @@
-// gmlp: train, sample from and inspect gMLP language models.
+// gmlp: train, fine-tune, evaluate, sample from and inspect every gMLP model of the paper.
 #include <cstdio>
 #include <exception>
 
@@ -8,7 +8,8 @@
 
 int main(int argc, char** argv) {
   gmlp::reexec_with_passive_omp_wait(argv);
-  CLI::App app{"gmlp: gMLP (Pay Attention to MLPs) in C++ -- train, generate, eval, inspect, bench"};
+  CLI::App app{"gmlp: gMLP (Pay Attention to MLPs) in C++ -- language models, masked LMs, classifiers and vision models: "
+                "train, finetune, generate, eval, classify, ablate, plot, inspect, bench, convert"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   int threads = 0;
