@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "gmlp/error.h"
+#include "model/block_params.h"
 #include "ops/fast_math.h"
 #include "ops/ops.h"
 
@@ -56,13 +57,6 @@ void mix_history(const float* G, int ldg, int rows, int cols, const float* w, fl
       for (int c = c0; c < c1; ++c) F[c] += wj * g[c];
     }
   }
-}
-
-ops::SguKind sgu_kind(const std::string& s) {
-  if (s == "linear") return ops::SguKind::linear;
-  if (s == "additive") return ops::SguKind::additive;
-  if (s == "multiplicative") return ops::SguKind::multiplicative;
-  return ops::SguKind::split;
 }
 
 // aMLP at position i: appends this token's q|k|v row to the cache (qkv [n, 3 da]) and
@@ -146,7 +140,7 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
   for (int t = 0; t < T; ++t)
     require(tokens[t] >= 0 && tokens[t] < V, "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
   len_ = 0;
-  const bool tanh_gelu = cfg_.gelu == "tanh", toeplitz = cfg_.spatial == "toeplitz";
+  const bool tanh_gelu = cfg_.gelu == "tanh";
   float* x = x_.data();
   ops::embedding_forward(w_.embed, d, tokens, T, 1, pe_.empty() ? nullptr : pe_.data(), x);
   for (int l = 0; l < cfg_.n_layers; ++l) {
@@ -159,34 +153,13 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
       const float* extra = nullptr;
       if (cfg_.d_attn > 0) {
         // The training attention, writing its q|k|v rows straight into the layer's cache.
-        const ops::AttnParams ap{p.attn_qkv_w, p.attn_qkv_b, p.attn_out_w, p.attn_out_b, d, cfg_.d_attn, f / 2,
-                                 true, nullptr};
-        ops::tiny_attention_forward(ap, h_.data(), T, 1, qkv_[size_t(l)].data(), P_.data(), O_.data(), A_.data());
+        ops::tiny_attention_forward(attn_params(cfg_, p, nullptr), h_.data(), T, 1, qkv_[size_t(l)].data(),
+                                    P_.data(), O_.data(), A_.data());
         extra = A_.data();
       }
       // The training SGU, with the layer's gate cache as its gate buffer: prefill leaves
       // exactly the rows step() extends.
-      ops::SguParams sp;
-      sp.kind = sgu_kind(cfg_.sgu);
-      sp.norm_w = p.sgu_norm_w;
-      sp.norm_b = p.sgu_norm_b;
-      sp.bias = p.spatial_b;
-      sp.n = n;
-      sp.heads = cfg_.sgu_heads;
-      sp.causal = true;
-      sp.eps = cfg_.sgu_norm_eps;
-      if (toeplitz) {
-        const int64_t wsz = cfg_.spatial_weight_size();
-        for (int k = 0; k < cfg_.sgu_heads; ++k)
-          ops::toeplitz_materialize(p.spatial_w + k * wsz, n, true, T, Wd_.data() + int64_t(k) * T * T);
-        sp.W = Wd_.data();
-        sp.ldw = T;
-        sp.w_head_stride = int64_t(T) * T;
-      } else {
-        sp.W = p.spatial_w;
-        sp.ldw = n;
-        sp.w_head_stride = int64_t(n) * n;
-      }
+      const ops::SguParams sp = sgu_params(cfg_, p, T, Wd_.data(), nullptr);
       ops::sgu_forward(sp, z_.data(), T, 1, f, S_.data(), gstats_.data(), gstats_.data() + n, F_.data(),
                        gates_[size_t(l)].data(), extra);
       branch = S_.data();
@@ -207,7 +180,7 @@ const float* Decoder::step(int32_t token) {
   const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, g = g_, gh = gh_, V = cfg_.vocab_size, i = len_;
   require(token >= 0 && token < V, "step: token id " + std::to_string(token) + " outside the vocabulary");
   const bool tanh_gelu = cfg_.gelu == "tanh", toeplitz = cfg_.spatial == "toeplitz";
-  const ops::SguKind kind = sgu_kind(cfg_.sgu);
+  const ops::SguKind kind = ops::sgu_kind(cfg_.sgu);
   const int heads = cfg_.sgu_heads;
   const int64_t wsz = cfg_.spatial_weight_size();
   float* x = x_.data();
@@ -253,17 +226,7 @@ const float* Decoder::step(int32_t token) {
                      A_.data());
       for (int c = 0; c < g; ++c) F[c] += A_[size_t(c)];
     }
-    switch (kind) {
-      case ops::SguKind::split:  // Z1 = z[0, g)
-      case ops::SguKind::multiplicative:
-        for (int c = 0; c < g; ++c) F[c] *= z[c];
-        break;
-      case ops::SguKind::additive:
-        for (int c = 0; c < g; ++c) F[c] += z[c];
-        break;
-      case ops::SguKind::linear:
-        break;
-    }
+    ops::sgu_combine_row(kind, z, F, F, g);  // split: Z1 = z[0, g)
     gemv(p.proj_out_w, d, g, F, p.proj_out_b, x, true);
   }
   ++len_;

@@ -14,6 +14,7 @@
 
 #include "gmlp/error.h"
 #include "gmlp/model.h"
+#include "model/block_params.h"
 #include "ops/ops.h"
 
 namespace gmlp {
@@ -118,40 +119,10 @@ int Model::logit_rows() const {
   return cfg_.per_token_output() ? B_ * T_ : B_;
 }
 
-namespace {
-
-ops::SguKind sgu_kind(const std::string& s) {
-  if (s == "linear") return ops::SguKind::linear;
-  if (s == "additive") return ops::SguKind::additive;
-  if (s == "multiplicative") return ops::SguKind::multiplicative;
-  return ops::SguKind::split;
-}
-
-// S from Z and F again (the backward did not keep it).
-void sgu_output(ops::SguKind kind, const float* Z, const float* F, int M, int f, int g, float* S) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < M; ++r) {
-    const float* z = Z + int64_t(r) * f;
-    const float* fr = F + int64_t(r) * g;
-    float* s = S + int64_t(r) * g;
-    for (int c = 0; c < g; ++c) {
-      switch (kind) {
-        case ops::SguKind::linear: s[c] = fr[c]; break;
-        case ops::SguKind::additive: s[c] = z[c] + fr[c]; break;
-        default: s[c] = z[c] * fr[c]; break;
-      }
-    }
-  }
-}
-
-}  // namespace
-
-// The SGU's parameters for this call: Toeplitz weights are expanded to dense [T, T]
-// matrices in the arena first.
-static ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, float* Wd,
+ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, float* Wd,
                                  const int32_t* lengths) {
   ops::SguParams sp;
-  sp.kind = sgu_kind(c.sgu);
+  sp.kind = ops::sgu_kind(c.sgu);
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
   sp.bias = p.spatial_b;
@@ -175,7 +146,7 @@ static ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int
   return sp;
 }
 
-static ops::AttnParams attn_params(const ModelConfig& c, const BlockParams& p, const int32_t* lengths) {
+ops::AttnParams attn_params(const ModelConfig& c, const BlockParams& p, const int32_t* lengths) {
   return {p.attn_qkv_w, p.attn_qkv_b, p.attn_out_w, p.attn_out_b, c.d_model, c.d_attn, c.d_ffn / 2, c.causal(),
           lengths};
 }
@@ -409,10 +380,10 @@ void Model::backward() {
       dY = a.dh.data();
     }
     ops::gelu_forward(u, a.z.data(), int64_t(M) * f, tanh_gelu);
-    const ops::SguKind kind = sgu_kind(cfg_.sgu);
     const float* branch = a.z.data();
     if (cfg_.has_sgu()) {
-      sgu_output(kind, a.z.data(), F, M, f, g, a.S.data());
+      // S from Z and F again (the forward did not keep it).
+      ops::sgu_combine(ops::sgu_kind(cfg_.sgu), a.z.data(), f, F, M, g, a.S.data());
       branch = a.S.data();
     }
     ops::linear_backward(dY, branch, M, s, p.proj_out_w, d, a.dS.data(), false, gp.proj_out_w, gp.proj_out_b);

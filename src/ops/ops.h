@@ -5,6 +5,7 @@
 // Backward functions ACCUMULATE into parameter gradients (dW, db, ...) and, where
 // noted, into input gradients; they never allocate per call beyond thread scratch.
 #include <cstdint>
+#include <string>
 
 namespace gmlp::ops {
 
@@ -76,6 +77,27 @@ void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 // padded rows; F = W_k G + b_k (+ extra) per head k; S = Z1*F, F, Z+F or Z*F.
 // Saves gate mean/rstd [M] and F [M, g]. G is scratch [M, g] and may be S's buffer.
 enum class SguKind { split, linear, additive, multiplicative };
+// The config's "sgu" name ("split", "linear", "additive", "multiplicative"); "none"
+// has no SGU and is not a kind.
+SguKind sgu_kind(const std::string& name);
+// One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:
+// Z*F, F or Z+F. s may be f (in place).
+inline void sgu_combine_row(SguKind kind, const float* z, const float* f, float* s, int g) {
+  switch (kind) {
+    case SguKind::split:
+    case SguKind::multiplicative:
+      for (int c = 0; c < g; ++c) s[c] = z[c] * f[c];
+      break;
+    case SguKind::linear:
+      for (int c = 0; c < g; ++c) s[c] = f[c];
+      break;
+    case SguKind::additive:
+      for (int c = 0; c < g; ++c) s[c] = z[c] + f[c];
+      break;
+  }
+}
+// The same over M rows: Z rows ldz apart, F and S [M, g].
+void sgu_combine(SguKind kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
 struct SguParams {
   SguKind kind = SguKind::split;
   const float* norm_w = nullptr;

@@ -61,19 +61,20 @@ void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float*
     float* fr = F + int64_t(r) * d.g;
     float* s = S + int64_t(r) * d.g;
     for (int c = 0; c < d.g; ++c) fr[c] += p.bias[(c / d.gh) * p.n + bi] + (extra ? extra[int64_t(r) * d.g + c] : 0.f);
-    switch (p.kind) {
-      case SguKind::split:
-      case SguKind::multiplicative:
-        for (int c = 0; c < d.g; ++c) s[c] = z[c] * fr[c];
-        break;
-      case SguKind::linear:
-        for (int c = 0; c < d.g; ++c) s[c] = fr[c];
-        break;
-      case SguKind::additive:
-        for (int c = 0; c < d.g; ++c) s[c] = z[c] + fr[c];
-        break;
-    }
+    sgu_combine_row(p.kind, z, fr, s, d.g);
   }
+}
+
+SguKind sgu_kind(const std::string& name) {
+  if (name == "linear") return SguKind::linear;
+  if (name == "additive") return SguKind::additive;
+  if (name == "multiplicative") return SguKind::multiplicative;
+  return SguKind::split;
+}
+
+void sgu_combine(SguKind kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < M; ++r) sgu_combine_row(kind, Z + int64_t(r) * ldz, F + int64_t(r) * g, S + int64_t(r) * g, g);
 }
 
 void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
