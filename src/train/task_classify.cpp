@@ -16,27 +16,19 @@ namespace {
 
 int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); }
 
-// Softmax cross-entropy and the argmax of B rows of logits.
-void score_rows(const float* logits, int B, int k, const int32_t* labels, double& nats, ClassEval& ev,
-                std::vector<int64_t>& confusion) {
+// The argmax of B rows of logits, into the predictions and the confusion matrix.
+void score_rows(const float* logits, int B, int k, const int32_t* labels, ClassEval& ev) {
   for (int b = 0; b < B; ++b) {
-    const float* row = logits + size_t(b) * k;
-    const float mx = *std::max_element(row, row + k);
-    double s = 0.0;
-    for (int c = 0; c < k; ++c) s += std::exp(double(row[c]) - mx);
-    nats += std::log(s) + mx - row[labels[b]];
-    const int pred = argmax(row, k);
+    const int pred = argmax(logits + size_t(b) * k, k);
     ev.predictions.push_back(pred);
-    ++confusion[size_t(labels[b]) * k + pred];
+    ++ev.confusion[size_t(labels[b]) * k + pred];
   }
 }
 
+// The model's mean loss per batch, weighted by its size, gives the mean over the set.
 void finish(ClassEval& ev, double nats) {
-  int64_t right = 0;
-  const int k = int(std::lround(std::sqrt(double(ev.confusion.size()))));
-  for (int c = 0; c < k; ++c) right += ev.confusion[size_t(c) * k + c];
   ev.loss = ev.examples ? nats / double(ev.examples) : 0.0;
-  ev.accuracy = ev.examples ? double(right) / double(ev.examples) : 0.0;
+  ev.accuracy = confusion_accuracy(ev.confusion);
 }
 
 // A padded batch's tokens with T cut to its longest row.
@@ -195,8 +187,10 @@ ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& 
                                                            std::to_string(set.labels[s + size_t(i)]) +
                                                            " outside the model's " + std::to_string(c.n_classes) +
                                                            " classes");
-    model.forward(tb.make(idx.data(), n));
-    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, nats, ev, ev.confusion);
+    Batch b = tb.make(idx.data(), n);
+    b.targets = set.labels.data() + s;
+    nats += model.forward(b) * double(n);
+    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
     ev.examples += n;
   }
   finish(ev, nats);
@@ -224,8 +218,9 @@ ClassEval evaluate_images(Model& model, const ImageSet& set, int batch) {
     b.B = n;
     b.T = c.seq_len;
     b.images = set.image(s);
-    model.forward(b);
-    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, nats, ev, ev.confusion);
+    b.targets = set.labels.data() + s;
+    nats += model.forward(b) * double(n);
+    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
     ev.examples += n;
   }
   finish(ev, nats);

@@ -12,6 +12,16 @@
 namespace gmlp {
 namespace {
 
+// BERT masking of `rows` windows of n ids (raw) into inputs and targets; returns how
+// many positions were chosen.
+int64_t mask_rows(const int32_t* raw, int rows, int n, int32_t* inputs, int32_t* targets, const Tokenizer& tok,
+                  Rng& rng, float mask_prob) {
+  int64_t count = 0;
+  for (int b = 0; b < rows; ++b)
+    count += mask_tokens(raw + size_t(b) * n, n, inputs + size_t(b) * n, targets + size_t(b) * n, tok, rng, mask_prob);
+  return count;
+}
+
 class CausalLmTask : public TrainTask {
  public:
   CausalLmTask(std::unique_ptr<Tokenizer> tok, const std::string& path, int n, int B, float val_fraction)
@@ -72,7 +82,7 @@ class MaskedLmTask : public TrainTask {
   int64_t data_signature() const override { return int64_t(corpus_.train.size() + corpus_.val.size()); }
   const Batch& next_batch(Rng& rng) override {
     sample_windows(corpus_.train, B_, n_, rng, raw_.data());
-    mask_rows(B_, rng);
+    mask_rows(raw_.data(), B_, n_, inputs_.data(), targets_.data(), *tok_, rng, mask_prob_);
     batch_.B = B_;
     return batch_;
   }
@@ -90,14 +100,6 @@ class MaskedLmTask : public TrainTask {
   }
 
  private:
-  int64_t mask_rows(int rows, Rng& rng) {
-    int64_t count = 0;
-    for (int b = 0; b < rows; ++b)
-      count += mask_tokens(raw_.data() + size_t(b) * n_, n_, inputs_.data() + size_t(b) * n_,
-                           targets_.data() + size_t(b) * n_, *tok_, rng, mask_prob_);
-    return count;
-  }
-
   std::unique_ptr<Tokenizer> tok_;
   TextCorpus corpus_;
   int n_, B_;
@@ -129,10 +131,7 @@ MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::v
     // Windows of n sharing one token with the next: every held-out token is seen.
     const int rows = eval_batch(tokens, n, batch, k, raw.data());
     if (rows == 0) break;
-    int64_t count = 0;
-    for (int i = 0; i < rows; ++i)
-      count += mask_tokens(raw.data() + size_t(i) * n, n, inputs.data() + size_t(i) * n, targets.data() + size_t(i) * n,
-                           tok, rng, mask_prob);
+    const int64_t count = mask_rows(raw.data(), rows, n, inputs.data(), targets.data(), tok, rng, mask_prob);
     b.B = rows;
     nats += model.forward(b) * double(count);
     r.masked += count;
