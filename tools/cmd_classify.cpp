@@ -82,11 +82,11 @@ int run_classify_image(const ImageArgs& a) {
   const ModelConfig& c = model->config();
   require(c.task == "vision", "'" + a.model + "' is a \"" + c.task + "\" model, not an image classifier");
   require(a.top >= 1, "--top must be >= 1");
+  const Normalization norm =
+      c.normalization.is_null() ? Normalization{} : Normalization::from_json(c.normalization, a.model);
   for (const auto& path : a.images) {
     Image img = load_image(path, c.image_channels, c.image_height, c.image_width);
-    if (!c.normalization.is_null())
-      normalize(img.pixels.data(), 1, c.image_channels, size_t(c.image_height) * c.image_width,
-                Normalization::from_json(c.normalization, path));
+    if (!norm.empty()) normalize(img.pixels.data(), 1, c.image_channels, size_t(c.image_height) * c.image_width, norm);
     print_prediction(c, classify_image(*model, img.pixels.data()), a.top, path);
   }
   return 0;

@@ -109,8 +109,7 @@ void ModelConfig::validate() const {
   for (auto [key, v] : {std::pair<const char*, int>{"vocab_size", vocab_size}, {"d_model", d_model}, {"d_ffn", d_ffn},
                         {"seq_len", seq_len}, {"n_classes", n_classes}, {"d_attn", d_attn}, {"sgu_heads", sgu_heads},
                         {"image_channels", image_channels}, {"image_height", image_height},
-                        {"image_width", image_width}, {"patch_height", patch_height}, {"patch_width", patch_width}})
-  {
+                        {"image_width", image_width}, {"patch_height", patch_height}, {"patch_width", patch_width}}) {
     require(v >= 0, std::string("config: '") + key + "' must be >= 0, got " + std::to_string(v));
     require(v <= kMaxDim, std::string("config: '") + key + "' must be at most " + std::to_string(kMaxDim) +
                               ", got " + std::to_string(v));
@@ -147,14 +146,16 @@ void ModelConfig::validate() const {
   else
     require(n_classes == 0, "config: 'n_classes' is for classify and vision; task \"" + task + "\" needs 0, got " +
                                 std::to_string(n_classes));
+  // Positive for vision, zero (absent) for every other task.
+  const std::pair<const char*, int> image_keys[] = {{"image_channels", image_channels}, {"image_height", image_height},
+                                                    {"image_width", image_width}, {"patch_height", patch_height},
+                                                    {"patch_width", patch_width}};
   if (task == "vision") {
     require(vocab_size == 0, "config: a vision model has no vocabulary; 'vocab_size' must be 0, got " +
                                  std::to_string(vocab_size));
     require(tokenizer.is_null(), "config: a vision model takes no 'tokenizer'");
     require(pos_embedding == "none", "config: vision models use no position embedding ('pos_embedding' \"none\")");
-    for (auto [key, v] : {std::pair<const char*, int>{"image_channels", image_channels}, {"image_height", image_height},
-                          {"image_width", image_width}, {"patch_height", patch_height}, {"patch_width", patch_width}})
-      check_positive(v, key);
+    for (auto [key, v] : image_keys) check_positive(v, key);
     // "do not tile" names the problem; the keys name where it is.
     require(image_height % patch_height == 0,
             "config: patches do not tile the image: 'patch_height' = " + std::to_string(patch_height) +
@@ -169,9 +170,7 @@ void ModelConfig::validate() const {
                                  std::to_string(seq_len));
     return;
   }
-  for (auto [key, v] : {std::pair<const char*, int>{"image_channels", image_channels}, {"image_height", image_height},
-                        {"image_width", image_width}, {"patch_height", patch_height}, {"patch_width", patch_width}})
-    require(v == 0, std::string("config: '") + key + "' is for vision models only");
+  for (auto [key, v] : image_keys) require(v == 0, std::string("config: '") + key + "' is for vision models only");
   check_positive(vocab_size, "vocab_size");
   require(tokenizer.is_object() && tokenizer.contains("kind") && tokenizer["kind"].is_string(),
           "config: 'tokenizer' must be an object with a string 'kind', got " + tokenizer.dump());
