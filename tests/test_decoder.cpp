@@ -23,6 +23,21 @@ class DecoderVsForward : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// Generation with the cache and with the window recomputed gives the same tokens, greedy
+// and sampled, over 2.5 windows: the context slides twice and the cache is rebuilt.
+void expect_cached_equals_recomputed(Model& model, const std::vector<int32_t>& prompt) {
+  const int n = model.config().seq_len;
+  for (float temperature : {0.f, 1.f}) {
+    SamplingOptions opt;
+    opt.temperature = temperature;
+    Rng r1(42), r2(42);
+    const auto cached = generate(model, prompt, 5 * n / 2, opt, r1, nullptr, true);
+    const auto full = generate(model, prompt, 5 * n / 2, opt, r2, nullptr, false);
+    EXPECT_EQ(cached, full) << "temperature " << temperature;
+    EXPECT_EQ(cached.size(), size_t(5 * n / 2));
+  }
+}
+
 TEST_P(DecoderVsForward, SameLogitsAtEveryPosition) {
   auto model = load();
   const int n = model->config().seq_len, V = model->config().vocab_size;
@@ -45,18 +60,8 @@ TEST_P(DecoderVsForward, SameLogitsAtEveryPosition) {
 
 TEST_P(DecoderVsForward, CachedAndFullRecomputeGenerateTheSameText) {
   auto model = load();
-  const int n = model->config().seq_len;
   const std::vector<int32_t> prompt = {1, 2, 3};
-  for (float temperature : {0.f, 1.f}) {
-    SamplingOptions opt;
-    opt.temperature = temperature;
-    Rng r1(42), r2(42);
-    // 2.5 windows: the context slides twice.
-    const auto cached = generate(*model, prompt, 5 * n / 2, opt, r1, nullptr, true);
-    const auto full = generate(*model, prompt, 5 * n / 2, opt, r2, nullptr, false);
-    EXPECT_EQ(cached, full) << "temperature " << temperature;
-    EXPECT_EQ(cached.size(), size_t(5 * n / 2));
-  }
+  expect_cached_equals_recomputed(*model, prompt);
 }
 
 TEST_P(DecoderVsForward, NoGradForwardGivesTheSameLogitsAndRefusesBackward) {
@@ -171,18 +176,8 @@ TEST_P(DecoderVariants, PrefillAndStepsMatchTheForwardAtEveryPosition) {
 TEST_P(DecoderVariants, CachedAndUncachedGenerateTheSameTokensThroughSlides) {
   const ModelConfig c = variant_config(GetParam());
   auto model = random_model(c, 8);
-  const int n = c.seq_len;
   const std::vector<int32_t> prompt = {72, 101, 108};
-  for (float temperature : {0.f, 1.f}) {
-    SamplingOptions opt;
-    opt.temperature = temperature;
-    Rng r1(42), r2(42);
-    // 2.5 windows: the context slides twice, and the cache is rebuilt each time.
-    const auto cached = generate(*model, prompt, 5 * n / 2, opt, r1, nullptr, true);
-    const auto full = generate(*model, prompt, 5 * n / 2, opt, r2, nullptr, false);
-    EXPECT_EQ(cached, full) << "temperature " << temperature;
-    EXPECT_EQ(cached.size(), size_t(5 * n / 2));
-  }
+  expect_cached_equals_recomputed(*model, prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoder, DecoderVariants, ::testing::ValuesIn(causal_variants()),

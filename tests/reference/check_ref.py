@@ -41,6 +41,22 @@ def case_model(name, dtype=torch.float64):
     return model, tokens, train_tokens, mcfg, tcfg
 
 
+def fd_relative_error(flat, gflat, idx, loss_fn, h: float) -> float:
+    """Worst |central difference - autograd| / max(1e-4, |autograd|) over the entries
+    idx of one flattened parameter (float64, under no_grad; each entry is restored)."""
+    worst = 0.0
+    for i in idx:
+        old = float(flat[i])
+        flat[i] = old + h
+        up = loss_fn()
+        flat[i] = old - h
+        down = loss_fn()
+        flat[i] = old
+        fd, ad = (up - down) / (2 * h), float(gflat[i])
+        worst = max(worst, abs(fd - ad) / max(1e-4, abs(ad)))
+    return worst
+
+
 def finite_differences(name: str) -> None:
     model, tokens, _, _, _ = case_model(name)
     loss_fn = lambda: float(model.loss(model(tokens[:, :-1]), tokens[:, 1:]))  # noqa: E731
@@ -56,15 +72,7 @@ def finite_differences(name: str) -> None:
                 idx.append(3 * p.shape[1] + 1)
             if pname == "embed.weight":  # a row the batch actually reads
                 idx.append(int(tokens[0, 0]) * p.shape[1] + 2)
-            for i in idx:
-                old = float(flat[i])
-                flat[i] = old + h
-                up = loss_fn()
-                flat[i] = old - h
-                down = loss_fn()
-                flat[i] = old
-                fd, ad = (up - down) / (2 * h), float(gflat[i])
-                worst = max(worst, abs(fd - ad) / max(1e-4, abs(ad)))
+            worst = max(worst, fd_relative_error(flat, gflat, idx, loss_fn, h))
     check(worst < 1e-5, f"{name}: autograd vs finite differences, worst rel err {worst:.2e}")
 
 

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_ref import fd_relative_error  # noqa: E402
 from dump_fixtures import VARIANT_CASES, variant_forward, variant_inputs  # noqa: E402
 from gmlp_ref import (CONFIG_DEFAULTS, GMLP, param_count, param_dict,  # noqa: E402
                       param_shapes, survival_probs)
@@ -259,15 +260,7 @@ def finite_differences(name: str) -> None:
             idx = torch.randint(flat.numel(), (2,), generator=gen).tolist()
             nz = gflat.nonzero().view(-1)  # plus two entries that do matter
             idx += nz[torch.randint(nz.numel(), (2,), generator=gen)].tolist()
-            for i in idx:
-                old = float(flat[i])
-                flat[i] = old + h
-                up = loss_fn()
-                flat[i] = old - h
-                down = loss_fn()
-                flat[i] = old
-                fd, ad = (up - down) / (2 * h), float(gflat[i])
-                worst = max(worst, abs(fd - ad) / max(1e-4, abs(ad)))
+            worst = max(worst, fd_relative_error(flat, gflat, idx, loss_fn, h))
     check(worst < 1e-5, f"{name}: autograd vs finite differences, worst rel err {worst:.2e}")
 
 

@@ -89,18 +89,21 @@ CASES = {
 }
 
 
-def build_model(seed: int, cfg: dict) -> GMLPLanguageModel:
+def build_model(seed: int, cfg: dict) -> GMLP:
     """SPEC init, then perturbed so that every parameter matters to the test: LayerNorm
     params and the spatial bias move off 1/0, and the spatial weight gets large values
-    over the whole n x n matrix (a causal model must ignore the upper triangle)."""
+    over the whole matrix (a causal model must ignore the upper triangle, a padded one
+    the masked columns); aMLP's attention is sharpened so its gradients matter."""
     torch.manual_seed(seed)
-    model = GMLPLanguageModel(cfg)
+    model = GMLP(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith("spatial.bias"):
                 p.add_(torch.randn_like(p) * 0.02)
             elif name.endswith("spatial.weight"):
                 p.uniform_(-0.3, 0.3)
+            elif name.endswith("attn.qkv.weight"):
+                p.mul_(2.0)
     return model
 
 
@@ -254,28 +257,11 @@ VARIANT_CASES = {
 MLM_RATE = 0.3  # fraction of real positions chosen as MLM targets (fixtures only)
 
 
-def build_variant(seed: int, cfg: dict) -> GMLP:
-    """SPEC init, then perturbed like build_model so that every parameter matters:
-    LayerNorms and the spatial bias off 1/0, spatial weights U(-0.3, 0.3) everywhere
-    (masked entries included: the model must ignore them)."""
-    torch.manual_seed(seed)
-    model = GMLP(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("spatial.bias"):
-                p.add_(torch.randn_like(p) * 0.02)
-            elif name.endswith("spatial.weight"):
-                p.uniform_(-0.3, 0.3)
-            elif name.endswith("attn.qkv.weight"):
-                p.mul_(2.0)  # sharper attention than the default init: gradients matter
-    return model
-
-
 def variant_inputs(name: str) -> tuple[GMLP, dict]:
     """(float32 model, case inputs) of a variant case; the inputs are seeded, so
     check_variants.py rebuilds exactly what the fixtures hold."""
     seed, cfg, B, T, lengths, survive = VARIANT_CASES[name]
-    model = build_variant(seed, cfg)
+    model = build_model(seed, cfg)
     gen = torch.Generator().manual_seed(seed + 1)
     task, inputs = cfg["task"], {}
     if task == "causal_lm":

@@ -40,13 +40,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import struct
 import sys
 from functools import partial
 
-import numpy as np
 import torch
 import torch.nn as nn
 
