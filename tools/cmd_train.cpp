@@ -157,8 +157,8 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
               (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
   const auto& v = s.val_metrics;
-  if (s.val.tokens > 0) {
-    std::printf(", val loss %.4f nats/token, %.4f bits/byte", s.val.loss, s.val.bits_per_byte);
+  if (v.contains("val_bpb")) {
+    std::printf(", val loss %.4f nats/token, %.4f bits/byte", v["val_loss"].get<double>(), v["val_bpb"].get<double>());
   } else if (v.contains("val_ppl")) {
     std::printf(", val masked-token loss %.4f nats, perplexity %.3f", v["val_loss"].get<double>(),
                 v["val_ppl"].get<double>());

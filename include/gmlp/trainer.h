@@ -54,7 +54,6 @@ struct TrainSummary {
   int64_t steps = 0;
   bool interrupted = false;
   double last_loss = 0.0;
-  EvalResult val;              // causal LM: the last validation
   nlohmann::json val_metrics;  // every task: the last evaluation's "val_*" metrics (null if none)
   double elapsed_s = 0.0;
   double tokens_per_s = 0.0;

@@ -289,11 +289,6 @@ TrainSummary train(const TrainOptions& opts) {
         log.write(line);
         bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
         sum.val_metrics = ev;
-        if (ev.contains("val_bpb")) {
-          sum.val.loss = ev["val_loss"];
-          sum.val.bits_per_byte = ev["val_bpb"];
-          sum.val.tokens = ev["val_tokens"];
-        }
       }
     }
     st.elapsed_s = elapsed_before + seconds_since(t_start);
