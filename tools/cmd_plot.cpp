@@ -166,25 +166,6 @@ std::vector<int> parse_index_list(const std::string& s, int limit, const std::st
   return out;
 }
 
-// The full [n, n] matrix of one head from the stored tensor (docs/variants.md). Causal
-// models never use j > i: those entries are NaN (drawn gray).
-std::vector<float> materialise(const ModelConfig& c, const float* w, int n) {
-  std::vector<float> W(size_t(n) * n);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) {
-      float v;
-      if (c.spatial == "full")
-        v = w[size_t(i) * n + j];
-      else if (c.causal())
-        v = j <= i ? w[i - j] : 0.0f;
-      else
-        v = w[i - j + n - 1];
-      if (c.causal() && j > i) v = NAN;
-      W[size_t(i) * n + j] = v;
-    }
-  return W;
-}
-
 // Locality in numbers: the mean |W[i, j]| over pairs of patches at each Chebyshev
 // distance on the grid (the paper's Figure 3 shows the weights of nearby patches
 // standing out).
@@ -247,7 +228,6 @@ int run_plot_spatial(const SpatialArgs& a) {
   for (int l : layers) {
     const std::string name = "blocks." + std::to_string(l) + ".sgu.spatial.weight";
     const ParamInfo& info = model->param(name);
-    const size_t per_head = info.size / size_t(heads);
     std::vector<plot::Heatmap> maps;
     plot::HeatmapGridOptions opt;
     opt.vmax = a.vmax;
@@ -257,7 +237,10 @@ int run_plot_spatial(const SpatialArgs& a) {
     for (size_t k = 0; k < info.shape.size(); ++k) shape += (k ? "x" : "") + std::to_string(info.shape[k]);
     const std::string kind = c.spatial == "full" ? "" : (c.causal() ? ", causal Toeplitz" : ", Toeplitz");
     for (int h = 0; h < heads; ++h) {
-      const std::vector<float> W = materialise(c, model->weights() + info.offset + size_t(h) * per_head, n);
+      std::vector<float> W = dense_spatial_weights(*model, l, h);
+      if (c.causal())  // the masked half is never read: blank (gray) rather than zeros
+        for (int i = 0; i < n; ++i)
+          for (int j = i + 1; j < n; ++j) W[size_t(i) * n + j] = NAN;
       const std::string hp = heads > 1 ? "h" + std::to_string(h) + " " : "";
       if (vision) print_locality(W, gh, gw, "layer " + std::to_string(l) + (heads > 1 ? " head " + std::to_string(h) : ""));
       if (vision) {

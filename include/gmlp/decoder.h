@@ -35,7 +35,6 @@ class Decoder {
   const float* step(int32_t token);
 
  private:
-  const Model& model_;
   ModelConfig cfg_;
   ParamViews w_;
   std::vector<float> pe_;

@@ -12,6 +12,10 @@
 
 namespace gmlp {
 
+struct BlockCall;
+struct BlockSaved;
+struct BlockScratch;
+
 // One named tensor inside the parameter buffer (SPEC §6 names, [out, in] layout).
 struct ParamInfo {
   std::string name;
@@ -64,6 +68,10 @@ float survival_probability(const ModelConfig& c, int l);
 // Draws keep[L, B] for one training batch: 1/p_l with probability p_l, else 0.
 void draw_keep(const ModelConfig& c, int B, Rng& rng, float* keep);
 
+// Head k of layer l's spatial weights as a dense [n, n] matrix, Toeplitz weights
+// expanded (docs/variants.md); a causal model's unused upper triangle reads 0.
+std::vector<float> dense_spatial_weights(const class Model& m, int layer, int head);
+
 // Useful FLOPs of one forward per token at sequence length T: the channel GEMMs, the
 // spatial product (its causal half when causal), tiny attention, and the head.
 // Elementwise work is not counted. Training is 3x (forward, and the two GEMMs of each
@@ -83,6 +91,8 @@ class Model {
   size_t num_params() const { return weights_.size(); }
   float* weights() { return weights_.data(); }
   const float* weights() const { return weights_.data(); }
+  // Named views of the weights, for readers such as the cached decoder.
+  const ParamViews& views() const { return w_; }
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
 
@@ -127,6 +137,11 @@ class Model {
  private:
   struct Arena;
   void ensure_arena(int B, int T, int layers);
+  BlockCall block_call(int l) const;  // the shape, padding and drop masks of the last forward, at layer l
+  void embed_forward(const Batch& in, float* x);
+  void embed_backward(const float* dx);
+  double head_forward(const Batch& in, const float* xL);
+  void head_backward(const float* xL);
 
   ModelConfig cfg_;
   std::vector<ParamInfo> layout_;

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "gmlp/error.h"
-#include "model/block_params.h"
+#include "model/block.h"
 #include "ops/fast_math.h"
 #include "ops/ops.h"
 
@@ -97,8 +97,7 @@ void attention_step(const BlockParams& p, int d, int da, int dout, int i, const 
 
 bool Decoder::supports(const ModelConfig& c) { return c.task == "causal_lm"; }
 
-Decoder::Decoder(const Model& model)
-    : model_(model), cfg_(model.config()), w_(param_views(cfg_, const_cast<float*>(model.weights()))) {
+Decoder::Decoder(const Model& model) : cfg_(model.config()), w_(model.views()) {
   require(supports(cfg_), "the cached decoder needs a causal language model; this one is \"" + cfg_.task + "\"");
   const size_t n = size_t(cfg_.seq_len), d = size_t(cfg_.d_model), f = size_t(cfg_.d_ffn),
                L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), H = size_t(cfg_.sgu_heads);
@@ -136,37 +135,32 @@ void Decoder::reset() { len_ = 0; }
 const float* Decoder::prefill(const int32_t* tokens, int T) {
   require(T >= 1 && T <= cfg_.seq_len, "prefill: " + std::to_string(T) + " tokens do not fit the window of " +
                                            std::to_string(cfg_.seq_len));
-  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, s = s_, V = cfg_.vocab_size;
+  const int n = cfg_.seq_len, d = cfg_.d_model, V = cfg_.vocab_size;
   for (int t = 0; t < T; ++t)
     require(tokens[t] >= 0 && tokens[t] < V, "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
   len_ = 0;
-  const bool tanh_gelu = cfg_.gelu == "tanh";
   float* x = x_.data();
   ops::embedding_forward(w_.embed, d, tokens, T, 1, pe_.empty() ? nullptr : pe_.data(), x);
+  BlockCall call;
+  call.T = T;
+  call.B = 1;
+  const BlockScratch scratch{h_.data(), z_.data(), S_.data(), A_.data(), Wd_.data()};
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const BlockParams& p = w_.blocks[size_t(l)];
-    ops::layernorm_forward(x, d, T, d, p.norm_w, p.norm_b, cfg_.norm_eps, h_.data(), d, nullptr, nullptr);
-    ops::linear_forward(h_.data(), T, d, p.proj_in_w, p.proj_in_b, f, u_.data());
-    ops::gelu_forward(u_.data(), z_.data(), int64_t(T) * f, tanh_gelu);
-    const float* branch = z_.data();  // s(Z) = Z for "none"
-    if (cfg_.has_sgu()) {
-      const float* extra = nullptr;
-      if (cfg_.d_attn > 0) {
-        // The training attention, writing its q|k|v rows straight into the layer's cache.
-        ops::tiny_attention_forward(attn_params(cfg_, p, nullptr), h_.data(), T, 1, qkv_[size_t(l)].data(),
-                                    P_.data(), O_.data(), A_.data());
-        extra = A_.data();
-      }
-      // The training SGU, with the layer's gate cache as its gate buffer: prefill leaves
-      // exactly the rows step() extends.
-      const ops::SguParams sp = sgu_params(cfg_, p, T, Wd_.data(), nullptr);
-      ops::sgu_forward(sp, z_.data(), T, 1, f, S_.data(), gstats_.data(), gstats_.data() + n, F_.data(),
-                       gates_[size_t(l)].data(), extra);
-      branch = S_.data();
+    // The training block, in place on x, with the layer's caches as its gate and q|k|v
+    // buffers: prefill leaves exactly the rows step() extends.
+    BlockSaved saved;
+    saved.x = x;
+    saved.u = u_.data();
+    saved.g_mean = gstats_.data();
+    saved.g_rstd = gstats_.data() + n;
+    saved.F = F_.data();
+    if (cfg_.d_attn > 0) {
+      saved.qkv = qkv_[size_t(l)].data();
+      saved.P = P_.data();
+      saved.O = O_.data();
     }
-    for (int t = 0; t < T; ++t)
-      for (int c = 0; c < d; ++c) x[size_t(t) * d + c] += p.proj_out_b[c];
-    ops::gemm(false, true, T, d, s, 1.f, branch, s, p.proj_out_w, s, 1.f, x, d);
+    call.gate = cfg_.has_sgu() ? gates_[size_t(l)].data() : nullptr;
+    block_forward(cfg_, w_.blocks[size_t(l)], call, saved, scratch, x);
   }
   len_ = T;
   const float* last = x + size_t(T - 1) * d;
@@ -211,10 +205,8 @@ const float* Decoder::step(int32_t token) {
     for (int k = 0; k < heads; ++k) {
       const float* wrow;
       if (toeplitz) {
-        // Row i of the causal Toeplitz matrix, W[i, j] = w[i - j] for j <= i (i < n).
-        const float* wk = p.spatial_w + k * wsz;
         float* r = Wd_.data() + size_t(k) * n;
-        for (int j = 0; j <= i; ++j) r[j] = wk[i - j];
+        ops::toeplitz_row(p.spatial_w + k * wsz, n, true, i, i + 1, r);
         wrow = r;
       } else {
         wrow = p.spatial_w + k * wsz + size_t(i) * n;

@@ -1,26 +1,27 @@
-// Forward and backward of every gMLP model (docs/variants.md), composed from src/ops.
+// The gMLP model of every task (docs/variants.md): the task's input (token or patch
+// embeddings), L blocks (src/model/block.cpp) and the task's head and loss, over one
+// parameter buffer and one activation arena.
 //
-// Kept for the backward, per layer: the block input x (residual stream), its LayerNorm
-// statistics, the pre-GELU projection u, the gate's LayerNorm statistics, the spatial
-// output F (with aMLP's attention added) and, for aMLP, the attention's qkv, P and O.
-// Everything else (LayerNorm outputs, GELU(u), the normalised gate, the gated product
-// S) is recomputed from those in the backward: elementwise work that is cheap next to
-// the GEMMs and saves several [T*B, d_ffn] buffers per layer. Scratch buffers whose
-// lifetimes do not overlap are shared: the gate G lives in S's buffer and dZ is
-// computed in place over Z. With gradients disabled only one layer's slots exist and
-// every layer reuses them.
+// The arena holds, per layer, what block.h's BlockSaved lists, plus scratch that every
+// layer shares. With gradients disabled only one layer's slots exist and every layer
+// reuses them.
 #include <algorithm>
 #include <cstring>
 
 #include "gmlp/error.h"
 #include "gmlp/model.h"
-#include "model/block_params.h"
+#include "model/block.h"
 #include "ops/ops.h"
 
 namespace gmlp {
 
 struct Model::Arena {
   int B = 0, T = 0, layers = 0;  // capacity
+  int B_used = 0, T_used = 0;    // the current forward's shape
+  size_t d = 0, f = 0, g = 0, da = 0;
+  BlockSaved layer(int l, bool grad) const;  // layer l's saved tensors
+  float* stream(int l, bool grad);           // the residual stream entering layer l (l = L: the output)
+  BlockScratch scratch();
   std::vector<int32_t> tokens, targets, lengths;        // [M] (or [B]) sequence-major
   std::vector<float> keep;                              // [L, B]
   std::vector<float> patches;                           // vision: [M, C*ph*pw]
@@ -66,6 +67,10 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->B = B;
   a->T = T;
   a->layers = layers;
+  a->d = d;
+  a->f = f;
+  a->g = g;
+  a->da = da;
   a->tokens.resize(M);
   a->targets.resize(M);
   a->lengths.resize(size_t(B));
@@ -119,36 +124,35 @@ int Model::logit_rows() const {
   return cfg_.per_token_output() ? B_ * T_ : B_;
 }
 
-ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, float* Wd,
-                                 const int32_t* lengths) {
-  ops::SguParams sp;
-  sp.kind = ops::sgu_kind(c.sgu);
-  sp.norm_w = p.sgu_norm_w;
-  sp.norm_b = p.sgu_norm_b;
-  sp.bias = p.spatial_b;
-  sp.n = c.seq_len;
-  sp.heads = c.sgu_heads;
-  sp.causal = c.causal();
-  sp.lengths = lengths;
-  sp.eps = c.sgu_norm_eps;
-  if (c.spatial == "toeplitz") {
-    const int64_t wsz = c.spatial_weight_size();
-    for (int k = 0; k < c.sgu_heads; ++k)
-      ops::toeplitz_materialize(p.spatial_w + k * wsz, c.seq_len, c.causal(), T, Wd + int64_t(k) * T * T);
-    sp.W = Wd;
-    sp.ldw = T;
-    sp.w_head_stride = int64_t(T) * T;
-  } else {
-    sp.W = p.spatial_w;
-    sp.ldw = c.seq_len;
-    sp.w_head_stride = int64_t(c.seq_len) * c.seq_len;
-  }
-  return sp;
+// The arena's slot policy: with gradients every layer keeps its own tensors; without,
+// every layer reuses slot 0 and the residual stream alternates between two rows.
+BlockSaved Model::Arena::layer(int l, bool grad) const {
+  const size_t M = size_t(B_used) * T_used, k = grad ? size_t(l) : 0;
+  auto at = [](const std::vector<float>& v, size_t off) {
+    return v.empty() ? nullptr : const_cast<float*>(v.data()) + off;
+  };
+  BlockSaved s;
+  s.x = at(x, (grad ? size_t(l) : size_t(l % 2)) * M * d);
+  s.ln_mean = at(ln_mean, k * M);
+  s.ln_rstd = at(ln_rstd, k * M);
+  s.u = at(u, k * M * f);
+  s.g_mean = at(g_mean, k * M);
+  s.g_rstd = at(g_rstd, k * M);
+  s.F = at(F, k * M * g);
+  s.qkv = at(qkv, k * M * 3 * da);
+  s.P = at(P, k * size_t(B_used) * T_used * T_used);
+  s.O = at(O, k * M * da);
+  return s;
 }
 
-ops::AttnParams attn_params(const ModelConfig& c, const BlockParams& p, const int32_t* lengths) {
-  return {p.attn_qkv_w, p.attn_qkv_b, p.attn_out_w, p.attn_out_b, c.d_model, c.d_attn, c.d_ffn / 2, c.causal(),
-          lengths};
+float* Model::Arena::stream(int l, bool grad) {
+  const size_t M = size_t(B_used) * T_used;
+  return x.data() + (grad ? size_t(l) : size_t(l % 2)) * M * d;
+}
+
+BlockScratch Model::Arena::scratch() {
+  auto at = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  return {at(h), at(z), at(S), at(att), at(Wd), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
 }
 
 double Model::forward(const Batch& in) {
@@ -168,16 +172,15 @@ double Model::forward(const Batch& in) {
   }
   require(in.lengths == nullptr || (!cfg_.causal() && cfg_.token_input()),
           "forward: padding lengths are for bidirectional token models (mlm, classify)");
-  const int slots = grad_enabled_ ? cfg_.n_layers : 1;
-  ensure_arena(B, T, slots);
+  ensure_arena(B, T, grad_enabled_ ? cfg_.n_layers : 1);
   Arena& a = *arena_;
+  a.B_used = B;
+  a.T_used = T;
   backward_ready_ = false;
   B_ = B;
   T_ = T;
-  const int M = B * T, d = cfg_.d_model, f = cfg_.d_ffn, s = cfg_.branch_channels(), out = cfg_.out_dim();
-  const bool tanh_gelu = cfg_.gelu == "tanh";
 
-  const int32_t* lengths = nullptr;
+  last_lengths_ = in.lengths != nullptr;
   if (in.lengths) {
     for (int b = 0; b < B; ++b) {
       require(in.lengths[b] >= 1 && in.lengths[b] <= T, "forward: row " + std::to_string(b) + " has length " +
@@ -185,17 +188,34 @@ double Model::forward(const Batch& in) {
                                                             std::to_string(T) + "]");
       a.lengths[size_t(b)] = in.lengths[b];
     }
-    lengths = a.lengths.data();
   }
-  last_lengths_ = lengths != nullptr;
   last_keep_ = in.keep != nullptr;
-  const float* keep = nullptr;
-  if (in.keep) {
-    std::copy(in.keep, in.keep + size_t(cfg_.n_layers) * B, a.keep.begin());
-    keep = a.keep.data();
-  }
+  if (in.keep) std::copy(in.keep, in.keep + size_t(cfg_.n_layers) * B, a.keep.begin());
 
-  float* x = a.x.data();
+  embed_forward(in, a.stream(0, grad_enabled_));
+  const BlockScratch scratch = a.scratch();
+  for (int l = 0; l < cfg_.n_layers; ++l)
+    block_forward(cfg_, w_.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_), scratch,
+                  a.stream(l + 1, grad_enabled_));
+  backward_ready_ = grad_enabled_ && in.targets != nullptr;
+  return head_forward(in, a.stream(cfg_.n_layers, grad_enabled_));
+}
+
+BlockCall Model::block_call(int l) const {
+  BlockCall call;
+  call.T = T_;
+  call.B = B_;
+  // The arena's copies stay from earlier calls; only this forward's inputs count.
+  call.lengths = last_lengths_ ? arena_->lengths.data() : nullptr;
+  call.keep = last_keep_ ? arena_->keep.data() + size_t(l) * B_ : nullptr;
+  return call;
+}
+
+// Token ids (checked against the vocabulary) to embeddings, with positions when
+// configured; or images to patch embeddings. x: [M, d], sequence-major.
+void Model::embed_forward(const Batch& in, float* x) {
+  Arena& a = *arena_;
+  const int B = in.B, T = in.T, M = B * T, d = cfg_.d_model;
   if (cfg_.token_input()) {
     const int V = cfg_.vocab_size;
     for (int t = 0; t < T; ++t)
@@ -215,51 +235,27 @@ double Model::forward(const Batch& in) {
                          cfg_.patch_width, a.patches.data());
     ops::linear_forward(a.patches.data(), M, cfg_.patch_dim(), w_.patch_w, w_.patch_b, d, x);
   }
+}
 
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const BlockParams& p = w_.blocks[size_t(l)];
-    const size_t k = grad_enabled_ ? size_t(l) : 0;  // the layer's slot
-    const float* xl = x + (grad_enabled_ ? size_t(l) : size_t(l % 2)) * M * d;
-    float* xn = x + (grad_enabled_ ? size_t(l + 1) : size_t((l + 1) % 2)) * M * d;
-    float* u = a.u.data() + k * M * f;
-    ops::layernorm_forward(xl, d, M, d, p.norm_w, p.norm_b, cfg_.norm_eps, a.h.data(), d,
-                           a.ln_mean.data() + k * M, a.ln_rstd.data() + k * M);
-    ops::gemm(false, true, M, f, d, 1.f, a.h.data(), d, p.proj_in_w, d, 0.f, u, f);
-    ops::bias_gelu_forward(u, p.proj_in_b, M, f, a.z.data(), tanh_gelu);
-    const float* branch = a.z.data();  // s(Z) = Z for "none"
-    if (cfg_.has_sgu()) {
-      const float* extra = nullptr;
-      if (cfg_.d_attn > 0) {
-        const size_t da = size_t(cfg_.d_attn);
-        ops::tiny_attention_forward(attn_params(cfg_, p, lengths), a.h.data(), T, B, a.qkv.data() + k * M * 3 * da,
-                                    a.P.data() + k * size_t(B) * T * T, a.O.data() + k * M * da, a.att.data());
-        extra = a.att.data();
-      }
-      const auto sp = sgu_params(cfg_, p, T, a.Wd.data(), lengths);
-      ops::sgu_forward(sp, a.z.data(), T, B, f, a.S.data(), a.g_mean.data() + k * M, a.g_rstd.data() + k * M,
-                       a.F.data() + k * M * cfg_.gate_channels(), a.S.data(), extra);
-      branch = a.S.data();
-    }
-    if (!keep) {
-      // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < M; ++r)
-        for (int c = 0; c < d; ++c) xn[size_t(r) * d + c] = xl[size_t(r) * d + c] + p.proj_out_b[c];
-      ops::gemm(false, true, M, d, s, 1.f, branch, s, p.proj_out_w, s, 1.f, xn, d);
-    } else {
-      // Stochastic depth: x' = x + keep[l, b] (S V^T + v), the branch built in h.
-      ops::linear_forward(branch, M, s, p.proj_out_w, p.proj_out_b, d, a.h.data());
-      const float* kl = keep + size_t(l) * B;
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < M; ++r)
-        for (int c = 0; c < d; ++c) xn[size_t(r) * d + c] = xl[size_t(r) * d + c] + kl[r % B] * a.h[size_t(r) * d + c];
-    }
-  }
-  const float* xL = x + (grad_enabled_ ? size_t(cfg_.n_layers) : size_t(cfg_.n_layers % 2)) * M * d;
+void Model::embed_backward(const float* dx) {
+  Arena& a = *arena_;
+  const int M = B_ * T_, d = cfg_.d_model;
+  if (cfg_.token_input())
+    ops::embedding_backward(dx, d, a.tokens.data(), M, g_.embed);
+  else
+    ops::linear_backward(dx, a.patches.data(), M, cfg_.patch_dim(), w_.patch_w, d, nullptr, false, g_.patch_w,
+                         g_.patch_b);
+}
+
+// The final LayerNorm of xL [M, d] into h, then the task's head and, with targets, the
+// loss. When a backward can follow, the same pass writes d(loss)/d(logits): the softmax
+// is computed once per step instead of once for the loss and again for the gradient.
+double Model::head_forward(const Batch& in, const float* xL) {
+  Arena& a = *arena_;
+  const int B = B_, T = T_, M = B * T, d = cfg_.d_model, out = cfg_.out_dim();
   ops::layernorm_forward(xL, d, M, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
                          a.f_rstd.data());
-  backward_ready_ = grad_enabled_ && in.targets != nullptr;
-  int rows = M;
+  float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
   last_sparse_ = sparse_head_ && cfg_.task == "mlm" && in.targets != nullptr;
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
@@ -281,14 +277,15 @@ double Model::forward(const Batch& in) {
                 h_sel_.begin() + size_t(k) * d);
     if (K == 0) return 0.0;
     ops::linear_forward(h_sel_.data(), K, d, w_.head_w, w_.head_b, out, a.logits.data());
-    return ops::cross_entropy(a.logits.data(), K, out, sel_targets_.data(),
-                              backward_ready_ ? a.dlogits.data() : nullptr, nullptr);
+    return ops::cross_entropy(a.logits.data(), K, out, sel_targets_.data(), dlogits, nullptr);
   }
+  int rows = M;
   if (cfg_.per_token_output()) {
     ops::linear_forward(a.h.data(), M, d, w_.head_w, w_.head_b, out, a.logits.data());
   } else {
     // Mean over the real positions of each row, then the classifier.
     rows = B;
+    const int32_t* lengths = block_call(0).lengths;
     std::fill(a.pooled.begin(), a.pooled.begin() + size_t(B) * d, 0.f);
     for (int b = 0; b < B; ++b) {
       const int len = lengths ? lengths[b] : T;
@@ -311,28 +308,13 @@ double Model::forward(const Batch& in) {
   for (int r = 0; r < rows; ++r)
     require(a.targets[size_t(r)] < out, "forward: target " + std::to_string(a.targets[size_t(r)]) + " outside the " +
                                             std::to_string(out) + (cfg_.per_token_output() ? " tokens" : " classes"));
-  // When a backward can follow, the same pass writes d(loss)/d(logits): the softmax
-  // is computed once per step instead of once for the loss and again for the gradient.
-  return ops::cross_entropy(a.logits.data(), rows, out, a.targets.data(), backward_ready_ ? a.dlogits.data() : nullptr,
-                            nullptr);
+  return ops::cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, nullptr);
 }
 
-void Model::backward() {
-  require(arena_ != nullptr && backward_ready_,
-          "Model::backward needs a forward with targets, made with gradients enabled");
+// The head's and the final LayerNorm's backward: leaves dL/d(xL) in a.dx.
+void Model::head_backward(const float* xL) {
   Arena& a = *arena_;
-  const int B = B_, T = T_, M = B * T, d = cfg_.d_model, f = cfg_.d_ffn, g = cfg_.gate_channels(),
-            s = cfg_.branch_channels(), out = cfg_.out_dim(), da = cfg_.d_attn;
-  const bool tanh_gelu = cfg_.gelu == "tanh";
-  const float* x = a.x.data();
-  // lengths/keep are only meaningful when the forward was given them; the arena copies
-  // are reused, so remember through the forward's pointers instead.
-  const int32_t* lengths = nullptr;
-  const float* keep = nullptr;
-  if (last_lengths_) lengths = a.lengths.data();
-  if (last_keep_) keep = a.keep.data();
-
-  const float* xL = x + size_t(cfg_.n_layers) * M * d;
+  const int B = B_, T = T_, M = B * T, d = cfg_.d_model, out = cfg_.out_dim();
   ops::layernorm_apply(xL, d, M, d, w_.norm_w, w_.norm_b, a.f_mean.data(), a.f_rstd.data(), a.h.data(), d);
   if (last_sparse_) {
     // d(loss)/dh is zero at the rows the head did not read.
@@ -350,6 +332,7 @@ void Model::backward() {
     float* dpooled = a.dx.data();  // [B, d], dead until the final LayerNorm's backward
     ops::linear_backward(a.dlogits.data(), a.pooled.data(), B, d, w_.head_w, out, dpooled, false, g_.head_w,
                          g_.head_b);
+    const int32_t* lengths = block_call(0).lengths;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; ++t)
       for (int b = 0; b < B; ++b) {
@@ -360,67 +343,18 @@ void Model::backward() {
   }
   ops::layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), w_.norm_w, M, d, a.dx.data(), d,
                           false, g_.norm_w, g_.norm_b);
+}
 
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
-    const BlockParams& p = w_.blocks[size_t(l)];
-    BlockParams& gp = g_.blocks[size_t(l)];
-    const float* xl = x + size_t(l) * M * d;
-    const float* u = a.u.data() + size_t(l) * M * f;
-    const float* F = cfg_.has_sgu() ? a.F.data() + size_t(l) * M * g : nullptr;
-    const float* ln_mean = a.ln_mean.data() + size_t(l) * M;
-    const float* ln_rstd = a.ln_rstd.data() + size_t(l) * M;
-    // a.dx holds dL/d(block output); the residual passes it to the input unchanged,
-    // and the branch's contribution is added by the block LayerNorm's backward below.
-    const float* dY = a.dx.data();
-    if (keep) {
-      const float* kl = keep + size_t(l) * B;
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < M; ++r)
-        for (int c = 0; c < d; ++c) a.dh[size_t(r) * d + c] = kl[r % B] * a.dx[size_t(r) * d + c];
-      dY = a.dh.data();
-    }
-    ops::gelu_forward(u, a.z.data(), int64_t(M) * f, tanh_gelu);
-    const float* branch = a.z.data();
-    if (cfg_.has_sgu()) {
-      // S from Z and F again (the forward did not keep it).
-      ops::sgu_combine(ops::sgu_kind(cfg_.sgu), a.z.data(), f, F, M, g, a.S.data());
-      branch = a.S.data();
-    }
-    ops::linear_backward(dY, branch, M, s, p.proj_out_w, d, a.dS.data(), false, gp.proj_out_w, gp.proj_out_b);
-    if (cfg_.has_sgu()) {
-      const bool toeplitz = cfg_.spatial == "toeplitz";
-      const auto sp = sgu_params(cfg_, p, T, a.Wd.data(), lengths);
-      if (toeplitz) std::fill(a.dWd.begin(), a.dWd.begin() + size_t(cfg_.sgu_heads) * T * T, 0.f);
-      const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? a.dWd.data() : gp.spatial_w, gp.spatial_b};
-      // In place: dZ over Z, G in S's buffer (S is dead once proj_out's backward ran).
-      ops::sgu_backward(sp, sg, a.dS.data(), a.z.data(), T, B, f, a.g_mean.data() + size_t(l) * M,
-                        a.g_rstd.data() + size_t(l) * M, F, a.z.data(), a.S.data(), a.dF.data(), a.dG.data());
-      if (toeplitz)
-        for (int k = 0; k < cfg_.sgu_heads; ++k)
-          ops::toeplitz_fold(a.dWd.data() + size_t(k) * T * T, T, cfg_.seq_len, cfg_.causal(),
-                             gp.spatial_w + k * cfg_.spatial_weight_size());
-    } else {
-      std::copy(a.dS.begin(), a.dS.begin() + size_t(M) * f, a.z.begin());
-    }
-    ops::gelu_backward(u, a.z.data(), a.z.data(), int64_t(M) * f, tanh_gelu);
-    ops::layernorm_apply(xl, d, M, d, p.norm_w, p.norm_b, ln_mean, ln_rstd, a.h.data(), d);
-    ops::linear_backward(a.z.data(), a.h.data(), M, d, p.proj_in_w, f, a.dh.data(), false, gp.proj_in_w,
-                         gp.proj_in_b);
-    if (da > 0) {
-      const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
-      ops::tiny_attention_backward(attn_params(cfg_, p, lengths), ag, a.dF.data(), a.h.data(), T, B,
-                                   a.qkv.data() + size_t(l) * M * 3 * da, a.P.data() + size_t(l) * B * T * T,
-                                   a.O.data() + size_t(l) * M * da, a.dh.data(), a.dO.data(), a.dP.data(),
-                                   a.dqkv.data());
-    }
-    ops::layernorm_backward(a.dh.data(), d, xl, d, ln_mean, ln_rstd, p.norm_w, M, d, a.dx.data(), d, true, gp.norm_w,
-                            gp.norm_b);
-  }
-  if (cfg_.token_input())
-    ops::embedding_backward(a.dx.data(), d, a.tokens.data(), M, g_.embed);
-  else
-    ops::linear_backward(a.dx.data(), a.patches.data(), M, cfg_.patch_dim(), w_.patch_w, d, nullptr, false,
-                         g_.patch_w, g_.patch_b);
+void Model::backward() {
+  require(arena_ != nullptr && backward_ready_,
+          "Model::backward needs a forward with targets, made with gradients enabled");
+  Arena& a = *arena_;
+  head_backward(a.stream(cfg_.n_layers, true));
+  const BlockScratch scratch = a.scratch();
+  for (int l = cfg_.n_layers - 1; l >= 0; --l)
+    block_backward(cfg_, w_.blocks[size_t(l)], g_.blocks[size_t(l)], block_call(l), a.layer(l, true), scratch,
+                   a.dx.data());
+  embed_backward(a.dx.data());
 }
 
 }  // namespace gmlp

@@ -1,8 +1,10 @@
 // The parameter layout: SPEC §6 names, in a fixed order, packed into one buffer.
+#include <algorithm>
 #include <cmath>
 
 #include "gmlp/error.h"
 #include "gmlp/model.h"
+#include "ops/ops.h"
 
 namespace gmlp {
 
@@ -157,6 +159,23 @@ double forward_flops_per_token(const ModelConfig& c, int T) {
   const double in = c.token_input() ? 0.0 : 2.0 * c.patch_dim() * d;
   const double head = c.per_token_output() ? 2.0 * d * c.out_dim() : 2.0 * d * c.out_dim() / T;
   return in + c.n_layers * per_layer + head;
+}
+
+std::vector<float> dense_spatial_weights(const Model& m, int layer, int head) {
+  const ModelConfig& c = m.config();
+  require(c.has_sgu(), "the model has no spatial weights ('sgu' is \"none\")");
+  require(layer >= 0 && layer < c.n_layers, "no layer " + std::to_string(layer));
+  require(head >= 0 && head < c.sgu_heads, "no head " + std::to_string(head));
+  const int n = c.seq_len;
+  const float* w = m.views().blocks[size_t(layer)].spatial_w + head * c.spatial_weight_size();
+  std::vector<float> W(size_t(n) * n);
+  if (c.spatial == "toeplitz")
+    ops::toeplitz_materialize(w, n, c.causal(), n, W.data());
+  else
+    std::copy(w, w + W.size(), W.begin());
+  if (c.causal())
+    for (int i = 0; i < n; ++i) std::fill(W.begin() + size_t(i) * n + i + 1, W.begin() + size_t(i + 1) * n, 0.f);
+  return W;
 }
 
 const ParamInfo& Model::param(const std::string& name) const {

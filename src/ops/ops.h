@@ -70,6 +70,8 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
 // entries) or, causal, w[i - j] (n entries); offsets of n or more weigh 0. The fold
 // adds each diagonal of a dense dW [T, T] into dw.
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
+// Row i of that matrix, its first T entries (the decoder's one new row).
+void toeplitz_row(const float* w, int n, bool causal, int i, int T, float* row);
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 
 // ---- sgu.cpp: the spatial gating unit on Z[M = T*B, f = d_ffn], docs/variants.md.

@@ -89,15 +89,18 @@ void spatial_causal_backward(const float* W, int ldw, int T, int64_t cols, const
   row_sums_into(dF, T, cols, db);
 }
 
+void toeplitz_row(const float* w, int n, bool causal, int i, int T, float* row) {
+  for (int j = 0; j < T; ++j) {
+    const int k = i - j;  // offset; reach is n tokens either way
+    float v = 0.f;
+    if (causal ? (k >= 0 && k < n) : (k > -n && k < n)) v = w[causal ? k : k + n - 1];
+    row[j] = v;
+  }
+}
+
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < T; ++i)
-    for (int j = 0; j < T; ++j) {
-      const int k = i - j;  // offset; reach is n tokens either way
-      float v = 0.f;
-      if (causal ? (k >= 0 && k < n) : (k > -n && k < n)) v = w[causal ? k : k + n - 1];
-      W[int64_t(i) * T + j] = v;
-    }
+  for (int i = 0; i < T; ++i) toeplitz_row(w, n, causal, i, T, W + int64_t(i) * T);
 }
 
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) {

@@ -1,0 +1,136 @@
+// The gMLP block, forward and backward (derivations in docs/backward.md).
+//
+// The forward keeps only what block.h's BlockSaved lists; the backward rebuilds the
+// rest (LayerNorm outputs, GELU(u), the normalised gate, S) from it: elementwise work
+// that is cheap next to the GEMMs and saves several [M, d_ffn] buffers per layer.
+// Scratch buffers whose lifetimes do not overlap are shared: the gate G lives in S's
+// buffer and dZ is computed in place over Z.
+#include "model/block.h"
+
+#include <algorithm>
+
+#include "ops/ops.h"
+
+namespace gmlp {
+namespace {
+
+// The SGU's op parameters for a call of length T. Toeplitz weights are expanded first
+// into Wd, dense [heads, T, T]; full weights are read in place as W[:T, :T].
+ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths) {
+  ops::SguParams sp;
+  sp.kind = ops::sgu_kind(c.sgu);
+  sp.norm_w = p.sgu_norm_w;
+  sp.norm_b = p.sgu_norm_b;
+  sp.bias = p.spatial_b;
+  sp.n = c.seq_len;
+  sp.heads = c.sgu_heads;
+  sp.causal = c.causal();
+  sp.lengths = lengths;
+  sp.eps = c.sgu_norm_eps;
+  if (c.spatial == "toeplitz") {
+    const int64_t wsz = c.spatial_weight_size();
+    for (int k = 0; k < c.sgu_heads; ++k)
+      ops::toeplitz_materialize(p.spatial_w + k * wsz, c.seq_len, c.causal(), T, Wd + int64_t(k) * T * T);
+    sp.W = Wd;
+    sp.ldw = T;
+    sp.w_head_stride = int64_t(T) * T;
+  } else {
+    sp.W = p.spatial_w;
+    sp.ldw = c.seq_len;
+    sp.w_head_stride = int64_t(c.seq_len) * c.seq_len;
+  }
+  return sp;
+}
+
+ops::AttnParams attn_params(const ModelConfig& c, const BlockParams& p, const int32_t* lengths) {
+  return {p.attn_qkv_w, p.attn_qkv_b, p.attn_out_w, p.attn_out_b, c.d_model, c.d_attn, c.d_ffn / 2, c.causal(),
+          lengths};
+}
+
+}  // namespace
+
+void block_forward(const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
+                   const BlockScratch& s, float* out) {
+  const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, nb = c.branch_channels();
+  const bool tanh_gelu = c.gelu == "tanh";
+  const float* x = saved.x;
+  ops::layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
+  ops::gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
+  ops::bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
+  const float* branch = s.z;  // s(Z) = Z for "none"
+  if (c.has_sgu()) {
+    const float* extra = nullptr;
+    if (c.d_attn > 0) {
+      ops::tiny_attention_forward(attn_params(c, p, call.lengths), s.h, T, B, saved.qkv, saved.P, saved.O, s.att);
+      extra = s.att;
+    }
+    const auto sp = sgu_params(c, p, T, s.Wd, call.lengths);
+    ops::sgu_forward(sp, s.z, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S, extra);
+    branch = s.S;
+  }
+  if (!call.keep) {
+    // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; ++r)
+      for (int ch = 0; ch < d; ++ch) out[size_t(r) * d + ch] = x[size_t(r) * d + ch] + p.proj_out_b[ch];
+    ops::gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
+  } else {
+    // Stochastic depth: x' = x + keep[b] (S V^T + v), the branch built in h.
+    ops::linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; ++r)
+      for (int ch = 0; ch < d; ++ch)
+        out[size_t(r) * d + ch] = x[size_t(r) * d + ch] + call.keep[r % B] * s.h[size_t(r) * d + ch];
+  }
+}
+
+void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
+                    const BlockSaved& saved, const BlockScratch& s, float* dx) {
+  const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, g = c.gate_channels(),
+            nb = c.branch_channels();
+  const bool tanh_gelu = c.gelu == "tanh";
+  const float* x = saved.x;
+  // dx holds dL/d(block output); the residual passes it to the input unchanged, and the
+  // branch's contribution is added by the block LayerNorm's backward at the end.
+  const float* dY = dx;
+  if (call.keep) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; ++r)
+      for (int ch = 0; ch < d; ++ch) s.dh[size_t(r) * d + ch] = call.keep[r % B] * dx[size_t(r) * d + ch];
+    dY = s.dh;
+  }
+  ops::gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
+  const float* branch = s.z;
+  if (c.has_sgu()) {
+    // S from Z and F again (the forward did not keep it).
+    ops::sgu_combine(ops::sgu_kind(c.sgu), s.z, f, saved.F, M, g, s.S);
+    branch = s.S;
+  }
+  ops::linear_backward(dY, branch, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
+  if (c.has_sgu()) {
+    const bool toeplitz = c.spatial == "toeplitz";
+    const auto sp = sgu_params(c, p, T, s.Wd, call.lengths);
+    if (toeplitz) std::fill(s.dWd, s.dWd + size_t(c.sgu_heads) * T * T, 0.f);
+    const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
+    // In place: dZ over Z, G in S's buffer (S is dead once proj_out's backward ran).
+    ops::sgu_backward(sp, sg, s.dS, s.z, T, B, f, saved.g_mean, saved.g_rstd, saved.F, s.z, s.S, s.dF, s.dG);
+    if (toeplitz)
+      for (int k = 0; k < c.sgu_heads; ++k)
+        ops::toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
+                           gp.spatial_w + k * c.spatial_weight_size());
+  } else {
+    std::copy(s.dS, s.dS + size_t(M) * f, s.z);
+  }
+  ops::gelu_backward(saved.u, s.z, s.z, int64_t(M) * f, tanh_gelu);
+  ops::layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
+  ops::linear_backward(s.z, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w, gp.proj_in_b);
+  if (c.d_attn > 0) {
+    const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
+    ops::tiny_attention_backward(attn_params(c, p, call.lengths), ag, s.dF, s.h, T, B, saved.qkv, saved.P, saved.O,
+                                 s.dh, s.dO, s.dP, s.dqkv);
+  }
+  ops::layernorm_backward(s.dh, d, x, d, saved.ln_mean, saved.ln_rstd, p.norm_w, M, d, dx, d, true, gp.norm_w,
+                          gp.norm_b);
+}
+
+}  // namespace gmlp

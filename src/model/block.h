@@ -1,0 +1,60 @@
+#pragma once
+// One gMLP block (docs/model.md §1-3), forward and backward, written once for every
+// caller: the model's training and inference passes, the cached decoder's prefill and,
+// later, other backends. The caller owns the memory: per-layer tensors the backward
+// needs (BlockSaved) and scratch shared by every layer (BlockScratch), as pointers into
+// its own arena, in the spirit of llm.c's per-layer activation structs.
+//
+// Rows are tokens in sequence-major order (row = t * B + b), M = T * B.
+#include <cstdint>
+
+#include "gmlp/config.h"
+#include "gmlp/model.h"
+
+namespace gmlp {
+
+// What one layer's forward keeps for its backward. With d = d_model, f = d_ffn,
+// g = gate channels (ModelConfig::gate_channels), da = d_attn:
+struct BlockSaved {
+  const float* x = nullptr;                    // [M, d] the block's input (the residual stream)
+  float *ln_mean = nullptr, *ln_rstd = nullptr;  // [M] the block LayerNorm's statistics (may be null
+                                               //     in a forward that no backward follows)
+  float* u = nullptr;                          // [M, f] the projection before the GELU
+  float *g_mean = nullptr, *g_rstd = nullptr;  // [M] the gate LayerNorm's statistics (SGU models)
+  float* F = nullptr;                          // [M, g] the spatial output, attention added (SGU models)
+  float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
+};
+
+// Scratch reused by every layer; s = branch channels (ModelConfig::branch_channels).
+struct BlockScratch {
+  float* h = nullptr;    // [M, d] LayerNorm output; the stochastic-depth branch
+  float* z = nullptr;    // [M, f] Z, then dZ in place in the backward
+  float* S = nullptr;    // [M, s] S; also the gate G when BlockCall::gate is null
+  float* att = nullptr;  // [M, g] aMLP: the attention's output
+  float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]
+  // Backward only.
+  float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
+  float *dF = nullptr, *dG = nullptr;              // [M, g]
+  float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [T, T], [M, 3da]
+  float* dWd = nullptr;                            // Toeplitz: dense [heads, T, T]
+};
+
+struct BlockCall {
+  int T = 0, B = 0;
+  const int32_t* lengths = nullptr;  // [B] real tokens per row (padded bidirectional batches), or null
+  const float* keep = nullptr;       // [B] this layer's stochastic-depth multipliers (0 or 1/p), or null
+  float* gate = nullptr;             // [M, g] where the normalised gate goes (the decoder's cache), or
+                                     // null for scratch.S
+};
+
+// out[M, d] = x + block(x), with x = saved.x; out may be saved.x (in place) when no
+// backward follows. Fills the other BlockSaved tensors.
+void block_forward(const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
+                   const BlockScratch& s, float* out);
+
+// dx [M, d] holds dL/d(out) on entry and dL/d(x) on return; parameter gradients are
+// accumulated into gp. Needs the BlockSaved of a forward with the same call.
+void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
+                    const BlockSaved& saved, const BlockScratch& s, float* dx);
+
+}  // namespace gmlp
