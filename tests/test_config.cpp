@@ -55,13 +55,13 @@ TEST(Config, DefaultJsonMatchesBuiltInDefaults) {
 TEST(Config, RoundTripsThroughJson) {
   ModelConfig m;
   m.d_model = 40;
-  m.gelu = "tanh";
-  m.pos_embedding = "sinusoidal";
+  m.gelu = Gelu::tanh;
+  m.pos_embedding = PosEmbedding::sinusoidal;
   m.tokenizer = {{"kind", "char"}, {"chars", "ab\n"}};
   m.vocab_size = 3;
   EXPECT_EQ(ModelConfig::from_json(m.to_json(), "t").to_json(), m.to_json());
   TrainConfig t;
-  t.schedule = "noam";
+  t.schedule = Schedule::noam;
   t.seed = 99;
   EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").to_json(), t.to_json());
 }
@@ -96,6 +96,64 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(train_err({{"val_fraction", 1.0}}).find("'val_fraction'"), std::string::npos);
   // Every message says where the config came from.
   EXPECT_EQ(model_err({{"d_ffn", 7}}).rfind("here", 0), 0u);
+}
+
+TEST(Config, EnumNamesAreParsedOnceAndUnknownOnesListTheChoices) {
+  using nlohmann::json;
+  auto model_err = [](json j) { return error_of([&] { ModelConfig::from_json(j, "here"); }); };
+  // An unknown s(Z) used to become the split SGU silently.
+  const std::string e = model_err({{"sgu", "splitt"}});
+  EXPECT_NE(e.find("'sgu' must be one of \"split\", \"none\", \"linear\", \"additive\" or \"multiplicative\""),
+            std::string::npos)
+      << e;
+  EXPECT_NE(model_err({{"task", "lm"}}).find("'task' must be one of"), std::string::npos);
+  EXPECT_NE(model_err({{"spatial", 1}}).find("'spatial' must be a string"), std::string::npos);
+  for (const char* name : {"split", "none", "linear", "additive", "multiplicative"}) {
+    const ModelConfig c = ModelConfig::from_json({{"sgu", name}, {"sgu_heads", 1}}, "t");
+    EXPECT_EQ(name_of(c.sgu), name);
+    EXPECT_EQ(c.to_json()["sgu"], name);
+  }
+}
+
+TEST(Config, RejectsNonFiniteAndOutOfRangeFloats) {
+  using nlohmann::json;
+  // 1e39 is a finite double but overflows float: it used to be saved as null, and the
+  // run could not be resumed.
+  const std::string e = error_of([&] { TrainConfig::from_json({{"clip", 1e39}}, "here"); });
+  EXPECT_NE(e.find("'clip' must be a finite number within float's range"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { ModelConfig::from_json({{"norm_eps", -1e300}}, "here"); }).find("'norm_eps'"),
+            std::string::npos);
+}
+
+TEST(Config, BoundsTheParameterCountNotJustEachDimension) {
+  // Every dimension within its own bound, the product far past any engine.
+  nlohmann::json j = {{"d_model", 1 << 20}, {"d_ffn", 1 << 20}, {"n_layers", 32}, {"seq_len", (1 << 20) - 1},
+                      {"sgu_heads", 1 << 19}};
+  const std::string e = error_of([&] { ModelConfig::from_json(j, "here"); });
+  EXPECT_NE(e.find("parameters, more than the 4294967296 this engine holds"), std::string::npos) << e;
+  // The count agrees with the layout the model builds.
+  ModelConfig c;
+  c.d_attn = 8;
+  c.sgu_heads = 2;
+  double layout = 0;
+  for (const auto& p : param_layout(c)) layout += double(p.size);
+  EXPECT_EQ(c.param_count(), layout);
+  c.spatial = Spatial::toeplitz;
+  c.task = Task::mlm;
+  layout = 0;
+  for (const auto& p : param_layout(c)) layout += double(p.size);
+  EXPECT_EQ(c.param_count(), layout);
+}
+
+TEST(Config, OpenValuesAreLeftToTheDataOnlyWhenAsked) {
+  const nlohmann::json vision = {{"task", "vision"}};
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(vision, "here"); }).find("'n_classes' >= 2"), std::string::npos);
+  const ModelConfig open = ModelConfig::from_json(vision, "here", /*open=*/true);
+  EXPECT_EQ(open.image_channels, 0);
+  EXPECT_EQ(open.n_classes, 0);
+  // Open is not lax: what the data does not decide is still checked.
+  EXPECT_NE(error_of([&] { ModelConfig::from_json({{"task", "vision"}, {"d_ffn", 7}}, "here", true); }).find("d_ffn"),
+            std::string::npos);
 }
 
 TEST(Config, FileErrorsNameTheFile) {

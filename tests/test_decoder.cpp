@@ -93,26 +93,26 @@ struct Variant {
 std::vector<Variant> causal_variants() {
   return {
       {"split", [](ModelConfig&) {}},
-      {"linear", [](ModelConfig& c) { c.sgu = "linear"; }},
-      {"additive", [](ModelConfig& c) { c.sgu = "additive"; }},
-      {"multiplicative", [](ModelConfig& c) { c.sgu = "multiplicative"; }},
-      {"none", [](ModelConfig& c) { c.sgu = "none"; }},
+      {"linear", [](ModelConfig& c) { c.sgu = Sgu::linear; }},
+      {"additive", [](ModelConfig& c) { c.sgu = Sgu::additive; }},
+      {"multiplicative", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; }},
+      {"none", [](ModelConfig& c) { c.sgu = Sgu::none; }},
       {"heads2", [](ModelConfig& c) { c.sgu_heads = 2; }},
-      {"multiplicative_heads3", [](ModelConfig& c) { c.sgu = "multiplicative"; c.sgu_heads = 3; }},
-      {"toeplitz", [](ModelConfig& c) { c.spatial = "toeplitz"; }},
-      {"toeplitz_heads2", [](ModelConfig& c) { c.spatial = "toeplitz"; c.sgu_heads = 2; }},
-      {"additive_toeplitz_heads2", [](ModelConfig& c) { c.sgu = "additive"; c.spatial = "toeplitz"; c.sgu_heads = 2; }},
+      {"multiplicative_heads3", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; c.sgu_heads = 3; }},
+      {"toeplitz", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; }},
+      {"toeplitz_heads2", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; c.sgu_heads = 2; }},
+      {"additive_toeplitz_heads2", [](ModelConfig& c) { c.sgu = Sgu::additive; c.spatial = Spatial::toeplitz; c.sgu_heads = 2; }},
       {"amlp", [](ModelConfig& c) { c.d_attn = 8; }},
       {"amlp_heads2", [](ModelConfig& c) { c.d_attn = 8; c.sgu_heads = 2; }},
-      {"amlp_toeplitz", [](ModelConfig& c) { c.d_attn = 8; c.spatial = "toeplitz"; }},
-      {"sinusoidal", [](ModelConfig& c) { c.pos_embedding = "sinusoidal"; }},
-      {"tanh_gelu", [](ModelConfig& c) { c.gelu = "tanh"; c.sgu_norm_eps = 1e-6f; }},
+      {"amlp_toeplitz", [](ModelConfig& c) { c.d_attn = 8; c.spatial = Spatial::toeplitz; }},
+      {"sinusoidal", [](ModelConfig& c) { c.pos_embedding = PosEmbedding::sinusoidal; }},
+      {"tanh_gelu", [](ModelConfig& c) { c.gelu = Gelu::tanh; c.sgu_norm_eps = 1e-6f; }},
       {"everything", [](ModelConfig& c) {
          c.d_attn = 4;
          c.sgu_heads = 4;
-         c.spatial = "toeplitz";
-         c.pos_embedding = "sinusoidal";
-         c.gelu = "tanh";
+         c.spatial = Spatial::toeplitz;
+         c.pos_embedding = PosEmbedding::sinusoidal;
+         c.gelu = Gelu::tanh;
          c.n_layers = 3;
        }},
   };
@@ -186,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(Decoder, DecoderVariants, ::testing::ValuesIn(causal_va
 TEST(DecoderSupports, EveryCausalLmAndNothingElse) {
   for (const Variant& v : causal_variants()) EXPECT_TRUE(Decoder::supports(variant_config(v))) << v.name;
   ModelConfig mlm = variant_config(causal_variants()[0]);
-  mlm.task = "mlm";
+  mlm.task = Task::mlm;
   EXPECT_FALSE(Decoder::supports(mlm));
   Model model(mlm);
   EXPECT_THROW(Decoder{model}, Error);

@@ -383,7 +383,7 @@ TEST(OpsOptimizer, ClipGradNorm) {
 
 TEST(OpsSchedule, LearningRate) {
   TrainConfig t;
-  t.schedule = "cosine", t.lr = 1e-3f, t.min_lr = 1e-4f, t.warmup = 10, t.steps = 110;
+  t.schedule = Schedule::cosine, t.lr = 1e-3f, t.min_lr = 1e-4f, t.warmup = 10, t.steps = 110;
   EXPECT_NEAR(learning_rate(t, 64, 1), 1e-4, 1e-9);  // warmup ramp s / warmup
   EXPECT_NEAR(learning_rate(t, 64, 5), 5e-4, 1e-9);
   EXPECT_NEAR(learning_rate(t, 64, 10), 1e-3, 1e-9);  // peak
@@ -391,13 +391,13 @@ TEST(OpsSchedule, LearningRate) {
   EXPECT_NEAR(learning_rate(t, 64, 35), 1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-9);
   EXPECT_NEAR(learning_rate(t, 64, 110), 1e-4, 1e-9);  // ends at min_lr and stays
   EXPECT_NEAR(learning_rate(t, 64, 500), 1e-4, 1e-9);
-  t.schedule = "noam", t.noam_factor = 2.f, t.warmup = 16;  // 2 * 64^-0.5 * min(s^-0.5, s * 16^-1.5)
+  t.schedule = Schedule::noam, t.noam_factor = 2.f, t.warmup = 16;  // 2 * 64^-0.5 * min(s^-0.5, s * 16^-1.5)
   EXPECT_NEAR(learning_rate(t, 64, 4), 0.015625, 1e-8);
   EXPECT_NEAR(learning_rate(t, 64, 16), 0.0625, 1e-8);
   EXPECT_NEAR(learning_rate(t, 64, 64), 0.03125, 1e-8);
   EXPECT_LT(learning_rate(t, 64, 15), learning_rate(t, 64, 16));
   EXPECT_LT(learning_rate(t, 64, 17), learning_rate(t, 64, 16));
-  t.schedule = "constant";
+  t.schedule = Schedule::constant;
   EXPECT_EQ(learning_rate(t, 64, 1), 1e-3f);
   EXPECT_EQ(learning_rate(t, 64, 100000), 1e-3f);
 }

@@ -31,12 +31,12 @@ double dot(const Vec& a, const Vec& b) {
   for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
   return s;
 }
-const char* kind_name(ops::SguKind k) {
+const char* kind_name(Sgu k) {
   switch (k) {
-    case ops::SguKind::split: return "split";
-    case ops::SguKind::linear: return "linear";
-    case ops::SguKind::additive: return "additive";
-    case ops::SguKind::multiplicative: return "multiplicative";
+    case Sgu::split: return "split";
+    case Sgu::linear: return "linear";
+    case Sgu::additive: return "additive";
+    case Sgu::multiplicative: return "multiplicative";
   }
   return "?";
 }
@@ -44,7 +44,7 @@ const char* kind_name(ops::SguKind k) {
 // ---- the spatial gating unit
 
 struct SguCase {
-  ops::SguKind kind;
+  Sgu kind;
   bool causal;
   bool padded;
   int T, n;  // T > n: dense [T, T] weights (as the model materialises Toeplitz) and rows past n on bias[n - 1]
@@ -59,7 +59,7 @@ void check_sgu(const SguCase& c) {
   SCOPED_TRACE(case_name(c));
   std::mt19937 rng(11 + int(c.kind) * 7 + c.causal * 3 + c.padded + c.T);
   const int heads = 2, gh = 3, B = 2, T = c.T, n = c.n, M = T * B;
-  const int g = heads * gh, f = c.kind == ops::SguKind::split ? 2 * g : g;
+  const int g = heads * gh, f = c.kind == Sgu::split ? 2 * g : g;
   // The weights as the op reads them: [heads, ldw, ldw] with ldw = n (full W, T <= n)
   // or T (dense Toeplitz, T > n). Entries outside W[:T, :T] (and, causal, above the
   // diagonal) are NaN: the op must never read them.
@@ -152,14 +152,14 @@ void check_sgu(const SguCase& c) {
 }
 
 TEST(OpsVariantsGradCheck, SguEveryKindTwoHeads) {
-  for (auto kind : {ops::SguKind::split, ops::SguKind::linear, ops::SguKind::additive, ops::SguKind::multiplicative})
+  for (auto kind : {Sgu::split, Sgu::linear, Sgu::additive, Sgu::multiplicative})
     for (bool causal : {true, false})
       for (bool padded : {false, true}) check_sgu({kind, causal, padded, 5, 7});
 }
 
 TEST(OpsVariantsGradCheck, SguPastNUsesTheLastBias) {
   // The Toeplitz model runs T > n on dense [T, T] weights; rows i >= n share bias[n - 1].
-  for (auto kind : {ops::SguKind::split, ops::SguKind::multiplicative})
+  for (auto kind : {Sgu::split, Sgu::multiplicative})
     for (bool causal : {true, false}) check_sgu({kind, causal, !causal, 6, 4});
 }
 
@@ -170,7 +170,7 @@ TEST(OpsVariants, SguHeadsMixTheirOwnChannels) {
   Vec W = uniform(size_t(heads) * n * n, -1, 1, rng), bias = uniform(size_t(heads) * n, -1, 1, rng);
   Vec Z = uniform(size_t(M) * g, -2, 2, rng), nw(g, 1.f), nb(g, 0.f);
   ops::SguParams p;
-  p.kind = ops::SguKind::linear;  // S = F: the mixing itself
+  p.kind = Sgu::linear;  // S = F: the mixing itself
   p.norm_w = nw.data();
   p.norm_b = nb.data();
   p.W = W.data();

@@ -294,7 +294,7 @@ TEST(PlotCli, MetricsCurvesWithAndWithoutAccuracy) {
 // A small vision model: 8x8 gray images in 2x2 patches, a 4x4 grid, n = 16.
 ModelConfig vision_config() {
   ModelConfig c;
-  c.task = "vision";
+  c.task = Task::vision;
   c.vocab_size = 0;
   c.tokenizer = nullptr;
   c.n_classes = 10;
@@ -366,7 +366,7 @@ TEST(PlotCli, SpatialRowsOnThePatchGrid) {
 TEST(PlotCli, SpatialWithoutSguIsAClearError) {
   TempDir dir("plotnone");
   ModelConfig cfg = vision_config();
-  cfg.sgu = "none";
+  cfg.sgu = Sgu::none;
   Model m(cfg);
   Rng rng(1);
   m.init(rng);
@@ -402,7 +402,7 @@ TEST(PlotCli, SpatialTokenModelsToeplitzAndHeads) {
   // Bidirectional Toeplitz, 2 heads, on a vision grid: head 0's w has +1 at offset 0
   // (the diagonal), head 1's has -1 at offset i - j = 1 (the cell left of i).
   ModelConfig tv = vision_config();
-  tv.spatial = "toeplitz";
+  tv.spatial = Spatial::toeplitz;
   tv.sgu_heads = 2;
   tv.n_layers = 1;
   Model m(tv);

@@ -144,7 +144,7 @@ TEST(TasksCli, MaskedLmTrainsAndItsCheckpointHasTheSpecials) {
   EXPECT_EQ(vals, 2);
   EXPECT_EQ(train_losses(out).size(), 4u);
   auto m = load_model(model_file(out));
-  EXPECT_EQ(m->config().task, "mlm");
+  EXPECT_EQ(m->config().task, Task::mlm);
   EXPECT_EQ(m->config().vocab_size, 258) << "[PAD] and [MASK] appended to the 256 bytes";
   auto tok = tokenizer_from_json(m->config().tokenizer);
   EXPECT_EQ(tok->pad_id(), 256);
@@ -217,7 +217,7 @@ TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {
   // The image shape, patches and classes came from the data.
   auto m = load_model(model_file(out));
   const ModelConfig& c = m->config();
-  EXPECT_EQ(c.task, "vision");
+  EXPECT_EQ(c.task, Task::vision);
   EXPECT_EQ(c.image_channels, 1);
   EXPECT_EQ(c.image_height, 8);
   EXPECT_EQ(c.image_width, 8);
@@ -288,7 +288,7 @@ TEST(TasksCli, ClassifyTrainEvalClassifyAndFinetune) {
     }
   EXPECT_EQ(vals, 2);
   auto m = load_model(model_file(clf));
-  EXPECT_EQ(m->config().task, "classify");
+  EXPECT_EQ(m->config().task, Task::classify);
   EXPECT_EQ(m->config().n_classes, 3);
   EXPECT_EQ(m->config().class_names, (std::vector<std::string>{"animals", "colours", "numbers"}));
 
@@ -330,7 +330,7 @@ TEST(TasksCli, ClassifyTrainEvalClassifyAndFinetune) {
   // 2 blocks x 10 tensors + embedding + final norm (2): every tensor but the head's two.
   EXPECT_TRUE(contains(r.output, "23 of 25 tensors initialised from")) << r.output;
   auto fm = load_model(model_file(ft));
-  EXPECT_EQ(fm->config().task, "classify");
+  EXPECT_EQ(fm->config().task, Task::classify);
   EXPECT_EQ(fm->config().seq_len, 16) << "the architecture is the checkpoint's";
   EXPECT_EQ(fm->config().tokenizer, load_model(model_file(mlm))->config().tokenizer);
   r = run_command(gmlp() + " finetune --init-from " + mlm + " --scratch --data " + train_tsv + " --test " + test_tsv +
@@ -399,8 +399,8 @@ TEST(TasksCli, AblateTwoVariants) {
     // The reported size is the trained checkpoint's.
     auto m = load_model(model_file(out + "/" + v));
     EXPECT_EQ(int64_t(m->num_params()), params[v]) << v;
-    EXPECT_EQ(m->config().sgu, v);
-    EXPECT_EQ(m->config().task, "mlm");
+    EXPECT_EQ(name_of(m->config().sgu), v);
+    EXPECT_EQ(m->config().task, Task::mlm);
   }
   ASSERT_EQ(params.size(), 2u);
   // "none" drops the SGU (gate norm, W, b) but its proj_out reads all d_ffn channels.

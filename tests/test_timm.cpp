@@ -54,7 +54,7 @@ std::string fixtures() {
 // A timm-representable vision config of ours.
 ModelConfig vision_config(int C = 3, int H = 16, int W = 16, int p = 4, int d = 16, int f = 32, int L = 2, int k = 7) {
   ModelConfig c;
-  c.task = "vision";
+  c.task = Task::vision;
   c.vocab_size = 0;
   c.tokenizer = nullptr;
   c.n_classes = k;
@@ -188,7 +188,7 @@ TEST(TimmImport, ReproducesPyTorchTimmLogits) {
   const std::string dir = fixtures();
   auto m = load_timm_gmlp(dir + "main.timm.safetensors");
   const ModelConfig& c = m->config();
-  EXPECT_EQ(c.task, "vision");
+  EXPECT_EQ(c.task, Task::vision);
   EXPECT_EQ(c.norm_eps, 1e-6f);
   EXPECT_EQ(c.image_channels, 3);
   EXPECT_EQ(c.image_height, 16);
@@ -200,8 +200,8 @@ TEST(TimmImport, ReproducesPyTorchTimmLogits) {
   EXPECT_EQ(c.d_ffn, 32);
   EXPECT_EQ(c.n_layers, 2);
   EXPECT_EQ(c.n_classes, 7);
-  EXPECT_EQ(c.sgu, "split");
-  EXPECT_EQ(c.gelu, "erf");
+  EXPECT_EQ(c.sgu, Sgu::split);
+  EXPECT_EQ(c.gelu, Gelu::erf);
   EXPECT_TRUE(c.tokenizer.is_null());
 
   const auto cs = SafeTensorsFile::load(dir + "main.case.safetensors");
@@ -339,16 +339,16 @@ TEST(TimmExport, RefusesWhatTimmCannotHold) {
   c.sgu_heads = 2;
   EXPECT_CONTAINS(refused(c), HasSubstr("sgu_heads = 2"));
   c = vision_config();
-  c.spatial = "toeplitz";
+  c.spatial = Spatial::toeplitz;
   EXPECT_CONTAINS(refused(c), HasSubstr("\"toeplitz\""));
   c = vision_config();
   c.d_attn = 8;
   EXPECT_CONTAINS(refused(c), HasSubstr("aMLP (d_attn = 8)"));
   c = vision_config();
-  c.sgu = "linear";
+  c.sgu = Sgu::linear;
   EXPECT_CONTAINS(refused(c), HasSubstr("sgu \"linear\""));
   c = vision_config();
-  c.gelu = "tanh";
+  c.gelu = Gelu::tanh;
   EXPECT_CONTAINS(refused(c), HasSubstr("gelu \"tanh\""));
 }
 

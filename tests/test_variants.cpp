@@ -31,7 +31,7 @@ using Ids = std::vector<int32_t>;
 // mixing shows (the default 0.01 would hide it in rounding).
 ModelConfig tiny(const std::string& task, const std::function<void(ModelConfig&)>& edit = {}) {
   ModelConfig c;
-  c.task = task;
+  c.task = *enum_from_name<Task>(task);
   c.d_model = 16;
   c.d_ffn = 32;
   c.n_layers = 2;
@@ -98,15 +98,15 @@ std::vector<Variant> bidirectional_variants() {
   return {
       {"mlm_split", tiny("mlm")},
       {"mlm_heads2", tiny("mlm", [](ModelConfig& c) { c.sgu_heads = 2; })},
-      {"mlm_linear", tiny("mlm", [](ModelConfig& c) { c.sgu = "linear"; })},
-      {"mlm_additive", tiny("mlm", [](ModelConfig& c) { c.sgu = "additive"; })},
-      {"mlm_multiplicative", tiny("mlm", [](ModelConfig& c) { c.sgu = "multiplicative"; })},
+      {"mlm_linear", tiny("mlm", [](ModelConfig& c) { c.sgu = Sgu::linear; })},
+      {"mlm_additive", tiny("mlm", [](ModelConfig& c) { c.sgu = Sgu::additive; })},
+      {"mlm_multiplicative", tiny("mlm", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; })},
       {"mlm_amlp", tiny("mlm", [](ModelConfig& c) { c.d_attn = 8; })},
-      {"mlm_toeplitz", tiny("mlm", [](ModelConfig& c) { c.spatial = "toeplitz"; })},
+      {"mlm_toeplitz", tiny("mlm", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; })},
       {"mlm_toeplitz_heads2_sinusoidal", tiny("mlm", [](ModelConfig& c) {
-         c.spatial = "toeplitz";
+         c.spatial = Spatial::toeplitz;
          c.sgu_heads = 2;
-         c.pos_embedding = "sinusoidal";
+         c.pos_embedding = PosEmbedding::sinusoidal;
        })},
       {"classify", tiny("classify")},
       {"classify_amlp_heads2", tiny("classify", [](ModelConfig& c) {
@@ -201,7 +201,7 @@ TEST(Toeplitz, CausalLmRunsPastNAndMatchesShorterRuns) {
   for (int heads : {1, 2}) {
     SCOPED_TRACE("heads=" + std::to_string(heads));
     const ModelConfig c = tiny("causal_lm", [&](ModelConfig& c) {
-      c.spatial = "toeplitz";
+      c.spatial = Spatial::toeplitz;
       c.seq_len = 16;
       c.sgu_heads = heads;
     });
@@ -242,7 +242,7 @@ TEST(Toeplitz, CausalLmRunsPastNAndMatchesShorterRuns) {
 TEST(Toeplitz, ReachIsNTokensPerLayer) {
   // n = 8, two layers: position i sees tokens i - 14 .. i; token 0 reaches position 14, not 15.
   const ModelConfig c = tiny("causal_lm", [](ModelConfig& c) {
-    c.spatial = "toeplitz";
+    c.spatial = Spatial::toeplitz;
     c.seq_len = 8;
   });
   auto m = make(c);
@@ -261,7 +261,7 @@ TEST(Toeplitz, ReachIsNTokensPerLayer) {
 
 TEST(Toeplitz, BidirectionalReachAndFullModelsRefuseLongerSequences) {
   const ModelConfig c = tiny("mlm", [](ModelConfig& c) {
-    c.spatial = "toeplitz";
+    c.spatial = Spatial::toeplitz;
     c.seq_len = 8;
     c.n_layers = 1;
   });
@@ -293,16 +293,16 @@ std::vector<Variant> causal_variants() {
   return {
       {"split", tiny("causal_lm")},
       {"heads4", tiny("causal_lm", [](ModelConfig& c) { c.sgu_heads = 4; })},
-      {"toeplitz", tiny("causal_lm", [](ModelConfig& c) { c.spatial = "toeplitz"; })},
+      {"toeplitz", tiny("causal_lm", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; })},
       {"toeplitz_heads2", tiny("causal_lm", [](ModelConfig& c) {
-         c.spatial = "toeplitz";
+         c.spatial = Spatial::toeplitz;
          c.sgu_heads = 2;
        })},
       {"amlp", tiny("causal_lm", [](ModelConfig& c) { c.d_attn = 8; })},
-      {"linear", tiny("causal_lm", [](ModelConfig& c) { c.sgu = "linear"; })},
-      {"additive", tiny("causal_lm", [](ModelConfig& c) { c.sgu = "additive"; })},
-      {"multiplicative", tiny("causal_lm", [](ModelConfig& c) { c.sgu = "multiplicative"; })},
-      {"none", tiny("causal_lm", [](ModelConfig& c) { c.sgu = "none"; })},
+      {"linear", tiny("causal_lm", [](ModelConfig& c) { c.sgu = Sgu::linear; })},
+      {"additive", tiny("causal_lm", [](ModelConfig& c) { c.sgu = Sgu::additive; })},
+      {"multiplicative", tiny("causal_lm", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; })},
+      {"none", tiny("causal_lm", [](ModelConfig& c) { c.sgu = Sgu::none; })},
   };
 }
 
@@ -542,30 +542,30 @@ std::vector<CkptCase> checkpoint_cases() {
         {"blocks.1.sgu.norm.weight", S{16}}, {"blocks.0.proj_out.weight", S{16, 16}}, {"head.weight", S{256, 16}}},
        {"patch.weight"}},
       {"mlm", tiny("mlm"), {{"blocks.1.sgu.spatial.weight", S{64, 64}}, {"head.bias", S{256}}}, {}},
-      {"linear", tiny("mlm", [](ModelConfig& c) { c.sgu = "linear"; }),
+      {"linear", tiny("mlm", [](ModelConfig& c) { c.sgu = Sgu::linear; }),
        {{"blocks.0.sgu.norm.weight", S{32}}, {"blocks.0.proj_out.weight", S{16, 32}}}, {}},
-      {"additive", tiny("mlm", [](ModelConfig& c) { c.sgu = "additive"; }),
+      {"additive", tiny("mlm", [](ModelConfig& c) { c.sgu = Sgu::additive; }),
        {{"blocks.0.sgu.norm.bias", S{32}}, {"blocks.0.proj_out.weight", S{16, 32}}}, {}},
-      {"multiplicative", tiny("causal_lm", [](ModelConfig& c) { c.sgu = "multiplicative"; }),
+      {"multiplicative", tiny("causal_lm", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; }),
        {{"blocks.0.sgu.spatial.weight", S{64, 64}}, {"blocks.0.proj_out.weight", S{16, 32}}}, {}},
-      {"none", tiny("mlm", [](ModelConfig& c) { c.sgu = "none"; }), {{"blocks.0.proj_out.weight", S{16, 32}}},
+      {"none", tiny("mlm", [](ModelConfig& c) { c.sgu = Sgu::none; }), {{"blocks.0.proj_out.weight", S{16, 32}}},
        {"blocks.0.sgu.norm.weight", "blocks.0.sgu.spatial.weight", "blocks.0.sgu.spatial.bias"}},
       {"heads2", tiny("causal_lm", [](ModelConfig& c) { c.sgu_heads = 2; }),
        {{"blocks.0.sgu.spatial.weight", S{2, 64, 64}}, {"blocks.0.sgu.spatial.bias", S{2, 64}}}, {}},
-      {"toeplitz_bidirectional", tiny("mlm", [](ModelConfig& c) { c.spatial = "toeplitz"; }),
+      {"toeplitz_bidirectional", tiny("mlm", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; }),
        {{"blocks.0.sgu.spatial.weight", S{127}}, {"blocks.0.sgu.spatial.bias", S{64}}}, {}},
       {"toeplitz_causal", tiny("causal_lm", [](ModelConfig& c) {
-         c.spatial = "toeplitz";
+         c.spatial = Spatial::toeplitz;
          c.seq_len = 16;
        }),
        {{"blocks.0.sgu.spatial.weight", S{16}}, {"blocks.0.sgu.spatial.bias", S{16}}}, {}},
       {"toeplitz_heads2", tiny("mlm", [](ModelConfig& c) {
-         c.spatial = "toeplitz";
+         c.spatial = Spatial::toeplitz;
          c.sgu_heads = 2;
        }),
        {{"blocks.0.sgu.spatial.weight", S{2, 127}}, {"blocks.0.sgu.spatial.bias", S{2, 64}}}, {}},
       {"toeplitz_causal_heads2", tiny("causal_lm", [](ModelConfig& c) {
-         c.spatial = "toeplitz";
+         c.spatial = Spatial::toeplitz;
          c.sgu_heads = 2;
        }),
        {{"blocks.0.sgu.spatial.weight", S{2, 64}}}, {}},
@@ -706,7 +706,7 @@ TEST(VariantConfig, ImpossibleCombinationsNameTheKey) {
   // The Model constructor validates too.
   ModelConfig bad = tiny("mlm");
   bad.d_attn = 8;
-  bad.sgu = "multiplicative";
+  bad.sgu = Sgu::multiplicative;
   EXPECT_NE(test::error_of([&] { Model m(bad); }).find("'d_attn'"), std::string::npos);
 }
 
@@ -729,7 +729,7 @@ TEST(VariantConfig, PatchTilingNamesTheKey) {
 // optimisation: same loss, same gradient for every parameter, with padding and aMLP.
 TEST(SparseMlmHead, SameLossAndGradientsAsTheFullHead) {
   ModelConfig c;
-  c.task = "mlm";
+  c.task = Task::mlm;
   c.tokenizer = {{"kind", "byte"}, {"specials", {"[PAD]", "[MASK]"}}};
   c.vocab_size = 258;
   c.d_model = 16;

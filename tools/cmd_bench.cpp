@@ -85,8 +85,8 @@ int run_bench(const BenchArgs& a) {
     rc.model.vocab_size = 65;
   const ModelConfig& mc = rc.model;
   const int n = mc.seq_len, B = a.batch_size > 0 ? a.batch_size : rc.train.batch_size;
-  require(a.mode != "generate" || mc.task == "causal_lm", "--mode generate needs a causal LM config; this one is \"" +
-                                                             mc.task + "\"");
+  require(a.mode != "generate" || mc.task == Task::causal_lm, "--mode generate needs a causal LM config; this one is \"" +
+                                                             name_of(mc.task) + "\"");
 
   const double peak = sgemm_peak_gflops();
   Model model(mc);
@@ -101,14 +101,14 @@ int run_bench(const BenchArgs& a) {
   Batch batch;
   batch.B = B;
   batch.T = n;
-  if (mc.task == "causal_lm") {
+  if (mc.task == Task::causal_lm) {
     batch.tokens = tokens.data();
     batch.stride = n + 1;
     batch.targets = tokens.data() + 1;
   } else if (mc.token_input()) {
     batch.tokens = tokens.data();
     batch.stride = n + 1;
-    if (mc.task == "mlm") {
+    if (mc.task == Task::mlm) {
       for (int b = 0; b < B; ++b)
         for (int t = 0; t < n; ++t)
           if (rng.uniform(0.f, 1.f) < rc.train.mask_prob) targets[size_t(b) * (n + 1) + t] = tokens[size_t(b) * (n + 1) + t];

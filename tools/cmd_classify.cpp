@@ -49,7 +49,7 @@ struct ClassifyArgs {
 int run_classify(const ClassifyArgs& a) {
   auto model = load_model(resolve_model_path(a.model));
   const ModelConfig& c = model->config();
-  require(c.task == "classify", "'" + a.model + "' is a \"" + c.task + "\" model, not a sentence classifier");
+  require(c.task == Task::classify, "'" + a.model + "' is a \"" + name_of(c.task) + "\" model, not a sentence classifier");
   require(a.top >= 1, "--top must be >= 1");
   auto tok = tokenizer_from_json(c.tokenizer);
   std::vector<std::string> texts = a.texts;
@@ -80,7 +80,7 @@ struct ImageArgs {
 int run_classify_image(const ImageArgs& a) {
   auto model = load_model(resolve_model_path(a.model));
   const ModelConfig& c = model->config();
-  require(c.task == "vision", "'" + a.model + "' is a \"" + c.task + "\" model, not an image classifier");
+  require(c.task == Task::vision, "'" + a.model + "' is a \"" + name_of(c.task) + "\" model, not an image classifier");
   require(a.top >= 1, "--top must be >= 1");
   const Normalization norm =
       c.normalization.is_null() ? Normalization{} : Normalization::from_json(c.normalization, a.model);
@@ -98,7 +98,7 @@ int run_classifier_eval(Model& model, const std::string& data, int batch, bool j
   const ModelConfig& c = model.config();
   ClassEval ev;
   std::string what;
-  if (c.task == "vision") {
+  if (c.task == Task::vision) {
     ImageSet test = load_image_dataset(data, "test", c.n_classes);
     normalize_for_model(c, test);
     ev = evaluate_images(model, test, batch);

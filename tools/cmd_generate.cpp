@@ -47,9 +47,9 @@ struct EvalArgs {
 
 int run_eval(const EvalArgs& a) {
   auto model = load_model(resolve_model_path(a.model));
-  const std::string task = model->config().task;
-  if (task == "classify" || task == "vision") return run_classifier_eval(*model, a.data, a.batch_size, a.json);
-  if (task == "mlm") {
+  const Task task = model->config().task;
+  if (task == Task::classify || task == Task::vision) return run_classifier_eval(*model, a.data, a.batch_size, a.json);
+  if (task == Task::mlm) {
     auto tok = tokenizer_from_json(model->config().tokenizer);
     const auto corpus = TextCorpus::load(a.data, *tok, model->config().seq_len, 0.f);
     const MaskedLmEval r = evaluate_masked_lm(*model, *tok, corpus.train, a.batch_size, 0);

@@ -190,7 +190,7 @@ int run_plot_spatial(const SpatialArgs& a) {
   const ModelConfig& c = model->config();
   require(c.has_sgu(), path + ": sgu is \"none\": the model has no spatial weights to plot");
   const int n = c.seq_len, heads = c.sgu_heads;
-  const bool vision = c.task == "vision";
+  const bool vision = c.task == Task::vision;
   int gh = 1, gw = n;
   if (vision) {
     require(c.patch_height > 0 && c.patch_width > 0 && c.image_height % c.patch_height == 0 &&
@@ -235,7 +235,7 @@ int run_plot_spatial(const SpatialArgs& a) {
     opt.title = "Spatial weights, layer " + std::to_string(l) + (heads > 1 ? " (" + std::to_string(heads) + " heads)" : "");
     std::string shape;
     for (size_t k = 0; k < info.shape.size(); ++k) shape += (k ? "x" : "") + std::to_string(info.shape[k]);
-    const std::string kind = c.spatial == "full" ? "" : (c.causal() ? ", causal Toeplitz" : ", Toeplitz");
+    const std::string kind = c.spatial == Spatial::full ? "" : (c.causal() ? ", causal Toeplitz" : ", Toeplitz");
     for (int h = 0; h < heads; ++h) {
       std::vector<float> W = dense_spatial_weights(*model, l, h);
       if (c.causal())  // the masked half is never read: blank (gray) rather than zeros

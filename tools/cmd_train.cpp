@@ -10,10 +10,8 @@
 #include "commands.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
-#include "gmlp/image.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
-#include "gmlp/text_data.h"
 #include "gmlp/trainer.h"
 #include "train/progress.h"
 
@@ -48,29 +46,6 @@ std::string default_data(const std::string& task) {
   return "data/kjv.txt";
 }
 
-// Fills what the data decides and the config left open: a vision model's image shape
-// and classes (patches of 4 when they tile the image), a classifier's classes.
-void complete_from_data(nlohmann::json& m, const std::string& task, const std::string& data) {
-  if (task == "vision") {
-    m.erase("tokenizer");
-    m["vocab_size"] = 0;
-    if (m.value("image_channels", 0) != 0 && m.value("n_classes", 0) != 0) return;
-    const ImageSet probe = load_image_dataset(data, "test");
-    if (m.value("image_channels", 0) == 0) {
-      m["image_channels"] = probe.channels;
-      m["image_height"] = probe.height;
-      m["image_width"] = probe.width;
-      const int p = probe.height % 4 == 0 && probe.width % 4 == 0 ? 4 : 1;
-      if (m.value("patch_height", 0) == 0) m["patch_height"] = p;
-      if (m.value("patch_width", 0) == 0) m["patch_width"] = p;
-      m["seq_len"] = (probe.height / m["patch_height"].get<int>()) * (probe.width / m["patch_width"].get<int>());
-    }
-    if (m.value("n_classes", 0) == 0) m["n_classes"] = probe.n_classes;
-  } else if (task == "classify" && m.value("n_classes", 0) == 0) {
-    m["n_classes"] = int(load_labelled(data).class_names.size());
-  }
-}
-
 // base: the run's config before --config, --task and --set apply (the built-in
 // defaults for train; a checkpoint's architecture for finetune).
 int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
@@ -96,13 +71,14 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
       j["model"]["vocab_size"] = tokenizer_from_json(tj)->vocab_size();
   }
   const std::string task = j["model"].value("task", std::string("causal_lm"));
-  const std::string data = a.data.empty() ? default_data(task) : a.data;
-  if (!a.resume) {
-    if (!std::filesystem::exists(data) && a.data.empty())
-      throw Error("the default data " + data + " for task \"" + task + "\" is missing; fetch it with " +
-                  (task == "vision" ? "scripts/fetch_vision.sh" : "scripts/fetch_data.sh") + " or pass --data");
-    complete_from_data(j["model"], task, data);
+  if (task == "vision") {  // the built-in defaults' vocabulary and tokenizer are a text model's
+    j["model"].erase("tokenizer");
+    j["model"]["vocab_size"] = 0;
   }
+  const std::string data = a.data.empty() ? default_data(task) : a.data;
+  if (!a.resume && !std::filesystem::exists(data) && a.data.empty())
+    throw Error("the default data " + data + " for task \"" + task + "\" is missing; fetch it with " +
+                (task == "vision" ? "scripts/fetch_vision.sh" : "scripts/fetch_data.sh") + " or pass --data");
   // Flags given on the command line override the config, whatever their value:
   // the config validation below judges them (so --steps -5 is an error, not ignored).
   auto& t = j["train"];
@@ -124,7 +100,9 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   }
   const std::string where = a.config.empty() ? std::string("options") : "config '" + a.config + "' with options";
   TrainOptions o;
-  o.run.model = ModelConfig::from_json(j["model"], where + " [model]");
+  // What the data decides (classes, a vision model's image shape) may stay open here:
+  // the task fills it when it loads the data (make_task).
+  o.run.model = ModelConfig::from_json(j["model"], where + " [model]", /*open=*/true);
   o.run.train = TrainConfig::from_json(j["train"], where + " [train]");
   o.data_path = data;
   o.test_path = a.test.empty() && task == "classify" && a.data.empty() ? "data/kjv_groups/test.tsv" : a.test;

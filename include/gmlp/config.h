@@ -1,31 +1,34 @@
 #pragma once
 // Model and training configuration, read from and written to JSON. Unknown keys and
-// impossible values are errors that name the key and the value.
+// impossible values are errors that name the key and the value; every enum-like value
+// is parsed once, here, into the enums of gmlp/kinds.h.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "gmlp/kinds.h"
+
 namespace gmlp {
 
 // docs/variants.md is the contract for every field below.
 struct ModelConfig {
-  std::string task = "causal_lm";   // "causal_lm", "mlm", "classify" or "vision"
+  Task task = Task::causal_lm;
   int vocab_size = 256;             // token tasks; 0 for vision
   int n_classes = 0;                // classify and vision
   int d_model = 128;
   int d_ffn = 512;                  // even: Z splits into two halves
   int n_layers = 4;
   int seq_len = 128;                // n: the spatial projection is [n, n]
-  std::string gelu = "erf";         // "erf" (exact) or "tanh"
-  std::string pos_embedding = "none";  // "none" or "sinusoidal"
+  Gelu gelu = Gelu::erf;           // exact, or the tanh approximation
+  PosEmbedding pos_embedding = PosEmbedding::none;
   float spatial_init = 0.01f;       // W ~ U(-s, s); b = 1
   float norm_eps = 1e-5f;            // block and final LayerNorms
   float sgu_norm_eps = 1e-5f;        // the gate's LayerNorm (timm's gMLP: 1e-6 above, 1e-5 here)
-  std::string sgu = "split";        // s(Z): "split", "none", "linear", "additive", "multiplicative"
+  Sgu sgu = Sgu::split;             // s(Z): the split SGU or an ablation
   int sgu_heads = 1;                // gate channel groups, each with its own W and b
-  std::string spatial = "full";     // "full" ([n, n]) or "toeplitz" (W[i,j] = w[i-j])
+  Spatial spatial = Spatial::full;  // [n, n], or Toeplitz (W[i,j] = w[i-j])
   int d_attn = 0;                   // > 0: aMLP tiny attention of this size
   float survival_prob = 1.0f;       // stochastic depth p_L (1 = off)
   int image_channels = 0, image_height = 0, image_width = 0;  // vision
@@ -34,30 +37,36 @@ struct ModelConfig {
   nlohmann::json normalization;          // vision: {"mean": [...], "std": [...]} per channel, or null
   nlohmann::json tokenizer = {{"kind", "byte"}};  // {"kind":"byte"} or {"kind":"char","chars":"..."}
 
-  void validate() const;  // throws Error naming the field
+  // Throws Error naming the field. With open = true, the values a task fills from its
+  // data may still be 0 (open): a classifier's or vision model's n_classes, a vision
+  // model's image shape and patches (and so seq_len).
+  void validate(bool open = false) const;
   nlohmann::json to_json() const;
 
-  bool causal() const { return task == "causal_lm"; }
-  bool token_input() const { return task != "vision"; }
-  bool per_token_output() const { return task == "causal_lm" || task == "mlm"; }
+  bool causal() const { return task == Task::causal_lm; }
+  bool token_input() const { return task != Task::vision; }
+  bool per_token_output() const { return task == Task::causal_lm || task == Task::mlm; }
   int out_dim() const { return per_token_output() ? vocab_size : n_classes; }
-  bool has_sgu() const { return sgu != "none"; }
-  int gate_channels() const { return sgu == "split" ? d_ffn / 2 : d_ffn; }  // LN and spatial width
-  int branch_channels() const { return sgu == "split" ? d_ffn / 2 : d_ffn; }  // S, proj_out's input
+  bool has_sgu() const { return sgu != Sgu::none; }
+  int gate_channels() const { return sgu == Sgu::split ? d_ffn / 2 : d_ffn; }  // LN and spatial width
+  int branch_channels() const { return sgu == Sgu::split ? d_ffn / 2 : d_ffn; }  // S, proj_out's input
   // Entries of one head's spatial weight: n*n, or 2n-1 / n for Toeplitz.
   int64_t spatial_weight_size() const;
   int patch_dim() const { return image_channels * patch_height * patch_width; }
   // Toeplitz models run on sequences longer than n; every other model needs T <= n.
-  bool any_length() const { return spatial == "toeplitz" && task != "vision"; }
+  bool any_length() const { return spatial == Spatial::toeplitz && task != Task::vision; }
+  // Parameters of the model this config describes, in double so that an absurd config
+  // cannot overflow it (validate bounds it).
+  double param_count() const;
   // Unknown keys are errors; absent keys keep their defaults. `where` names the source
-  // (a file, "checkpoint metadata") in error messages.
-  static ModelConfig from_json(const nlohmann::json& j, const std::string& where);
+  // (a file, "checkpoint metadata") in error messages. open: see validate.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& where, bool open = false);
 };
 
 struct TrainConfig {
   int batch_size = 16;
   int64_t steps = 2400;
-  std::string schedule = "cosine";  // "cosine" (linear warmup + cosine), "noam", "constant"
+  Schedule schedule = Schedule::cosine;  // linear warmup + cosine, Noam, or constant
   float lr = 3e-3f;                 // peak lr (cosine, constant); Noam uses noam_factor
   float min_lr = 3e-4f;             // cosine floor
   int64_t warmup = 100;
@@ -86,8 +95,5 @@ struct RunConfig {
   static RunConfig load(const std::string& path);  // Error names the file and key
   nlohmann::json to_json() const;
 };
-
-// Learning rate for the s-th update (1-based).
-float learning_rate(const TrainConfig& t, int d_model, int64_t step);
 
 }  // namespace gmlp

@@ -1,6 +1,6 @@
 #pragma once
-// AdamW over the model's single parameter buffer, in PyTorch's exact formulation, and
-// global-norm gradient clipping.
+// AdamW over the model's single parameter buffer, in PyTorch's exact formulation, its
+// learning-rate schedules, and global-norm gradient clipping.
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +27,10 @@ class AdamW {
   float b1_, b2_, eps_, wd_;
   int64_t t_ = 0;
 };
+
+// Learning rate for the s-th update (1-based) under t's schedule: linear warmup then
+// cosine to min_lr, Noam (factor * d^-0.5 * min(s^-0.5, s * warmup^-1.5)), or constant.
+float learning_rate(const TrainConfig& t, int d_model, int64_t step);
 
 // Global L2 norm of the gradients (accumulated in double).
 double grad_norm(const float* grads, size_t n);

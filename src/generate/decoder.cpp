@@ -95,22 +95,22 @@ void attention_step(const BlockParams& p, int d, int da, int dout, int i, const 
 
 }  // namespace
 
-bool Decoder::supports(const ModelConfig& c) { return c.task == "causal_lm"; }
+bool Decoder::supports(const ModelConfig& c) { return c.task == Task::causal_lm; }
 
 Decoder::Decoder(const Model& model) : cfg_(model.config()), w_(model.views()) {
-  require(supports(cfg_), "the cached decoder needs a causal language model; this one is \"" + cfg_.task + "\"");
+  require(supports(cfg_), "the cached decoder needs a causal language model; this one is \"" + name_of(cfg_.task) + "\"");
   const size_t n = size_t(cfg_.seq_len), d = size_t(cfg_.d_model), f = size_t(cfg_.d_ffn),
                L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), H = size_t(cfg_.sgu_heads);
   g_ = cfg_.gate_channels();
   s_ = cfg_.branch_channels();
-  goff_ = cfg_.sgu == "split" ? cfg_.d_ffn / 2 : 0;
+  goff_ = cfg_.sgu == Sgu::split ? cfg_.d_ffn / 2 : 0;
   gh_ = g_ / cfg_.sgu_heads;
   const size_t g = size_t(g_), s = size_t(s_);
   if (cfg_.has_sgu()) {
     gates_.assign(L, std::vector<float>(n * g));
     F_.resize(n * g);
     gstats_.resize(2 * n);
-    if (cfg_.spatial == "toeplitz") Wd_.resize(H * n * n);
+    if (cfg_.spatial == Spatial::toeplitz) Wd_.resize(H * n * n);
   }
   if (da > 0) {
     qkv_.assign(L, std::vector<float>(n * 3 * da));
@@ -124,7 +124,7 @@ Decoder::Decoder(const Model& model) : cfg_(model.config()), w_(model.views()) {
   z_.resize(n * f);
   S_.resize(n * s);
   logits_.resize(size_t(cfg_.vocab_size));
-  if (cfg_.pos_embedding == "sinusoidal") {
+  if (cfg_.pos_embedding == PosEmbedding::sinusoidal) {
     pe_.resize(n * d);
     ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe_.data());
   }
@@ -173,8 +173,8 @@ const float* Decoder::step(int32_t token) {
   require(len_ < cfg_.seq_len, "step: the context is full (" + std::to_string(cfg_.seq_len) + " tokens)");
   const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, g = g_, gh = gh_, V = cfg_.vocab_size, i = len_;
   require(token >= 0 && token < V, "step: token id " + std::to_string(token) + " outside the vocabulary");
-  const bool tanh_gelu = cfg_.gelu == "tanh", toeplitz = cfg_.spatial == "toeplitz";
-  const ops::SguKind kind = ops::sgu_kind(cfg_.sgu);
+  const bool tanh_gelu = cfg_.gelu == Gelu::tanh, toeplitz = cfg_.spatial == Spatial::toeplitz;
+  const Sgu kind = cfg_.sgu;
   const int heads = cfg_.sgu_heads;
   const int64_t wsz = cfg_.spatial_weight_size();
   float* x = x_.data();

@@ -52,8 +52,8 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
                               const SamplingOptions& opt, Rng& rng, const std::function<bool(int32_t)>& on_token,
                               bool use_cache) {
   opt.validate();
-  require(model.config().task == "causal_lm", "generation needs a causal language model; this one is \"" +
-                                                  model.config().task + "\"");
+  require(model.config().task == Task::causal_lm, "generation needs a causal language model; this one is \"" +
+                                                  name_of(model.config().task) + "\"");
   use_cache = use_cache && Decoder::supports(model.config());
   const int n = model.config().seq_len, V = model.config().vocab_size;
   require(!prompt.empty(), "the prompt is empty: give at least one token");

@@ -259,7 +259,7 @@ ModelConfig config_of(const TimmFile& tf, const TimmImportOptions& opt) {
               ", but the checkpoint's " + n_from);
 
   ModelConfig c;
-  c.task = "vision";
+  c.task = Task::vision;
   c.vocab_size = 0;
   c.tokenizer = nullptr;
   c.n_classes = int(k);
@@ -267,13 +267,13 @@ ModelConfig config_of(const TimmFile& tf, const TimmImportOptions& opt) {
   c.d_ffn = int(f);
   c.n_layers = L;
   c.seq_len = int(n);
-  c.gelu = "erf";
-  c.pos_embedding = "none";
+  c.gelu = Gelu::erf;
+  c.pos_embedding = PosEmbedding::none;
   c.norm_eps = opt.norm_eps;
   c.sgu_norm_eps = 1e-5f;  // timm's SpatialGatingUnit keeps nn.LayerNorm's default
-  c.sgu = "split";
+  c.sgu = Sgu::split;
   c.sgu_heads = 1;
-  c.spatial = "full";
+  c.spatial = Spatial::full;
   c.d_attn = 0;
   c.survival_prob = 1.0f;
   c.image_channels = int(C);
@@ -375,20 +375,20 @@ std::unique_ptr<Model> load_timm_gmlp(const std::string& path, const TimmImportO
 }
 
 std::string timm_unsupported_reason(const ModelConfig& c) {
-  if (c.task != "vision")
-    return "timm's gMLP is an image classifier (task \"vision\"), but this model's task is \"" + c.task + "\"";
-  if (c.sgu != "split")
-    return "timm's SpatialGatingUnit is the split SGU (sgu \"split\"), but this model has sgu \"" + c.sgu + "\"";
+  if (c.task != Task::vision)
+    return "timm's gMLP is an image classifier (task \"vision\"), but this model's task is \"" + name_of(c.task) + "\"";
+  if (c.sgu != Sgu::split)
+    return "timm's SpatialGatingUnit is the split SGU (sgu \"split\"), but this model has sgu \"" + name_of(c.sgu) + "\"";
   if (c.sgu_heads != 1)
     return "timm's gate has one spatial projection, but this model has sgu_heads = " + std::to_string(c.sgu_heads);
-  if (c.spatial != "full")
-    return "timm's gate.proj is a full [n, n] nn.Linear, but this model's spatial weights are \"" + c.spatial + "\"";
+  if (c.spatial != Spatial::full)
+    return "timm's gate.proj is a full [n, n] nn.Linear, but this model's spatial weights are \"" + name_of(c.spatial) + "\"";
   if (c.d_attn != 0)
     return "timm's gMLP has no tiny attention, but this model is an aMLP (d_attn = " + std::to_string(c.d_attn) + ")";
-  if (c.gelu != "erf")
-    return "timm uses nn.GELU (exact erf), but this model uses gelu \"" + c.gelu + "\"";
-  if (c.pos_embedding != "none")
-    return "timm's gMLP has no position embedding, but this model has \"" + c.pos_embedding + "\"";
+  if (c.gelu != Gelu::erf)
+    return "timm uses nn.GELU (exact erf), but this model uses gelu \"" + name_of(c.gelu) + "\"";
+  if (c.pos_embedding != PosEmbedding::none)
+    return "timm's gMLP has no position embedding, but this model has \"" + name_of(c.pos_embedding) + "\"";
   return "";
 }
 

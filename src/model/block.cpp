@@ -18,7 +18,7 @@ namespace {
 // into Wd, dense [heads, T, T]; full weights are read in place as W[:T, :T].
 ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths) {
   ops::SguParams sp;
-  sp.kind = ops::sgu_kind(c.sgu);
+  sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
   sp.bias = p.spatial_b;
@@ -27,7 +27,7 @@ ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, flo
   sp.causal = c.causal();
   sp.lengths = lengths;
   sp.eps = c.sgu_norm_eps;
-  if (c.spatial == "toeplitz") {
+  if (c.spatial == Spatial::toeplitz) {
     const int64_t wsz = c.spatial_weight_size();
     for (int k = 0; k < c.sgu_heads; ++k)
       ops::toeplitz_materialize(p.spatial_w + k * wsz, c.seq_len, c.causal(), T, Wd + int64_t(k) * T * T);
@@ -52,7 +52,7 @@ ops::AttnParams attn_params(const ModelConfig& c, const BlockParams& p, const in
 void block_forward(const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
                    const BlockScratch& s, float* out) {
   const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, nb = c.branch_channels();
-  const bool tanh_gelu = c.gelu == "tanh";
+  const bool tanh_gelu = c.gelu == Gelu::tanh;
   const float* x = saved.x;
   ops::layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
   ops::gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
@@ -88,7 +88,7 @@ void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParam
                     const BlockSaved& saved, const BlockScratch& s, float* dx) {
   const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, g = c.gate_channels(),
             nb = c.branch_channels();
-  const bool tanh_gelu = c.gelu == "tanh";
+  const bool tanh_gelu = c.gelu == Gelu::tanh;
   const float* x = saved.x;
   // dx holds dL/d(block output); the residual passes it to the input unchanged, and the
   // branch's contribution is added by the block LayerNorm's backward at the end.
@@ -103,12 +103,12 @@ void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParam
   const float* branch = s.z;
   if (c.has_sgu()) {
     // S from Z and F again (the forward did not keep it).
-    ops::sgu_combine(ops::sgu_kind(c.sgu), s.z, f, saved.F, M, g, s.S);
+    ops::sgu_combine(c.sgu, s.z, f, saved.F, M, g, s.S);
     branch = s.S;
   }
   ops::linear_backward(dY, branch, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
   if (c.has_sgu()) {
-    const bool toeplitz = c.spatial == "toeplitz";
+    const bool toeplitz = c.spatial == Spatial::toeplitz;
     const auto sp = sgu_params(c, p, T, s.Wd, call.lengths);
     if (toeplitz) std::fill(s.dWd, s.dWd + size_t(c.sgu_heads) * T * T, 0.f);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};

@@ -97,7 +97,7 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->h.resize(M * d);
   a->z.resize(M * f);
   a->S.resize(M * s);
-  if (cfg_.spatial == "toeplitz") a->Wd.resize(size_t(cfg_.sgu_heads) * T * T);
+  if (cfg_.spatial == Spatial::toeplitz) a->Wd.resize(size_t(cfg_.sgu_heads) * T * T);
   if (grad) {
     a->dlogits.resize(rows_out * out);
     for (auto* v : {&a->dh, &a->dx}) v->resize(M * d);
@@ -109,7 +109,7 @@ void Model::ensure_arena(int B, int T, int layers) {
       a->dP.resize(size_t(T) * T);
       a->dqkv.resize(M * 3 * da);
     }
-    if (cfg_.spatial == "toeplitz") a->dWd.resize(size_t(cfg_.sgu_heads) * T * T);
+    if (cfg_.spatial == Spatial::toeplitz) a->dWd.resize(size_t(cfg_.sgu_heads) * T * T);
   }
   arena_ = std::move(a);
 }
@@ -225,7 +225,7 @@ void Model::embed_forward(const Batch& in, float* x) {
                                        std::to_string(V));
         a.tokens[size_t(t) * B + b] = id;
       }
-    if (cfg_.pos_embedding == "sinusoidal" && pe_.size() < size_t(T) * d) {
+    if (cfg_.pos_embedding == PosEmbedding::sinusoidal && pe_.size() < size_t(T) * d) {
       pe_.resize(size_t(std::max(T, cfg_.seq_len)) * d);
       ops::sinusoidal_positions(std::max(T, cfg_.seq_len), d, pe_.data());
     }
@@ -256,7 +256,7 @@ double Model::head_forward(const Batch& in, const float* xL) {
   ops::layernorm_forward(xL, d, M, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
                          a.f_rstd.data());
   float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
-  last_sparse_ = sparse_head_ && cfg_.task == "mlm" && in.targets != nullptr;
+  last_sparse_ = sparse_head_ && cfg_.task == Task::mlm && in.targets != nullptr;
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
     // product of a big-vocabulary masked LM) runs on those rows alone.

@@ -42,7 +42,7 @@ std::vector<ParamInfo> param_layout(const ModelConfig& c) {
     if (c.has_sgu()) {
       add(p + "sgu.norm.weight", {g});
       add(p + "sgu.norm.bias", {g});
-      add(p + "sgu.spatial.weight", per_head(c.spatial == "full" ? std::vector<int64_t>{n, n}
+      add(p + "sgu.spatial.weight", per_head(c.spatial == Spatial::full ? std::vector<int64_t>{n, n}
                                                                  : std::vector<int64_t>{c.spatial_weight_size()}));
       add(p + "sgu.spatial.bias", per_head({n}));
     }
@@ -169,7 +169,7 @@ std::vector<float> dense_spatial_weights(const Model& m, int layer, int head) {
   const int n = c.seq_len;
   const float* w = m.views().blocks[size_t(layer)].spatial_w + head * c.spatial_weight_size();
   std::vector<float> W(size_t(n) * n);
-  if (c.spatial == "toeplitz")
+  if (c.spatial == Spatial::toeplitz)
     ops::toeplitz_materialize(w, n, c.causal(), n, W.data());
   else
     std::copy(w, w + W.size(), W.begin());

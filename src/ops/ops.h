@@ -7,7 +7,11 @@
 #include <cstdint>
 #include <string>
 
+#include "gmlp/kinds.h"
+
 namespace gmlp::ops {
+
+using gmlp::Sgu;
 
 // ---- gemm.cpp: C[M,N] = alpha * op(A) * op(B) + beta * C (row-major, via OpenBLAS).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -78,30 +82,29 @@ void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 // gate = Z2 (split) or Z (the other forms), g channels; G = LayerNorm(gate), zeroed at
 // padded rows; F = W_k G + b_k (+ extra) per head k; S = Z1*F, F, Z+F or Z*F.
 // Saves gate mean/rstd [M] and F [M, g]. G is scratch [M, g] and may be S's buffer.
-enum class SguKind { split, linear, additive, multiplicative };
-// The config's "sgu" name ("split", "linear", "additive", "multiplicative"); "none"
-// has no SGU and is not a kind.
-SguKind sgu_kind(const std::string& name);
+// kind: any Sgu but none (which has no SGU).
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:
 // Z*F, F or Z+F. s may be f (in place).
-inline void sgu_combine_row(SguKind kind, const float* z, const float* f, float* s, int g) {
+inline void sgu_combine_row(Sgu kind, const float* z, const float* f, float* s, int g) {
   switch (kind) {
-    case SguKind::split:
-    case SguKind::multiplicative:
+    case Sgu::split:
+    case Sgu::multiplicative:
       for (int c = 0; c < g; ++c) s[c] = z[c] * f[c];
       break;
-    case SguKind::linear:
+    case Sgu::linear:
       for (int c = 0; c < g; ++c) s[c] = f[c];
       break;
-    case SguKind::additive:
+    case Sgu::additive:
       for (int c = 0; c < g; ++c) s[c] = z[c] + f[c];
+      break;
+    case Sgu::none:  // no SGU: never called
       break;
   }
 }
 // The same over M rows: Z rows ldz apart, F and S [M, g].
-void sgu_combine(SguKind kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
 struct SguParams {
-  SguKind kind = SguKind::split;
+  Sgu kind = Sgu::split;
   const float* norm_w = nullptr;
   const float* norm_b = nullptr;
   const float* W = nullptr;      // dense [T', T'] per head, rows ldw apart, heads w_head_stride apart

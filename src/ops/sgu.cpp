@@ -16,8 +16,8 @@ struct Dims {
   int gh;       // channels per head
 };
 Dims dims(const SguParams& p, int f) {
-  const int g = p.kind == SguKind::split ? f / 2 : f;
-  return {g, p.kind == SguKind::split ? f / 2 : 0, g / p.heads};
+  const int g = p.kind == Sgu::split ? f / 2 : f;
+  return {g, p.kind == Sgu::split ? f / 2 : 0, g / p.heads};
 }
 
 // Zeroes rows t >= lengths[b] of X [T, B, C] (no-op without lengths).
@@ -65,14 +65,7 @@ void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float*
   }
 }
 
-SguKind sgu_kind(const std::string& name) {
-  if (name == "linear") return SguKind::linear;
-  if (name == "additive") return SguKind::additive;
-  if (name == "multiplicative") return SguKind::multiplicative;
-  return SguKind::split;
-}
-
-void sgu_combine(SguKind kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < M; ++r) sgu_combine_row(kind, Z + int64_t(r) * ldz, F + int64_t(r) * g, S + int64_t(r) * g, g);
 }
@@ -82,7 +75,7 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
                   float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  const bool split = p.kind == SguKind::split;
+  const bool split = p.kind == Sgu::split;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < M; ++r) {
     const float* z = Z + int64_t(r) * f;
@@ -90,7 +83,7 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
     const float* ds = dS + int64_t(r) * d.g;
     float* dz = dZ + int64_t(r) * f;
     float* df = dF + int64_t(r) * d.g;
-    if (p.kind == SguKind::split || p.kind == SguKind::multiplicative) {
+    if (p.kind == Sgu::split || p.kind == Sgu::multiplicative) {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
     } else {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c];
@@ -125,8 +118,8 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
   // Z, and the direct path of S = Z + F or Z * F is added afterwards.
   layernorm_backward(dG, d.g, Z + d.goff, f, gmean, grstd, p.norm_w, M, d.g, dZ + d.goff, f, false, g.norm_w,
                      g.norm_b);
-  if (p.kind == SguKind::additive || p.kind == SguKind::multiplicative) {
-    const bool mult = p.kind == SguKind::multiplicative;
+  if (p.kind == Sgu::additive || p.kind == Sgu::multiplicative) {
+    const bool mult = p.kind == Sgu::multiplicative;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; ++r) {
       const float* ds = dS + int64_t(r) * d.g;

@@ -1,7 +1,8 @@
-// AdamW and clipping. The arithmetic follows torch.optim.AdamW (single-tensor path)
+// AdamW, the learning-rate schedules and clipping. The arithmetic follows torch.optim.AdamW (single-tensor path)
 // step for step, so a run here and the PyTorch reference stay within float rounding.
 #include "gmlp/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/reduce.h"
@@ -53,5 +54,18 @@ double clip_grad_norm(float* grads, size_t n, float max_norm) {
   }
   return norm;
 }
+
+float learning_rate(const TrainConfig& t, int d_model, int64_t step) {
+  const double s = double(std::max<int64_t>(step, 1));
+  if (t.schedule == Schedule::constant) return t.lr;
+  if (t.schedule == Schedule::noam)
+    return float(t.noam_factor * std::pow(double(d_model), -0.5) *
+                 std::min(std::pow(s, -0.5), s * std::pow(double(t.warmup), -1.5)));
+  if (t.warmup > 0 && s <= double(t.warmup)) return float(double(t.lr) * s / double(t.warmup));
+  const double p = (s - double(t.warmup)) / double(std::max<int64_t>(1, t.steps - t.warmup));
+  const double c = 0.5 * (1.0 + std::cos(M_PI * std::min(p, 1.0)));
+  return float(double(t.min_lr) + (double(t.lr) - double(t.min_lr)) * c);
+}
+
 
 }  // namespace gmlp

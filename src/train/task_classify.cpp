@@ -170,7 +170,7 @@ void normalize_for_model(const ModelConfig& cfg, ImageSet& set) {
 
 ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch) {
   const ModelConfig& c = model.config();
-  require(c.task == "classify", "evaluate_texts: the model's task is \"" + c.task + "\", not \"classify\"");
+  require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
   NoGrad no_grad(model);
   TextBatcher tb;
   tb.p = encode_padded(set.texts, tok, c.seq_len);
@@ -199,7 +199,7 @@ ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& 
 
 ClassEval evaluate_images(Model& model, const ImageSet& set, int batch) {
   const ModelConfig& c = model.config();
-  require(c.task == "vision", "evaluate_images: the model's task is \"" + c.task + "\", not \"vision\"");
+  require(c.task == Task::vision, "evaluate_images: the model's task is \"" + name_of(c.task) + "\", not \"vision\"");
   require(set.channels == c.image_channels && set.height == c.image_height && set.width == c.image_width,
           "evaluate_images: images of " + std::to_string(set.channels) + "x" + std::to_string(set.height) + "x" +
               std::to_string(set.width) + " do not fit the model's " + std::to_string(c.image_channels) + "x" +
@@ -264,6 +264,7 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
   LabelledSet train = load_labelled(in.data_path);
   LabelledSet test;
   if (!in.test_path.empty()) test = load_labelled(in.test_path, train.class_names);
+  if (rc.model.n_classes == 0) rc.model.n_classes = int(train.class_names.size());  // open: the data's
   require(int(train.class_names.size()) == rc.model.n_classes,
           "'" + in.data_path + "' has " + std::to_string(train.class_names.size()) + " classes, but the model has " +
               "'n_classes' = " + std::to_string(rc.model.n_classes));
@@ -275,6 +276,18 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
 std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in) {
   ModelConfig& m = rc.model;
   ImageSet train = load_image_dataset(in.data_path, "train", m.n_classes);
+  // What the config left open, the data decides: the image shape (patches of 4 when
+  // they tile it) and the classes.
+  if (m.image_channels == 0) {
+    m.image_channels = train.channels;
+    m.image_height = train.height;
+    m.image_width = train.width;
+    const int p = train.height % 4 == 0 && train.width % 4 == 0 ? 4 : 1;
+    if (m.patch_height == 0) m.patch_height = p;
+    if (m.patch_width == 0) m.patch_width = p;
+    m.seq_len = (m.image_height / m.patch_height) * (m.image_width / m.patch_width);
+  }
+  if (m.n_classes == 0) m.n_classes = train.n_classes;
   ImageSet test = load_image_dataset(in.data_path, "test", m.n_classes);
   require(train.channels == m.image_channels && train.height == m.image_height && train.width == m.image_width,
           "'" + in.data_path + "' holds images of " + std::to_string(train.channels) + "x" +

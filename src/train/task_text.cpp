@@ -113,7 +113,7 @@ class MaskedLmTask : public TrainTask {
 MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
                                 int64_t max_batches, float mask_prob) {
   const int n = model.config().seq_len;
-  require(model.config().task == "mlm", "evaluate_masked_lm: the model's task is \"" + model.config().task + "\"");
+  require(model.config().task == Task::mlm, "evaluate_masked_lm: the model's task is \"" + name_of(model.config().task) + "\"");
   // The same corruption at every evaluation, so the numbers are comparable.
   Rng rng(0x6d6c6d, 7);
   NoGrad no_grad(model);
@@ -146,7 +146,7 @@ MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::v
 
 std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
   const TrainConfig& tc = rc.train;
-  if (rc.model.task == "causal_lm")
+  if (rc.model.task == Task::causal_lm)
     return std::make_unique<CausalLmTask>(std::move(tok), in.data_path, rc.model.seq_len, tc.batch_size,
                                           tc.val_fraction);
   return std::make_unique<MaskedLmTask>(std::move(tok), in.data_path, rc.model.seq_len, tc.batch_size,

@@ -107,20 +107,26 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
 
 std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
   ModelConfig& m = rc.model;
-  if (m.task == "vision") return make_vision_task(rc, in);
+  if (m.task == Task::vision) {
+    auto task = make_vision_task(rc, in);
+    m.validate();
+    return task;
+  }
   auto tok = make_tokenizer(m.tokenizer, in.data_path);
   // Masked LM and classification need [PAD] and [MASK]; byte and char vocabularies get
   // them appended when the config did not list them.
-  if (m.task != "causal_lm" && (tok->pad_id() < 0 || tok->mask_id() < 0)) {
-    require(tok->kind() != "sentencepiece", "task \"" + m.task + "\" needs [PAD] and [MASK] in the tokenizer");
+  if (m.task != Task::causal_lm && (tok->pad_id() < 0 || tok->mask_id() < 0)) {
+    require(tok->kind() != "sentencepiece", "task \"" + name_of(m.task) + "\" needs [PAD] and [MASK] in the tokenizer");
     nlohmann::json j = tok->to_json();
     j["specials"] = mlm_specials();
     tok = tokenizer_from_json(j);
   }
   m.tokenizer = tok->to_json();
   m.vocab_size = tok->vocab_size();
-  if (m.task == "classify") return make_classify_task(rc, in, std::move(tok));
-  return make_text_task(rc, in, std::move(tok));
+  auto task = m.task == Task::classify ? make_classify_task(rc, in, std::move(tok))
+                                       : make_text_task(rc, in, std::move(tok));
+  m.validate();
+  return task;
 }
 
 namespace {
@@ -172,15 +178,14 @@ TrainSummary train(const TrainOptions& opts) {
     }
     if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
   }
-  rc.model.validate();
+  rc.model.validate(/*open=*/true);
   rc.train.validate();
+  auto task = make_task(rc, in);  // completes and validates the model config
   const TrainConfig& tc = rc.train;
   const int B = tc.batch_size;
   require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
           "batch_size x seq_len = " + std::to_string(int64_t(B) * rc.model.seq_len) +
               " tokens per step is more than one step can hold");
-  auto task = make_task(rc, in);
-  rc.model.validate();
   const int64_t signature = task->data_signature();
   if (opts.resume)
     require(resume_meta.at("data_tokens").get<int64_t>() == signature,
@@ -235,7 +240,7 @@ TrainSummary train(const TrainOptions& opts) {
     save_model(model, model_file(opts.out_dir));
   };
 
-  std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", rc.model.task.c_str(), model.num_params(),
+  std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", name_of(rc.model.task).c_str(), model.num_params(),
                task->describe().c_str(), B);
   if (opts.resume) std::fprintf(stderr, "gmlp train: resuming %s at step %lld\n", opts.out_dir.c_str(), (long long)st.step);
 

@@ -1,4 +1,6 @@
-// JSON (de)serialisation and validation of ModelConfig / TrainConfig.
+// JSON (de)serialisation and validation of ModelConfig / TrainConfig. Each config's
+// keys are listed once, in its field table (model_fields, train_fields), which drives
+// from_json, to_json and the unknown-key check alike.
 #include "gmlp/config.h"
 
 #include <cmath>
@@ -16,6 +18,12 @@ namespace {
 
 using nlohmann::json;
 
+template <typename T>
+struct is_enum_setting : std::false_type {};
+template <typename T>
+  requires requires { EnumNames<T>::items; }
+struct is_enum_setting<T> : std::true_type {};
+
 // Reads j[key] into out when present, with a type check that names the key.
 template <typename T>
 void get(const json& j, const char* key, T& out, const std::string& where) {
@@ -24,6 +32,18 @@ void get(const json& j, const char* key, T& out, const std::string& where) {
   try {
     if constexpr (std::is_same_v<T, json>) {
       out = *it;
+    } else if constexpr (is_enum_setting<T>::value) {
+      require(it->is_string(), where + ": '" + key + "' must be a string, got " + it->dump());
+      const auto v = enum_from_name<T>(it->get<std::string>());
+      require(v.has_value(), where + ": '" + key + "' must be one of " + enum_choices<T>() + ", got " + it->dump());
+      out = *v;
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      require(it->is_array(), where + ": '" + key + "' must be an array of strings");
+      out.clear();
+      for (const auto& x : *it) {
+        require(x.is_string(), where + ": '" + key + "' must be an array of strings, got " + x.dump());
+        out.push_back(x.get<std::string>());
+      }
     } else if constexpr (std::is_integral_v<T>) {
       require(it->is_number_integer(), where + ": '" + key + "' must be an integer, got " + it->dump());
       // Range-check before narrowing: a bare get<int> wraps 4294967312 to 16.
@@ -33,23 +53,21 @@ void get(const json& j, const char* key, T& out, const std::string& where) {
                                it->get<int64_t>() <= int64_t(std::numeric_limits<T>::max()));
       require(fits, where + ": '" + key + "' is out of range: " + it->dump());
       out = it->get<T>();
-    } else if constexpr (std::is_floating_point_v<T>) {
-      require(it->is_number(), where + ": '" + key + "' must be a number, got " + it->dump());
-      out = it->get<T>();
     } else {
-      require(it->is_string(), where + ": '" + key + "' must be a string, got " + it->dump());
-      out = it->get<T>();
+      static_assert(std::is_same_v<T, float>);
+      require(it->is_number(), where + ": '" + key + "' must be a number, got " + it->dump());
+      // A value past float's range would become inf, be written as null, and make the
+      // run's own files unreadable.
+      const double v = it->get<double>();
+      require(std::isfinite(v) && std::fabs(v) <= double(std::numeric_limits<float>::max()),
+              where + ": '" + key + "' must be a finite number within float's range, got " + it->dump());
+      out = float(v);
     }
   } catch (const json::exception& e) {
     throw Error(where + ": '" + key + "': " + e.what());
   }
 }
 
-void reject_unknown(const json& j, const std::set<std::string>& known, const std::string& where) {
-  require(j.is_object(), where + ": expected a JSON object, got " + j.dump());
-  for (auto it = j.begin(); it != j.end(); ++it)
-    require(known.count(it.key()) != 0, where + ": unknown key '" + it.key() + "'");
-}
 
 // The shortest decimal that reads back as the same float, so 1e-5f is written as
 // 1e-05 and not as its double widening 9.999999747378752e-06.
@@ -78,26 +96,128 @@ void check_positive(T v, const char* key) {
   require(v > 0, std::string("config: '") + key + "' must be positive, got " + std::to_string(v));
 }
 
+// The JSON value of a setting: floats as their shortest decimal, enums by name.
+template <typename T>
+json put(const T& v) {
+  if constexpr (std::is_same_v<T, float>)
+    return float_json(v);
+  else if constexpr (is_enum_setting<T>::value)
+    return name_of(v);
+  else
+    return v;
+}
+
+// When to_json writes a key: always, for one kind of model only, or when set.
+enum class Write { always, vision, tokens, when_set };
+
+// The field tables. f(key, member, when) is called for each key in turn; C is the
+// config or const config, so one table serves reading and writing.
+template <typename C, typename F>
+void model_fields(C& c, F&& f) {
+  f("task", c.task, Write::always);
+  f("vocab_size", c.vocab_size, Write::always);
+  f("n_classes", c.n_classes, Write::always);
+  f("d_model", c.d_model, Write::always);
+  f("d_ffn", c.d_ffn, Write::always);
+  f("n_layers", c.n_layers, Write::always);
+  f("seq_len", c.seq_len, Write::always);
+  f("gelu", c.gelu, Write::always);
+  f("pos_embedding", c.pos_embedding, Write::always);
+  f("spatial_init", c.spatial_init, Write::always);
+  f("norm_eps", c.norm_eps, Write::always);
+  f("sgu_norm_eps", c.sgu_norm_eps, Write::always);
+  f("sgu", c.sgu, Write::always);
+  f("sgu_heads", c.sgu_heads, Write::always);
+  f("spatial", c.spatial, Write::always);
+  f("d_attn", c.d_attn, Write::always);
+  f("survival_prob", c.survival_prob, Write::always);
+  f("image_channels", c.image_channels, Write::vision);
+  f("image_height", c.image_height, Write::vision);
+  f("image_width", c.image_width, Write::vision);
+  f("patch_height", c.patch_height, Write::vision);
+  f("patch_width", c.patch_width, Write::vision);
+  f("class_names", c.class_names, Write::when_set);
+  f("normalization", c.normalization, Write::when_set);
+  f("tokenizer", c.tokenizer, Write::tokens);
+}
+
+template <typename C, typename F>
+void train_fields(C& c, F&& f) {
+  f("batch_size", c.batch_size, Write::always);
+  f("steps", c.steps, Write::always);
+  f("schedule", c.schedule, Write::always);
+  f("lr", c.lr, Write::always);
+  f("min_lr", c.min_lr, Write::always);
+  f("warmup", c.warmup, Write::always);
+  f("noam_factor", c.noam_factor, Write::always);
+  f("weight_decay", c.weight_decay, Write::always);
+  f("beta1", c.beta1, Write::always);
+  f("beta2", c.beta2, Write::always);
+  f("eps", c.eps, Write::always);
+  f("clip", c.clip, Write::always);
+  f("val_fraction", c.val_fraction, Write::always);
+  f("eval_every", c.eval_every, Write::always);
+  f("eval_batches", c.eval_batches, Write::always);
+  f("ckpt_every", c.ckpt_every, Write::always);
+  f("log_every", c.log_every, Write::always);
+  f("seed", c.seed, Write::always);
+  f("mask_prob", c.mask_prob, Write::always);
+  f("augment_shift", c.augment_shift, Write::always);
+}
+
+// Reads every key of the table present in j; any other key in j is an error.
+template <typename C, typename Fields>
+void read_fields(const json& j, C& c, Fields fields, const std::string& where) {
+  require(j.is_object(), where + ": expected a JSON object, got " + j.dump());
+  std::set<std::string> known;
+  fields(c, [&](const char* key, auto& member, Write) {
+    known.insert(key);
+    get(j, key, member, where);
+  });
+  for (auto it = j.begin(); it != j.end(); ++it)
+    require(known.count(it.key()) != 0, where + ": unknown key '" + it.key() + "'");
+}
+
+template <typename T>
+bool is_set(const T& v) {
+  if constexpr (std::is_same_v<T, json>)
+    return !v.is_null();
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return !v.empty();
+  else
+    return true;
+}
+
+template <typename C, typename Fields>
+json write_fields(const C& c, Fields fields, bool vision) {
+  json j = json::object();
+  fields(c, [&](const char* key, const auto& member, Write when) {
+    const bool write = when == Write::always || (when == Write::vision && vision) ||
+                       (when == Write::tokens && !vision) || (when == Write::when_set && is_set(member));
+    if (write) j[key] = put(member);
+  });
+  return j;
+}
+
 }  // namespace
 
 int64_t ModelConfig::spatial_weight_size() const {
-  if (spatial == "full") return int64_t(seq_len) * seq_len;
+  if (spatial == Spatial::full) return int64_t(seq_len) * seq_len;
   return causal() ? seq_len : 2 * int64_t(seq_len) - 1;
 }
 
-namespace {
-void require_one_of(const std::string& v, std::initializer_list<const char*> options, const char* key) {
-  std::string list;
-  for (const char* o : options) {
-    if (v == o) return;
-    list += std::string(list.empty() ? "" : ", ") + "\"" + o + "\"";
-  }
-  throw Error(std::string("config: '") + key + "' must be one of " + list + ", got \"" + v + "\"");
+double ModelConfig::param_count() const {
+  const double d = d_model, f = d_ffn, g = gate_channels(), s = branch_channels(), da = d_attn, n = seq_len,
+               h = sgu_heads;
+  const double w = spatial == Spatial::full ? n * n : causal() ? n : 2 * n - 1;
+  const double sgu_p = has_sgu() ? 2 * g + h * (w + n) : 0.0;
+  const double attn_p = da > 0 ? 3 * da * (d + 1) + (f / 2) * (da + 1) : 0.0;
+  const double block = 2 * d + f * (d + 1) + sgu_p + attn_p + d * (s + 1);
+  const double input = token_input() ? double(vocab_size) * d : d * (double(patch_dim()) + 1);
+  return input + n_layers * block + 2 * d + double(out_dim()) * (d + 1);
 }
-}  // namespace
 
-void ModelConfig::validate() const {
-  require_one_of(task, {"causal_lm", "mlm", "classify", "vision"}, "task");
+void ModelConfig::validate(bool open) const {
   check_positive(d_model, "d_model");
   check_positive(d_ffn, "d_ffn");
   require(d_ffn % 2 == 0, "config: 'd_ffn' must be even (Z splits into two halves), got " + std::to_string(d_ffn));
@@ -116,10 +236,6 @@ void ModelConfig::validate() const {
   }
   require(n_layers <= kMaxLayers,
           "config: 'n_layers' must be at most " + std::to_string(kMaxLayers) + ", got " + std::to_string(n_layers));
-  require_one_of(gelu, {"erf", "tanh"}, "gelu");
-  require_one_of(pos_embedding, {"none", "sinusoidal"}, "pos_embedding");
-  require_one_of(sgu, {"split", "none", "linear", "additive", "multiplicative"}, "sgu");
-  require_one_of(spatial, {"full", "toeplitz"}, "spatial");
   require(std::isfinite(spatial_init) && spatial_init >= 0,
           "config: 'spatial_init' must be >= 0, got " + std::to_string(spatial_init));
   require(std::isfinite(norm_eps) && norm_eps > 0, "config: 'norm_eps' must be positive, got " + std::to_string(norm_eps));
@@ -128,33 +244,42 @@ void ModelConfig::validate() const {
   require(sgu_heads >= 1, "config: 'sgu_heads' must be at least 1, got " + std::to_string(sgu_heads));
   require(gate_channels() % sgu_heads == 0,
           "config: the gate's " + std::to_string(gate_channels()) + " channels (d_ffn" +
-              (sgu == "split" ? "/2" : "") + ") do not split into 'sgu_heads' = " + std::to_string(sgu_heads) +
+              (sgu == Sgu::split ? "/2" : "") + ") do not split into 'sgu_heads' = " + std::to_string(sgu_heads) +
               " equal groups");
-  require(sgu != "none" || sgu_heads == 1, "config: 'sgu_heads' needs a spatial gating unit, but 'sgu' is \"none\"");
-  require(d_attn == 0 || sgu == "split",
+  require(sgu != Sgu::none || sgu_heads == 1, "config: 'sgu_heads' needs a spatial gating unit, but 'sgu' is \"none\"");
+  require(d_attn == 0 || sgu == Sgu::split,
           "config: aMLP ('d_attn' > 0) adds its attention to the split SGU's gate; 'sgu' must be \"split\", got \"" +
-              sgu + "\"");
+              name_of(sgu) + "\"");
   require(std::isfinite(survival_prob) && survival_prob > 0 && survival_prob <= 1,
           "config: 'survival_prob' must be in (0, 1], got " + std::to_string(survival_prob));
-  const bool classes = task == "classify" || task == "vision";
+  // Each dimension is bounded above, but their product is not: an engine-sized bound
+  // on the whole (2^32 parameters, 16 GiB of weights before gradients and moments).
+  constexpr double kMaxParams = 4294967296.0;
+  require(param_count() <= kMaxParams, "config: the model would have " + std::to_string(param_count()) +
+                                           " parameters, more than the " + std::to_string(int64_t(kMaxParams)) +
+                                           " this engine holds");
+  const bool classes = task == Task::classify || task == Task::vision;
   require(class_names.empty() || int(class_names.size()) == n_classes,
           "config: 'class_names' has " + std::to_string(class_names.size()) + " names for 'n_classes' = " +
               std::to_string(n_classes));
-  require(normalization.is_null() || task == "vision", "config: 'normalization' is for vision models only");
-  if (classes)
-    require(n_classes >= 2, "config: task \"" + task + "\" needs 'n_classes' >= 2, got " + std::to_string(n_classes));
-  else
-    require(n_classes == 0, "config: 'n_classes' is for classify and vision; task \"" + task + "\" needs 0, got " +
+  require(normalization.is_null() || task == Task::vision, "config: 'normalization' is for vision models only");
+  if (classes && !(open && n_classes == 0))
+    require(n_classes >= 2, "config: task \"" + name_of(task) + "\" needs 'n_classes' >= 2, got " +
                                 std::to_string(n_classes));
+  else if (!classes)
+    require(n_classes == 0, "config: 'n_classes' is for classify and vision; task \"" + name_of(task) +
+                                "\" needs 0, got " + std::to_string(n_classes));
   // Positive for vision, zero (absent) for every other task.
   const std::pair<const char*, int> image_keys[] = {{"image_channels", image_channels}, {"image_height", image_height},
                                                     {"image_width", image_width}, {"patch_height", patch_height},
                                                     {"patch_width", patch_width}};
-  if (task == "vision") {
+  if (task == Task::vision) {
     require(vocab_size == 0, "config: a vision model has no vocabulary; 'vocab_size' must be 0, got " +
                                  std::to_string(vocab_size));
     require(tokenizer.is_null(), "config: a vision model takes no 'tokenizer'");
-    require(pos_embedding == "none", "config: vision models use no position embedding ('pos_embedding' \"none\")");
+    require(pos_embedding == PosEmbedding::none,
+            "config: vision models use no position embedding ('pos_embedding' \"none\")");
+    if (open && image_channels == 0) return;  // the shape comes from the data
     for (auto [key, v] : image_keys) check_positive(v, key);
     // "do not tile" names the problem; the keys name where it is.
     require(image_height % patch_height == 0,
@@ -183,82 +308,36 @@ void ModelConfig::validate() const {
   }
 }
 
-json ModelConfig::to_json() const {
-  json j = {{"task", task},         {"vocab_size", vocab_size}, {"d_model", d_model},
-            {"d_ffn", d_ffn},       {"n_layers", n_layers},     {"seq_len", seq_len},
-            {"gelu", gelu},         {"pos_embedding", pos_embedding},
-            {"spatial_init", float_json(spatial_init)}, {"norm_eps", float_json(norm_eps)},
-            {"sgu_norm_eps", float_json(sgu_norm_eps)}, {"sgu", sgu},           {"sgu_heads", sgu_heads},   {"spatial", spatial},
-            {"d_attn", d_attn},     {"survival_prob", float_json(survival_prob)}, {"n_classes", n_classes}};
-  if (!class_names.empty()) j["class_names"] = class_names;
-  if (!normalization.is_null()) j["normalization"] = normalization;
-  if (task == "vision") {
-    j.update({{"image_channels", image_channels}, {"image_height", image_height}, {"image_width", image_width},
-              {"patch_height", patch_height}, {"patch_width", patch_width}});
-  } else {
-    j["tokenizer"] = tokenizer;
-  }
-  return j;
-}
+constexpr auto kModelFields = [](auto& c, auto&& f) { model_fields(c, f); };
+constexpr auto kTrainFields = [](auto& c, auto&& f) { train_fields(c, f); };
 
-ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
-  reject_unknown(j, {"task", "vocab_size", "d_model", "d_ffn", "n_layers", "seq_len", "gelu", "pos_embedding",
-                     "spatial_init", "norm_eps", "sgu_norm_eps", "tokenizer", "sgu", "sgu_heads", "spatial", "d_attn",
-                     "survival_prob", "n_classes", "image_channels", "image_height", "image_width", "patch_height",
-                     "patch_width", "class_names", "normalization"},
-                 where);
+json ModelConfig::to_json() const { return write_fields(*this, kModelFields, task == Task::vision); }
+ModelConfig ModelConfig::from_json(const json& j, const std::string& where, bool open) {
   ModelConfig c;
-  get(j, "task", c.task, where);
-  if (c.task == "vision") {  // no vocabulary or tokenizer unless the file insists
+  get(j.is_object() ? j : json::object(), "task", c.task, where);
+  if (c.task == Task::vision) {  // no vocabulary or tokenizer unless the file insists
     c.vocab_size = 0;
     c.tokenizer = nullptr;
   }
-  get(j, "vocab_size", c.vocab_size, where);
-  get(j, "n_classes", c.n_classes, where);
-  get(j, "d_model", c.d_model, where);
-  get(j, "d_ffn", c.d_ffn, where);
-  get(j, "n_layers", c.n_layers, where);
-  get(j, "seq_len", c.seq_len, where);
-  get(j, "gelu", c.gelu, where);
-  get(j, "pos_embedding", c.pos_embedding, where);
-  get(j, "spatial_init", c.spatial_init, where);
-  get(j, "norm_eps", c.norm_eps, where);
-  get(j, "sgu_norm_eps", c.sgu_norm_eps, where);
-  get(j, "sgu", c.sgu, where);
-  get(j, "sgu_heads", c.sgu_heads, where);
-  get(j, "spatial", c.spatial, where);
-  get(j, "d_attn", c.d_attn, where);
-  get(j, "survival_prob", c.survival_prob, where);
-  get(j, "image_channels", c.image_channels, where);
-  get(j, "image_height", c.image_height, where);
-  get(j, "image_width", c.image_width, where);
-  get(j, "patch_height", c.patch_height, where);
-  get(j, "patch_width", c.patch_width, where);
-  get(j, "tokenizer", c.tokenizer, where);
-  get(j, "normalization", c.normalization, where);
-  if (j.contains("class_names")) {
-    const json& names = j["class_names"];
-    require(names.is_array(), where + ": 'class_names' must be an array of strings");
-    for (const auto& x : names) {
-      require(x.is_string(), where + ": 'class_names' must be an array of strings, got " + x.dump());
-      c.class_names.push_back(x.get<std::string>());
-    }
-  }
-  if (c.task == "vision" && !j.contains("seq_len") && c.patch_height > 0 && c.patch_width > 0)
+  read_fields(j, c, kModelFields, where);
+  if (c.task == Task::vision && !j.contains("seq_len") && c.patch_height > 0 && c.patch_width > 0)
     c.seq_len = (c.image_height / c.patch_height) * (c.image_width / c.patch_width);
-  return validated(c, where);
+  try {
+    c.validate(open);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+  return c;
 }
 
 void TrainConfig::validate() const {
   check_positive(batch_size, "batch_size");
   require(steps >= 0, "config: 'steps' must be >= 0, got " + std::to_string(steps));
-  require(schedule == "cosine" || schedule == "noam" || schedule == "constant",
-          "config: 'schedule' must be \"cosine\", \"noam\" or \"constant\", got \"" + schedule + "\"");
   require(std::isfinite(lr) && lr > 0, "config: 'lr' must be positive, got " + std::to_string(lr));
   require(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr,
           "config: 'min_lr' must be in [0, lr], got " + std::to_string(min_lr));
   require(warmup >= 0, "config: 'warmup' must be >= 0, got " + std::to_string(warmup));
-  require(schedule != "noam" || warmup > 0, "config: the noam schedule needs 'warmup' > 0");
+  require(schedule != Schedule::noam || warmup > 0, "config: the noam schedule needs 'warmup' > 0");
   require(noam_factor > 0, "config: 'noam_factor' must be positive");
   require(weight_decay >= 0, "config: 'weight_decay' must be >= 0, got " + std::to_string(weight_decay));
   require(beta1 >= 0 && beta1 < 1, "config: 'beta1' must be in [0, 1), got " + std::to_string(beta1));
@@ -278,42 +357,11 @@ void TrainConfig::validate() const {
   check_positive(log_every, "log_every");
 }
 
-json TrainConfig::to_json() const {
-  return {{"batch_size", batch_size}, {"steps", steps},   {"schedule", schedule},
-          {"lr", float_json(lr)},                 {"min_lr", float_json(min_lr)}, {"warmup", warmup},
-          {"noam_factor", float_json(noam_factor)}, {"weight_decay", float_json(weight_decay)},
-          {"beta1", float_json(beta1)},           {"beta2", float_json(beta2)},   {"eps", float_json(eps)},
-          {"clip", float_json(clip)},             {"val_fraction", float_json(val_fraction)},
-          {"eval_every", eval_every}, {"eval_batches", eval_batches},
-          {"ckpt_every", ckpt_every}, {"log_every", log_every}, {"seed", seed},
-          {"mask_prob", float_json(mask_prob)}, {"augment_shift", augment_shift}};
-}
+json TrainConfig::to_json() const { return write_fields(*this, kTrainFields, false); }
 
 TrainConfig TrainConfig::from_json(const json& j, const std::string& where) {
-  reject_unknown(j, {"batch_size", "steps", "schedule", "lr", "min_lr", "warmup", "noam_factor", "weight_decay",
-                     "beta1", "beta2", "eps", "clip", "val_fraction", "eval_every", "eval_batches", "ckpt_every",
-                     "log_every", "seed", "mask_prob", "augment_shift"}, where);
   TrainConfig c;
-  get(j, "batch_size", c.batch_size, where);
-  get(j, "steps", c.steps, where);
-  get(j, "schedule", c.schedule, where);
-  get(j, "lr", c.lr, where);
-  get(j, "min_lr", c.min_lr, where);
-  get(j, "warmup", c.warmup, where);
-  get(j, "noam_factor", c.noam_factor, where);
-  get(j, "weight_decay", c.weight_decay, where);
-  get(j, "beta1", c.beta1, where);
-  get(j, "beta2", c.beta2, where);
-  get(j, "eps", c.eps, where);
-  get(j, "clip", c.clip, where);
-  get(j, "val_fraction", c.val_fraction, where);
-  get(j, "eval_every", c.eval_every, where);
-  get(j, "eval_batches", c.eval_batches, where);
-  get(j, "ckpt_every", c.ckpt_every, where);
-  get(j, "log_every", c.log_every, where);
-  get(j, "seed", c.seed, where);
-  get(j, "mask_prob", c.mask_prob, where);
-  get(j, "augment_shift", c.augment_shift, where);
+  read_fields(j, c, kTrainFields, where);
   return validated(c, where);
 }
 
@@ -326,7 +374,9 @@ RunConfig RunConfig::load(const std::string& path) {
   } catch (const json::exception& e) {
     throw Error("config file '" + path + "' is not valid JSON: " + e.what());
   }
-  reject_unknown(j, {"model", "train"}, "config file '" + path + "'");
+  require(j.is_object(), "config file '" + path + "': expected a JSON object, got " + j.dump());
+  for (auto it = j.begin(); it != j.end(); ++it)
+    require(it.key() == "model" || it.key() == "train", "config file '" + path + "': unknown key '" + it.key() + "'");
   RunConfig rc;
   if (j.contains("model")) rc.model = ModelConfig::from_json(j["model"], "config file '" + path + "' [model]");
   if (j.contains("train")) rc.train = TrainConfig::from_json(j["train"], "config file '" + path + "' [train]");
@@ -334,17 +384,5 @@ RunConfig RunConfig::load(const std::string& path) {
 }
 
 json RunConfig::to_json() const { return {{"model", model.to_json()}, {"train", train.to_json()}}; }
-
-float learning_rate(const TrainConfig& t, int d_model, int64_t step) {
-  const double s = double(std::max<int64_t>(step, 1));
-  if (t.schedule == "constant") return t.lr;
-  if (t.schedule == "noam")
-    return float(t.noam_factor * std::pow(double(d_model), -0.5) *
-                 std::min(std::pow(s, -0.5), s * std::pow(double(t.warmup), -1.5)));
-  if (t.warmup > 0 && s <= double(t.warmup)) return float(double(t.lr) * s / double(t.warmup));
-  const double p = (s - double(t.warmup)) / double(std::max<int64_t>(1, t.steps - t.warmup));
-  const double c = 0.5 * (1.0 + std::cos(M_PI * std::min(p, 1.0)));
-  return float(double(t.min_lr) + (double(t.lr) - double(t.min_lr)) * c);
-}
 
 }  // namespace gmlp
