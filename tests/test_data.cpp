@@ -14,7 +14,10 @@
 
 #include "gmlp/dataset.h"
 #include "gmlp/error.h"
-#include "gmlp/text_data.h"
+#include "gmlp/labelled.h"
+#include "gmlp/metrics.h"
+#include "gmlp/mlm.h"
+#include "gmlp/naive_bayes.h"
 #include "gmlp/tokenizer.h"
 #include "test_util.h"
 

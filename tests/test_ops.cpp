@@ -15,6 +15,7 @@
 #include "gmlp/config.h"
 #include "gmlp/optimizer.h"
 #include "grad_check.h"
+#include "oracles.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -166,13 +167,13 @@ TEST(OpsGradCheck, SpatialCausal) {
     const Vec db0 = uniform(n, -1, 1, rng);
     Vec F(T * cols);
     auto loss = [&] {
-      ops::spatial_causal_forward(W.data(), n, b.data(), T, cols, G.data(), F.data());
+      test::spatial_causal_forward(W.data(), n, b.data(), T, cols, G.data(), F.data());
       return dot(F, R);
     };
     loss();
     EXPECT_TRUE(all_finite(F)) << "forward read the masked half of W";
     Vec dG(G.size(), kNaN), dW = dW0, db = db0;
-    ops::spatial_causal_backward(W.data(), n, T, cols, G.data(), R.data(), dG.data(), dW.data(), db.data());
+    test::spatial_causal_backward(W.data(), n, T, cols, G.data(), R.data(), dG.data(), dW.data(), db.data());
     EXPECT_TRUE(all_finite(dG)) << "backward read the masked half of W";
     const std::vector<int> rows = rows_of(T, true);
     EXPECT_TRUE(grad_check(G, chunks(rows, cols), gather(dG, chunks(rows, cols)), loss, "dG"));
@@ -259,10 +260,10 @@ TEST(OpsSpatial, FastMatchesNaive) {
     const Vec dF = uniform(T * cols, -1, 1, rng), db0 = uniform(n, -1, 1, rng);
     const Vec dW0 = causal(T, n, 1.f, 0.f, rng);
     Vec F(G.size()), Fn(G.size()), dG(G.size()), dGn(G.size()), dW = dW0, dWn = dW0, db = db0, dbn = db0;
-    ops::spatial_causal_forward(W.data(), n, b.data(), T, cols, G.data(), F.data());
-    ops::spatial_causal_forward_naive(W.data(), n, b.data(), T, cols, G.data(), Fn.data());
-    ops::spatial_causal_backward(W.data(), n, T, cols, G.data(), dF.data(), dG.data(), dW.data(), db.data());
-    ops::spatial_causal_backward_naive(W.data(), n, T, cols, G.data(), dF.data(), dGn.data(), dWn.data(),
+    test::spatial_causal_forward(W.data(), n, b.data(), T, cols, G.data(), F.data());
+    test::spatial_causal_forward_naive(W.data(), n, b.data(), T, cols, G.data(), Fn.data());
+    test::spatial_causal_backward(W.data(), n, T, cols, G.data(), dF.data(), dG.data(), dW.data(), db.data());
+    test::spatial_causal_backward_naive(W.data(), n, T, cols, G.data(), dF.data(), dGn.data(), dWn.data(),
                                        dbn.data());
     EXPECT_TRUE(test::all_close(F.data(), Fn.data(), F.size(), 1e-5f, 1e-5f, "F"));
     EXPECT_TRUE(test::all_close(dG.data(), dGn.data(), dG.size(), 1e-5f, 1e-5f, "dG"));
@@ -420,9 +421,9 @@ TEST(OpsGelu, FastMatchesLibmReference) {
   for (bool tanh_approx : {false, true}) {
     std::vector<float> fast(x.size()), ref(x.size()), dfast(x.size()), dref(x.size());
     gelu_forward(x.data(), fast.data(), n, tanh_approx);
-    gelu_forward_reference(x.data(), ref.data(), n, tanh_approx);
+    test::gelu_forward_reference(x.data(), ref.data(), n, tanh_approx);
     gelu_backward(x.data(), dy.data(), dfast.data(), n, tanh_approx);
-    gelu_backward_reference(x.data(), dy.data(), dref.data(), n, tanh_approx);
+    test::gelu_backward_reference(x.data(), dy.data(), dref.data(), n, tanh_approx);
     const std::string tag = tanh_approx ? "tanh" : "erf";
     EXPECT_TRUE(test::all_close(fast.data(), ref.data(), x.size(), 1e-6f, 2e-6f, "gelu " + tag));
     EXPECT_TRUE(test::all_close(dfast.data(), dref.data(), x.size(), 2e-6f, 2e-6f, "gelu' " + tag));

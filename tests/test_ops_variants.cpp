@@ -31,15 +31,7 @@ double dot(const Vec& a, const Vec& b) {
   for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
   return s;
 }
-const char* kind_name(Sgu k) {
-  switch (k) {
-    case Sgu::split: return "split";
-    case Sgu::linear: return "linear";
-    case Sgu::additive: return "additive";
-    case Sgu::multiplicative: return "multiplicative";
-  }
-  return "?";
-}
+std::string kind_name(Sgu k) { return name_of(k); }
 
 // ---- the spatial gating unit
 

@@ -10,7 +10,6 @@
 
 #include "gmlp/error.h"
 #include "gmlp/safetensors.h"
-#include "gmlp/text_data.h"
 #include "gmlp/tokenizer.h"
 #include "test_util.h"
 

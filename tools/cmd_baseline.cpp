@@ -5,7 +5,9 @@
 
 #include "commands.h"
 #include "gmlp/error.h"
-#include "gmlp/text_data.h"
+#include "gmlp/labelled.h"
+#include "gmlp/metrics.h"
+#include "gmlp/naive_bayes.h"
 
 namespace gmlp::cli {
 namespace {

@@ -9,8 +9,10 @@
 #include "gmlp/checkpoint.h"
 #include "gmlp/classify.h"
 #include "gmlp/error.h"
+#include "gmlp/evaluate.h"
 #include "gmlp/image.h"
-#include "gmlp/text_data.h"
+#include "gmlp/labelled.h"
+#include "gmlp/metrics.h"
 #include "gmlp/tokenizer.h"
 
 namespace gmlp::cli {

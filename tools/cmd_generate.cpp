@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
+#include "gmlp/evaluate.h"
 #include "gmlp/generate.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"

@@ -13,7 +13,7 @@
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
 #include "gmlp/trainer.h"
-#include "train/progress.h"
+#include "gmlp/progress.h"
 
 namespace gmlp::cli {
 namespace {

@@ -1,30 +1,26 @@
 #pragma once
-// Evaluating and using classifiers: sentence classification (task "classify") over
-// labelled lines, and image classification (task "vision") over an ImageSet.
+// Using classifiers: sentence classification (task "classify") and image
+// classification (task "vision"): padded text batches, class probabilities, class
+// names and the model's image normalisation.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gmlp/image.h"
 #include "gmlp/model.h"
-#include "gmlp/text_data.h"
+#include "gmlp/labelled.h"
 #include "gmlp/tokenizer.h"
 
 namespace gmlp {
 
-struct ClassEval {
-  int64_t examples = 0;
-  double loss = 0.0;       // mean cross-entropy (nats)
-  double accuracy = 0.0;   // top-1
-  std::vector<int64_t> confusion;  // k x k, row = true class
-  std::vector<int32_t> predictions;
+// Padded batches of labelled texts for a bidirectional model: each batch's T is cut to
+// its longest row (the model is padding-aware, so the padding does not change results).
+struct PaddedBatcher {
+  PaddedTokens p;  // every text, encoded and padded to the window
+  std::vector<int32_t> tokens, lengths;
+  // The batch of rows idx[0..n) (tokens and lengths point into this batcher).
+  Batch make(const size_t* idx, int n);
 };
-
-// Texts are encoded, truncated to the model's window and padded per batch to their
-// longest row (the model is padding-aware, so the padding does not change results).
-ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch);
-// Images must already be normalised as the model expects (see vision_inputs).
-ClassEval evaluate_images(Model& model, const ImageSet& set, int batch);
 
 // Class probabilities [n_classes] for one text / one image [C, H, W] (normalised).
 std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::string& text);

@@ -12,7 +12,6 @@
 #include "gmlp/config.h"
 #include "gmlp/dataset.h"
 #include "gmlp/model.h"
-#include "gmlp/tokenizer.h"
 
 namespace gmlp {
 
@@ -28,27 +27,6 @@ struct TrainOptions {
   int64_t stop_after = 0;    // stop (as if interrupted) after this many steps of this invocation; 0 = off
   bool progress_bar = true;  // a live one-line bar on a terminal; plain log lines otherwise
 };
-
-struct EvalResult {
-  double loss = 0.0;          // mean nats per token
-  double bits_per_byte = 0.0;
-  int64_t tokens = 0;
-  int64_t bytes = 0;
-};
-
-// Mean loss and bits/byte of `model` over the validation windows of `tokens`
-// (at most max_batches batches of `batch` windows; <= 0 means all).
-EvalResult evaluate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
-                    int64_t max_batches);
-
-// Masked-LM loss (nats per chosen token) and perplexity over windows of n tokens of
-// `tokens`, masked with a fixed seed so every call corrupts the same positions.
-struct MaskedLmEval {
-  double loss = 0.0, perplexity = 0.0;
-  int64_t masked = 0;  // chosen positions scored
-};
-MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
-                                int64_t max_batches, float mask_prob = 0.15f);
 
 struct TrainSummary {
   int64_t steps = 0;

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "gmlp/error.h"
-#include "gmlp/text_data.h"
+#include "gmlp/labelled.h"
 
 namespace gmlp {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gmlp/error.h"
-#include "gmlp/text_data.h"
+#include "gmlp/mlm.h"
 
 namespace gmlp {
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "gmlp/error.h"
-#include "gmlp/text_data.h"
+#include "gmlp/labelled.h"
 #include "gmlp/tokenizer.h"
 
 namespace gmlp {

@@ -12,40 +12,6 @@ constexpr float kSqrt2OverPi = 0.79788456080286536f;
 constexpr float kTanhCoef = 0.044715f;
 }  // namespace
 
-void gelu_forward_reference(const float* x, float* y, int64_t n, bool tanh_approx) {
-  if (tanh_approx) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      y[i] = 0.5f * v * (1.f + std::tanh(kSqrt2OverPi * (v + kTanhCoef * v * v * v)));
-    }
-  } else {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * kInvSqrt2));
-  }
-}
-
-void gelu_backward_reference(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) {
-  if (tanh_approx) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float t = std::tanh(kSqrt2OverPi * (v + kTanhCoef * v * v * v));
-      const float dt = (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
-      dx[i] = dy[i] * (0.5f * (1.f + t) + 0.5f * v * dt);
-    }
-  } else {
-    // d/dx [x Phi(x)] = Phi(x) + x phi(x)
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.f + std::erf(v * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-      dx[i] = dy[i] * (cdf + v * pdf);
-    }
-  }
-}
-
 // The fast path: the same formulas with the vectorisable exp/erf/tanh of fast_math.h.
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) {
   if (tanh_approx) {

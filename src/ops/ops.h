@@ -45,27 +45,10 @@ void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx);
 void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx);
 // dx = dy * gelu'(x) (dx may alias dy).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
-// The same with libm's erf/exp/tanh: the reference the fast path is tested against.
-void gelu_forward_reference(const float* x, float* y, int64_t n, bool tanh_approx);
-void gelu_backward_reference(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
 
-// ---- spatial.cpp: the causal token-mixing projection of the SGU.
-// F[i, :] = sum_{j <= i} W[i, j] G[j, :] + b[i] for i < T; G and F are [T, cols]
-// (cols = B * channels); W is read as W[:T, :T] with row stride ldw (the model's n).
-// The masked upper half is never read and never computed.
-void spatial_causal_forward(const float* W, int ldw, const float* b, int T, int64_t cols, const float* G, float* F);
-// dG = tril(W)^T dF (overwritten); dW += tril(dF G^T) (strict upper triangle of
-// the touched block left at zero); db += rowsum(dF).
-void spatial_causal_backward(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
-                             float* dG, float* dW, float* db);
-// Straightforward loops, for tests of the fast path.
-void spatial_causal_forward_naive(const float* W, int ldw, const float* b, int T, int64_t cols, const float* G,
-                                  float* F);
-void spatial_causal_backward_naive(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
-                                   float* dG, float* dW, float* db);
-
-// Any-ld forms of the token mixing (no bias): G, F, dF, dG are [T, cols] with rows ld
-// apart. Causal uses tril(W) only (the 64-row blocked kernel above); otherwise W[:T,:T]
+// ---- spatial.cpp: the SGU's token mixing (no bias): G, F, dF, dG are [T, cols] with rows ld
+// apart. Causal uses tril(W) only (row blocks of GEMM plus a triangular
+// multiply on the diagonal block); otherwise W[:T,:T]
 // is one GEMM. The backward overwrites dG and accumulates dW.
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,

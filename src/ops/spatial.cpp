@@ -1,4 +1,5 @@
-// The spatial projection F = W G + b, the SGU's token mixing, causal or not.
+// The spatial projection F = W G, the SGU's token mixing, causal or not (the bias
+// is added by the SGU).
 //
 // Causal: W is [T, T] but only its lower triangle counts. Rows are cut into blocks of kBlock:
 // for block [i0, i1) the part left of the diagonal is one GEMM over rows [0, i0) of G
@@ -16,24 +17,6 @@ namespace gmlp::ops {
 namespace {
 constexpr int kBlock = 64;
 
-void add_row_bias(const float* b, int T, int64_t cols, float* F) {
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < T; ++i) {
-    float* Fi = F + int64_t(i) * cols;
-    const float bi = b[i];
-    for (int64_t c = 0; c < cols; ++c) Fi[c] += bi;
-  }
-}
-
-void row_sums_into(const float* X, int T, int64_t cols, float* out) {
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < T; ++i) {
-    const float* Xi = X + int64_t(i) * cols;
-    double s = 0.0;
-    for (int64_t c = 0; c < cols; ++c) s += Xi[c];
-    out[i] += float(s);
-  }
-}
 }  // namespace
 
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F) {
@@ -78,17 +61,6 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
   }
 }
 
-void spatial_causal_forward(const float* W, int ldw, const float* b, int T, int64_t cols, const float* G, float* F) {
-  spatial_mix_forward(W, ldw, true, T, int(cols), G, int(cols), F);
-  add_row_bias(b, T, cols, F);
-}
-
-void spatial_causal_backward(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
-                             float* dG, float* dW, float* db) {
-  spatial_mix_backward(W, ldw, true, T, int(cols), G, dF, int(cols), dG, dW);
-  row_sums_into(dF, T, cols, db);
-}
-
 void toeplitz_row(const float* w, int n, bool causal, int i, int T, float* row) {
   for (int j = 0; j < T; ++j) {
     const int k = i - j;  // offset; reach is n tokens either way
@@ -111,36 +83,6 @@ void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) {
     double s = 0.0;
     for (int i = std::max(0, k); i < T && i - k < T; ++i) s += dW[int64_t(i) * T + (i - k)];
     dw[causal ? k : k + n - 1] += float(s);
-  }
-}
-
-void spatial_causal_forward_naive(const float* W, int ldw, const float* b, int T, int64_t cols, const float* G,
-                                  float* F) {
-  for (int i = 0; i < T; ++i)
-    for (int64_t c = 0; c < cols; ++c) {
-      double s = b[i];
-      for (int j = 0; j <= i; ++j) s += double(W[int64_t(i) * ldw + j]) * G[int64_t(j) * cols + c];
-      F[int64_t(i) * cols + c] = float(s);
-    }
-}
-
-void spatial_causal_backward_naive(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
-                                   float* dG, float* dW, float* db) {
-  for (int j = 0; j < T; ++j)
-    for (int64_t c = 0; c < cols; ++c) {
-      double s = 0.0;
-      for (int i = j; i < T; ++i) s += double(W[int64_t(i) * ldw + j]) * dF[int64_t(i) * cols + c];
-      dG[int64_t(j) * cols + c] = float(s);
-    }
-  for (int i = 0; i < T; ++i) {
-    double sb = 0.0;
-    for (int64_t c = 0; c < cols; ++c) sb += dF[int64_t(i) * cols + c];
-    db[i] += float(sb);
-    for (int j = 0; j <= i; ++j) {
-      double s = 0.0;
-      for (int64_t c = 0; c < cols; ++c) s += double(dF[int64_t(i) * cols + c]) * G[int64_t(j) * cols + c];
-      dW[int64_t(i) * ldw + j] += float(s);
-    }
   }
 }
 

@@ -1,4 +1,4 @@
-#include "train/progress.h"
+#include "gmlp/progress.h"
 
 #include <cstdio>
 

@@ -8,46 +8,12 @@
 #include "gmlp/classify.h"
 #include "gmlp/error.h"
 #include "gmlp/image.h"
-#include "gmlp/text_data.h"
+#include "gmlp/evaluate.h"
+#include "gmlp/labelled.h"
 #include "train/tasks.h"
 
 namespace gmlp {
 namespace {
-
-int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); }
-
-// The argmax of B rows of logits, into the predictions and the confusion matrix.
-void score_rows(const float* logits, int B, int k, const int32_t* labels, ClassEval& ev) {
-  for (int b = 0; b < B; ++b) {
-    const int pred = argmax(logits + size_t(b) * k, k);
-    ev.predictions.push_back(pred);
-    ++ev.confusion[size_t(labels[b]) * k + pred];
-  }
-}
-
-// The model's mean loss per batch, weighted by its size, gives the mean over the set.
-void finish(ClassEval& ev, double nats) {
-  ev.loss = ev.examples ? nats / double(ev.examples) : 0.0;
-  ev.accuracy = confusion_accuracy(ev.confusion);
-}
-
-// A padded batch's tokens with T cut to its longest row.
-struct TextBatcher {
-  PaddedTokens p;
-  std::vector<int32_t> tokens, lengths;
-  Batch make(const size_t* idx, int n) {
-    tokens.resize(size_t(n) * p.T);
-    lengths.resize(size_t(n));
-    gather_rows(p, idx, n, tokens.data(), lengths.data());
-    Batch b;
-    b.B = n;
-    b.T = *std::max_element(lengths.begin(), lengths.end());
-    b.stride = p.T;
-    b.tokens = tokens.data();
-    b.lengths = lengths.data();
-    return b;
-  }
-};
 
 nlohmann::json eval_json(const ClassEval& ev) {
   return {{"val_loss", ev.loss}, {"val_acc", ev.accuracy}, {"val_examples", ev.examples},
@@ -93,7 +59,7 @@ class TextClassifyTask : public TrainTask {
   std::unique_ptr<Tokenizer> tok_;
   LabelledSet train_, test_;
   int B_;
-  TextBatcher batcher_;
+  PaddedBatcher batcher_;
   std::vector<size_t> idx_;
   std::vector<int32_t> labels_;
   Batch batch_;
@@ -158,107 +124,6 @@ std::vector<std::string> read_class_names(const std::string& dir) {
 }
 
 }  // namespace
-
-std::string class_name(const ModelConfig& cfg, int i) {
-  return i < int(cfg.class_names.size()) ? cfg.class_names[size_t(i)] : std::to_string(i);
-}
-
-void normalize_for_model(const ModelConfig& cfg, ImageSet& set) {
-  if (cfg.normalization.is_null()) return;
-  normalize(set, Normalization::from_json(cfg.normalization, "model config 'normalization'"));
-}
-
-ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch) {
-  const ModelConfig& c = model.config();
-  require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
-  NoGrad no_grad(model);
-  TextBatcher tb;
-  tb.p = encode_padded(set.texts, tok, c.seq_len);
-  ClassEval ev;
-  ev.confusion.assign(size_t(c.n_classes) * c.n_classes, 0);
-  double nats = 0.0;
-  std::vector<size_t> idx;
-  for (size_t s = 0; s < set.size(); s += size_t(batch)) {
-    const int n = int(std::min(set.size() - s, size_t(batch)));
-    idx.resize(size_t(n));
-    for (int i = 0; i < n; ++i) idx[size_t(i)] = s + size_t(i);
-    for (int i = 0; i < n; ++i)
-      require(set.labels[s + size_t(i)] < c.n_classes, "evaluate_texts: label " +
-                                                           std::to_string(set.labels[s + size_t(i)]) +
-                                                           " outside the model's " + std::to_string(c.n_classes) +
-                                                           " classes");
-    Batch b = tb.make(idx.data(), n);
-    b.targets = set.labels.data() + s;
-    nats += model.forward(b) * double(n);
-    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
-    ev.examples += n;
-  }
-  finish(ev, nats);
-  return ev;
-}
-
-ClassEval evaluate_images(Model& model, const ImageSet& set, int batch) {
-  const ModelConfig& c = model.config();
-  require(c.task == Task::vision, "evaluate_images: the model's task is \"" + name_of(c.task) + "\", not \"vision\"");
-  require(set.channels == c.image_channels && set.height == c.image_height && set.width == c.image_width,
-          "evaluate_images: images of " + std::to_string(set.channels) + "x" + std::to_string(set.height) + "x" +
-              std::to_string(set.width) + " do not fit the model's " + std::to_string(c.image_channels) + "x" +
-              std::to_string(c.image_height) + "x" + std::to_string(c.image_width));
-  NoGrad no_grad(model);
-  ClassEval ev;
-  ev.confusion.assign(size_t(c.n_classes) * c.n_classes, 0);
-  double nats = 0.0;
-  for (int s = 0; s < set.n; s += batch) {
-    const int n = std::min(set.n - s, batch);
-    for (int i = 0; i < n; ++i)
-      require(set.labels[size_t(s + i)] < c.n_classes,
-              "evaluate_images: label " + std::to_string(set.labels[size_t(s + i)]) + " outside the model's " +
-                  std::to_string(c.n_classes) + " classes");
-    Batch b;
-    b.B = n;
-    b.T = c.seq_len;
-    b.images = set.image(s);
-    b.targets = set.labels.data() + s;
-    nats += model.forward(b) * double(n);
-    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
-    ev.examples += n;
-  }
-  finish(ev, nats);
-  return ev;
-}
-
-namespace {
-std::vector<float> softmax_row(const float* logits, int k) {
-  std::vector<float> p(logits, logits + k);
-  const float mx = *std::max_element(p.begin(), p.end());
-  double s = 0.0;
-  for (auto& v : p) s += (v = std::exp(v - mx));
-  for (auto& v : p) v = float(v / s);
-  return p;
-}
-}  // namespace
-
-std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::string& text) {
-  LabelledSet one;
-  one.texts = {text};
-  one.labels = {0};
-  NoGrad no_grad(model);
-  TextBatcher tb;
-  tb.p = encode_padded(one.texts, tok, model.config().seq_len);
-  const size_t idx = 0;
-  model.forward(tb.make(&idx, 1));
-  return softmax_row(model.logits(), model.config().n_classes);
-}
-
-std::vector<float> classify_image(Model& model, const float* image) {
-  NoGrad no_grad(model);
-  Batch b;
-  b.B = 1;
-  b.T = model.config().seq_len;
-  b.images = image;
-  model.forward(b);
-  return softmax_row(model.logits(), model.config().n_classes);
-}
 
 std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
   LabelledSet train = load_labelled(in.data_path);

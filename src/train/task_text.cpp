@@ -5,22 +5,12 @@
 #include "gmlp/dataset.h"
 #include "gmlp/error.h"
 #include "gmlp/safetensors.h"
-#include "gmlp/text_data.h"
-#include "gmlp/trainer.h"
+#include "gmlp/evaluate.h"
+#include "gmlp/mlm.h"
 #include "train/tasks.h"
 
 namespace gmlp {
 namespace {
-
-// BERT masking of `rows` windows of n ids (raw) into inputs and targets; returns how
-// many positions were chosen.
-int64_t mask_rows(const int32_t* raw, int rows, int n, int32_t* inputs, int32_t* targets, const Tokenizer& tok,
-                  Rng& rng, float mask_prob) {
-  int64_t count = 0;
-  for (int b = 0; b < rows; ++b)
-    count += mask_tokens(raw + size_t(b) * n, n, inputs + size_t(b) * n, targets + size_t(b) * n, tok, rng, mask_prob);
-  return count;
-}
 
 class CausalLmTask : public TrainTask {
  public:
@@ -109,40 +99,6 @@ class MaskedLmTask : public TrainTask {
 };
 
 }  // namespace
-
-MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
-                                int64_t max_batches, float mask_prob) {
-  const int n = model.config().seq_len;
-  require(model.config().task == Task::mlm, "evaluate_masked_lm: the model's task is \"" + name_of(model.config().task) + "\"");
-  // The same corruption at every evaluation, so the numbers are comparable.
-  Rng rng(0x6d6c6d, 7);
-  NoGrad no_grad(model);
-  const bool was_sparse = model.sparse_mlm_head();
-  model.set_sparse_mlm_head(true);  // only the chosen positions are scored
-  std::vector<int32_t> raw(size_t(batch) * n), inputs(raw.size()), targets(raw.size());
-  Batch b;
-  b.T = n;
-  b.stride = n;
-  b.tokens = inputs.data();
-  b.targets = targets.data();
-  MaskedLmEval r;
-  double nats = 0.0;
-  for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
-    // Windows of n sharing one token with the next: every held-out token is seen.
-    const int rows = eval_batch(tokens, n, batch, k, raw.data());
-    if (rows == 0) break;
-    const int64_t count = mask_rows(raw.data(), rows, n, inputs.data(), targets.data(), tok, rng, mask_prob);
-    b.B = rows;
-    nats += model.forward(b) * double(count);
-    r.masked += count;
-  }
-  model.set_sparse_mlm_head(was_sparse);
-  if (r.masked > 0) {
-    r.loss = nats / double(r.masked);
-    r.perplexity = std::exp(r.loss);
-  }
-  return r;
-}
 
 std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
   const TrainConfig& tc = rc.train;

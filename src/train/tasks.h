@@ -13,6 +13,7 @@
 #include "gmlp/config.h"
 #include "gmlp/model.h"
 #include "gmlp/rng.h"
+#include "gmlp/tokenizer.h"
 
 namespace gmlp {
 
@@ -34,6 +35,11 @@ class TrainTask {
   // A short human summary of evaluate()'s result.
   virtual std::string summarize(const nlohmann::json& val) const = 0;
 };
+
+// BERT masking of `rows` windows of n ids (raw) into inputs and targets; returns how
+// many positions were chosen (src/train/evaluate.cpp).
+int64_t mask_rows(const int32_t* raw, int rows, int n, int32_t* inputs, int32_t* targets, const Tokenizer& tok,
+                  Rng& rng, float mask_prob);
 
 struct TaskInputs {
   std::string data_path;  // LM/MLM corpus, classification training file, or image folder

@@ -10,10 +10,12 @@
 #include <sstream>
 
 #include "gmlp/checkpoint.h"
+#include "gmlp/metrics.h"
 #include "gmlp/error.h"
+#include "gmlp/evaluate.h"
 #include "gmlp/optimizer.h"
 #include "gmlp/safetensors.h"
-#include "train/progress.h"
+#include "gmlp/progress.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -23,30 +25,6 @@ std::atomic<bool> g_stop_requested{false};
 std::string model_file(const std::string& d) { return (std::filesystem::path(d) / "model.safetensors").string(); }
 std::string state_file(const std::string& d) { return (std::filesystem::path(d) / "train_state.safetensors").string(); }
 std::string metrics_file(const std::string& d) { return (std::filesystem::path(d) / "metrics.jsonl").string(); }
-
-EvalResult evaluate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
-                    int64_t max_batches) {
-  const int window = model.config().seq_len + 1;
-  NoGrad no_grad(model);
-  std::vector<int32_t> buf(size_t(batch) * window);
-  EvalResult r;
-  double nats = 0.0;
-  for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
-    const int rows = eval_batch(tokens, window, batch, k, buf.data());
-    if (rows == 0) break;
-    const double mean = model.forward(buf.data(), buf.data() + 1, window, rows, window - 1);
-    const int64_t n = int64_t(rows) * (window - 1);
-    nats += mean * double(n);
-    r.tokens += n;
-    for (int b = 0; b < rows; ++b)
-      for (int t = 1; t < window; ++t) r.bytes += tok.token_bytes(buf[size_t(b) * window + t]);
-  }
-  if (r.tokens > 0) {
-    r.loss = nats / double(r.tokens);
-    r.bits_per_byte = nats / (std::log(2.0) * double(r.bytes));
-  }
-  return r;
-}
 
 namespace {
 
@@ -66,38 +44,6 @@ std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std:
   }
   return tokenizer_from_json(spec);
 }
-
-// Keeps the metrics lines of steps <= step, so a resumed run's log continues as if
-// never interrupted (lines written after the last checkpoint are re-done).
-void truncate_metrics(const std::string& path, int64_t step) {
-  if (!std::filesystem::exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      if (nlohmann::json::parse(line).value("step", int64_t(0)) > step) continue;
-    } catch (const nlohmann::json::exception&) {
-      continue;  // a line torn by a crash
-    }
-    kept += line + "\n";
-  }
-  write_file_atomic(path, kept);
-}
-
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& path) : f_(path, std::ios::app) {
-    require(f_.good(), "cannot open metrics log '" + path + "' for writing");
-  }
-  void write(const nlohmann::json& j) {
-    f_ << j.dump() << "\n";
-    f_.flush();
-  }
-
- private:
-  std::ofstream f_;
-};
 
 }  // namespace
 

@@ -1,0 +1,159 @@
+// Benchmarks of a config on this machine (gmlp/bench.h).
+#include "gmlp/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "gmlp/error.h"
+#include "gmlp/generate.h"
+#include "gmlp/optimizer.h"
+#include "ops/ops.h"
+
+namespace gmlp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+
+Stats stats_of(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t.front(), t.back()};
+}
+
+// Times `fn` `repeats` times after `warmup` untimed runs.
+template <typename F>
+Stats time_it(int warmup, int repeats, F&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return stats_of(t);
+}
+
+}  // namespace
+
+// Square products large enough for OpenBLAS to reach its steady state.
+double sgemm_peak_gflops() {
+  double best = 0;
+  for (int n : {1024, 2048}) {
+    std::vector<float> a(size_t(n) * n, 1e-3f), b(size_t(n) * n, 1e-3f), c(size_t(n) * n);
+    const Stats s = time_it(1, 3, [&] { ops::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); });
+    best = std::max(best, 2.0 * n * n * double(n) / s.min / 1e9);
+  }
+  return best;
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // KB on Linux
+}
+
+SyntheticBatch::SyntheticBatch(const RunConfig& rc, int B, Rng& rng) {
+  const ModelConfig& mc = rc.model;
+  const int n = mc.seq_len;
+  tokens.resize(size_t(B) * (n + 1));
+  targets.assign(size_t(B) * (n + 1), -1);
+  lengths.assign(size_t(B), n);
+  keep.resize(size_t(mc.n_layers) * B);
+  if (mc.token_input())
+    for (auto& t : tokens) t = int32_t(rng.below(uint64_t(mc.vocab_size)));
+  batch.B = B;
+  batch.T = n;
+  if (mc.task == Task::causal_lm) {
+    batch.tokens = tokens.data();
+    batch.stride = n + 1;
+    batch.targets = tokens.data() + 1;
+  } else if (mc.token_input()) {
+    batch.tokens = tokens.data();
+    batch.stride = n + 1;
+    if (mc.task == Task::mlm) {
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < n; ++t)
+          if (rng.uniform(0.f, 1.f) < rc.train.mask_prob) targets[size_t(b) * (n + 1) + t] = tokens[size_t(b) * (n + 1) + t];
+    } else {
+      for (int b = 0; b < B; ++b) targets[size_t(b)] = int32_t(rng.below(uint64_t(mc.n_classes)));
+      batch.lengths = lengths.data();
+    }
+    batch.targets = targets.data();
+  } else {
+    images.resize(size_t(B) * mc.image_channels * mc.image_height * mc.image_width);
+    for (auto& v : images) v = rng.normal();
+    for (int b = 0; b < B; ++b) targets[size_t(b)] = int32_t(rng.below(uint64_t(mc.n_classes)));
+    batch.images = images.data();
+    batch.targets = targets.data();
+    if (mc.survival_prob < 1.f) {
+      draw_keep(mc, B, rng, keep.data());
+      batch.keep = keep.data();
+    }
+  }
+}
+
+BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions& o) {
+  const ModelConfig& mc = rc.model;
+  const int n = mc.seq_len, B = o.batch_size;
+  require(B >= 1, "bench: the batch size must be positive, got " + std::to_string(B));
+  require(o.repeats >= 1 && o.warmup >= 0, "bench: repeats must be >= 1 and warmup >= 0");
+  require(mode != BenchMode::generate || mc.task == Task::causal_lm,
+          "bench: generation needs a causal LM config; this one is \"" + name_of(mc.task) + "\"");
+  BenchResult r;
+  r.sgemm_peak_gflops = sgemm_peak_gflops();
+  Model model(mc);
+  Rng rng(rc.train.seed, 1);
+  model.init(rng);
+  r.params = model.num_params();
+  // A batch of the task's shape with random content: the causal LM's shifted windows,
+  // the masked LM's targets, full-length sentences, random images.
+  SyntheticBatch data(rc, B, rng);
+  const Batch& batch = data.batch;
+  double flops = 0;  // per timed unit
+  Stats s;
+  if (mode == BenchMode::train) {
+    AdamW opt(model.params(), model.num_params(), rc.train);
+    s = time_it(o.warmup, o.repeats, [&] {
+      model.zero_grad();
+      model.forward(batch);
+      model.backward();
+      clip_grad_norm(model.grads(), model.num_params(), 1.f);
+      opt.step(model.weights(), model.grads(), 1e-4f);
+    });
+    flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
+  } else if (mode == BenchMode::infer) {
+    NoGrad no_grad(model);
+    s = time_it(o.warmup, o.repeats, [&] { model.forward(batch); });
+    flops = forward_flops_per_token(mc, n) * B * n;
+  } else {
+    // Steady-state generation: from a half-window prompt, 2n tokens (two slides of the
+    // context included), greedy; per-token time = run time / tokens.
+    const int gen = o.gen_tokens > 0 ? o.gen_tokens : 2 * n;
+    const std::vector<int32_t> prompt(data.tokens.begin(), data.tokens.begin() + std::max(1, n / 2));
+    SamplingOptions greedy;
+    greedy.temperature = 0;
+    auto run = [&](bool cached) {
+      Rng g(1);
+      generate(model, prompt, gen, greedy, g, nullptr, cached);
+    };
+    s = time_it(o.warmup > 0 ? 1 : 0, o.repeats, [&] { run(true); });
+    s = {s.median / gen, s.min / gen, s.max / gen};
+    r.recompute_s = time_it(0, 1, [&] { run(false); }).median / gen;
+    flops = forward_flops_per_token(mc, n);
+  }
+  r.median_s = s.median;
+  r.min_s = s.min;
+  r.max_s = s.max;
+  if (mode != BenchMode::generate) r.tokens_per_s = B * n / s.median;
+  r.gflops = flops / s.median / 1e9;
+  r.peak_rss_mb = peak_rss_mb();
+  return r;
+}
+
+}  // namespace gmlp

@@ -1,0 +1,164 @@
+// Held-out evaluation of every task (gmlp/evaluate.h). Every pass runs without
+// gradients, so the model keeps one layer's activations.
+#include "gmlp/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gmlp/classify.h"
+#include "gmlp/dataset.h"
+#include "gmlp/error.h"
+#include "gmlp/metrics.h"
+#include "gmlp/mlm.h"
+#include "train/tasks.h"
+
+namespace gmlp {
+namespace {
+
+int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); }
+
+// The argmax of B rows of logits, into the predictions and the confusion matrix.
+void score_rows(const float* logits, int B, int k, const int32_t* labels, ClassEval& ev) {
+  for (int b = 0; b < B; ++b) {
+    const int pred = argmax(logits + size_t(b) * k, k);
+    ev.predictions.push_back(pred);
+    ++ev.confusion[size_t(labels[b]) * k + pred];
+  }
+}
+
+// The model's mean loss per batch, weighted by its size, gives the mean over the set.
+void finish(ClassEval& ev, double nats) {
+  ev.loss = ev.examples ? nats / double(ev.examples) : 0.0;
+  ev.accuracy = confusion_accuracy(ev.confusion);
+}
+
+}  // namespace
+
+// BERT masking of `rows` windows of n ids (raw) into inputs and targets; returns how
+// many positions were chosen.
+int64_t mask_rows(const int32_t* raw, int rows, int n, int32_t* inputs, int32_t* targets, const Tokenizer& tok,
+                  Rng& rng, float mask_prob) {
+  int64_t count = 0;
+  for (int b = 0; b < rows; ++b)
+    count += mask_tokens(raw + size_t(b) * n, n, inputs + size_t(b) * n, targets + size_t(b) * n, tok, rng, mask_prob);
+  return count;
+}
+
+EvalResult evaluate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
+                    int64_t max_batches) {
+  const int window = model.config().seq_len + 1;
+  NoGrad no_grad(model);
+  std::vector<int32_t> buf(size_t(batch) * window);
+  EvalResult r;
+  double nats = 0.0;
+  for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
+    const int rows = eval_batch(tokens, window, batch, k, buf.data());
+    if (rows == 0) break;
+    const double mean = model.forward(buf.data(), buf.data() + 1, window, rows, window - 1);
+    const int64_t n = int64_t(rows) * (window - 1);
+    nats += mean * double(n);
+    r.tokens += n;
+    for (int b = 0; b < rows; ++b)
+      for (int t = 1; t < window; ++t) r.bytes += tok.token_bytes(buf[size_t(b) * window + t]);
+  }
+  if (r.tokens > 0) {
+    r.loss = nats / double(r.tokens);
+    r.bits_per_byte = nats / (std::log(2.0) * double(r.bytes));
+  }
+  return r;
+}
+
+MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::vector<int32_t>& tokens, int batch,
+                                int64_t max_batches, float mask_prob) {
+  const int n = model.config().seq_len;
+  require(model.config().task == Task::mlm, "evaluate_masked_lm: the model's task is \"" + name_of(model.config().task) + "\"");
+  // The same corruption at every evaluation, so the numbers are comparable.
+  Rng rng(0x6d6c6d, 7);
+  NoGrad no_grad(model);
+  const bool was_sparse = model.sparse_mlm_head();
+  model.set_sparse_mlm_head(true);  // only the chosen positions are scored
+  std::vector<int32_t> raw(size_t(batch) * n), inputs(raw.size()), targets(raw.size());
+  Batch b;
+  b.T = n;
+  b.stride = n;
+  b.tokens = inputs.data();
+  b.targets = targets.data();
+  MaskedLmEval r;
+  double nats = 0.0;
+  for (int64_t k = 0; max_batches <= 0 || k < max_batches; ++k) {
+    // Windows of n sharing one token with the next: every held-out token is seen.
+    const int rows = eval_batch(tokens, n, batch, k, raw.data());
+    if (rows == 0) break;
+    const int64_t count = mask_rows(raw.data(), rows, n, inputs.data(), targets.data(), tok, rng, mask_prob);
+    b.B = rows;
+    nats += model.forward(b) * double(count);
+    r.masked += count;
+  }
+  model.set_sparse_mlm_head(was_sparse);
+  if (r.masked > 0) {
+    r.loss = nats / double(r.masked);
+    r.perplexity = std::exp(r.loss);
+  }
+  return r;
+}
+
+ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch) {
+  const ModelConfig& c = model.config();
+  require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
+  NoGrad no_grad(model);
+  PaddedBatcher tb;
+  tb.p = encode_padded(set.texts, tok, c.seq_len);
+  ClassEval ev;
+  ev.confusion.assign(size_t(c.n_classes) * c.n_classes, 0);
+  double nats = 0.0;
+  std::vector<size_t> idx;
+  for (size_t s = 0; s < set.size(); s += size_t(batch)) {
+    const int n = int(std::min(set.size() - s, size_t(batch)));
+    idx.resize(size_t(n));
+    for (int i = 0; i < n; ++i) idx[size_t(i)] = s + size_t(i);
+    for (int i = 0; i < n; ++i)
+      require(set.labels[s + size_t(i)] < c.n_classes, "evaluate_texts: label " +
+                                                           std::to_string(set.labels[s + size_t(i)]) +
+                                                           " outside the model's " + std::to_string(c.n_classes) +
+                                                           " classes");
+    Batch b = tb.make(idx.data(), n);
+    b.targets = set.labels.data() + s;
+    nats += model.forward(b) * double(n);
+    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
+    ev.examples += n;
+  }
+  finish(ev, nats);
+  return ev;
+}
+
+ClassEval evaluate_images(Model& model, const ImageSet& set, int batch) {
+  const ModelConfig& c = model.config();
+  require(c.task == Task::vision, "evaluate_images: the model's task is \"" + name_of(c.task) + "\", not \"vision\"");
+  require(set.channels == c.image_channels && set.height == c.image_height && set.width == c.image_width,
+          "evaluate_images: images of " + std::to_string(set.channels) + "x" + std::to_string(set.height) + "x" +
+              std::to_string(set.width) + " do not fit the model's " + std::to_string(c.image_channels) + "x" +
+              std::to_string(c.image_height) + "x" + std::to_string(c.image_width));
+  NoGrad no_grad(model);
+  ClassEval ev;
+  ev.confusion.assign(size_t(c.n_classes) * c.n_classes, 0);
+  double nats = 0.0;
+  for (int s = 0; s < set.n; s += batch) {
+    const int n = std::min(set.n - s, batch);
+    for (int i = 0; i < n; ++i)
+      require(set.labels[size_t(s + i)] < c.n_classes,
+              "evaluate_images: label " + std::to_string(set.labels[size_t(s + i)]) + " outside the model's " +
+                  std::to_string(c.n_classes) + " classes");
+    Batch b;
+    b.B = n;
+    b.T = c.seq_len;
+    b.images = set.image(s);
+    b.targets = set.labels.data() + s;
+    nats += model.forward(b) * double(n);
+    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
+    ev.examples += n;
+  }
+  finish(ev, nats);
+  return ev;
+}
+
+}  // namespace gmlp
