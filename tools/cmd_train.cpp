@@ -46,9 +46,10 @@ std::string default_data(const std::string& task) {
   return "data/kjv.txt";
 }
 
-// base: the run's config before --config, --task and --set apply (the built-in
-// defaults for train; a checkpoint's architecture for finetune).
-int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
+// The run's config as JSON: base (the built-in defaults for train; a checkpoint's
+// architecture for finetune), then --config, --task, --set, --tokenizer and the
+// numeric flags, in that order of precedence.
+nlohmann::json assemble_config(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   nlohmann::json j = a.config.empty() ? std::move(base) : RunConfig::load(a.config).to_json();
   if (!a.task.empty()) j["model"]["task"] = a.task;
   for (const auto& s : a.sets) apply_set(j, s);
@@ -70,15 +71,11 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
     if (!(tj.value("kind", "") == "char" && !tj.contains("chars")))
       j["model"]["vocab_size"] = tokenizer_from_json(tj)->vocab_size();
   }
-  const std::string task = j["model"].value("task", std::string("causal_lm"));
-  if (task == "vision") {  // the built-in defaults' vocabulary and tokenizer are a text model's
+  // The built-in defaults' vocabulary and tokenizer are a text model's.
+  if (j["model"].value("task", std::string("causal_lm")) == "vision") {
     j["model"].erase("tokenizer");
     j["model"]["vocab_size"] = 0;
   }
-  const std::string data = a.data.empty() ? default_data(task) : a.data;
-  if (!a.resume && !std::filesystem::exists(data) && a.data.empty())
-    throw Error("the default data " + data + " for task \"" + task + "\" is missing; fetch it with " +
-                (task == "vision" ? "scripts/fetch_vision.sh" : "scripts/fetch_data.sh") + " or pass --data");
   // Flags given on the command line override the config, whatever their value:
   // the config validation below judges them (so --steps -5 is an error, not ignored).
   auto& t = j["train"];
@@ -98,6 +95,16 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
       t[key] = x;
     if (t[key].is_discarded()) t[key] = x;
   }
+  return j;
+}
+
+int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
+  nlohmann::json j = assemble_config(a, cmd, std::move(base));
+  const std::string task = j["model"].value("task", std::string("causal_lm"));
+  const std::string data = a.data.empty() ? default_data(task) : a.data;
+  if (!a.resume && !std::filesystem::exists(data) && a.data.empty())
+    throw Error("the default data " + data + " for task \"" + task + "\" is missing; fetch it with " +
+                (task == "vision" ? "scripts/fetch_vision.sh" : "scripts/fetch_data.sh") + " or pass --data");
   const std::string where = a.config.empty() ? std::string("options") : "config '" + a.config + "' with options";
   TrainOptions o;
   // What the data decides (classes, a vision model's image shape) may stay open here:

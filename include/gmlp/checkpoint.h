@@ -37,4 +37,9 @@ void save_train_state(const Model& model, AdamW& opt, const TrainState& st, cons
 // the model (names, shapes) or is corrupt.
 TrainState load_train_state(Model& model, AdamW& opt, const std::string& path);
 
+// Fine-tuning: copies every tensor of the checkpoint at `path` whose name and shape
+// match `model` (never the head: the new task has its own); the encoder's width, depth
+// and tokenizer must agree. Returns how many tensors were copied.
+size_t init_from_checkpoint(Model& model, const std::string& path);
+
 }  // namespace gmlp

@@ -114,4 +114,25 @@ TrainState load_train_state(Model& model, AdamW& opt, const std::string& path) {
   return st;
 }
 
+size_t init_from_checkpoint(Model& model, const std::string& path) {
+  const auto file = SafeTensorsFile::load(path);
+  const ModelConfig src = read_model_config(file);
+  require(src.d_model == model.config().d_model && src.n_layers == model.config().n_layers,
+          path + ": a " + std::to_string(src.n_layers) + "-layer d=" + std::to_string(src.d_model) +
+              " encoder does not fit this " + std::to_string(model.config().n_layers) + "-layer d=" +
+              std::to_string(model.config().d_model) + " model");
+  if (src.token_input())
+    require(src.tokenizer == model.config().tokenizer,
+            path + ": its tokenizer differs from this run's; fine-tune with the checkpoint's own tokenizer");
+  size_t copied = 0;
+  for (const auto& p : model.params()) {
+    if (p.name.rfind("head.", 0) == 0 || !file.has(p.name)) continue;
+    require(file.info(p.name).shape == p.shape, path + ": tensor '" + p.name + "' has another shape than this model's");
+    file.read_f32(p.name, p.shape, model.weights() + p.offset);
+    ++copied;
+  }
+  require(copied > 0, path + ": no tensor matches this model");
+  return copied;
+}
+
 }  // namespace gmlp

@@ -1,3 +1,6 @@
+// The training loop of every task (gmlp/trainer.h): the task's batches, forward,
+// backward, clipping, AdamW under the schedule, evaluation, the metrics log and
+// atomic checkpoints, with exact resumption.
 #include "gmlp/trainer.h"
 
 #include <unistd.h>
@@ -26,78 +29,51 @@ std::string model_file(const std::string& d) { return (std::filesystem::path(d) 
 std::string state_file(const std::string& d) { return (std::filesystem::path(d) / "train_state.safetensors").string(); }
 std::string metrics_file(const std::string& d) { return (std::filesystem::path(d) / "metrics.jsonl").string(); }
 
+
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// A char tokenizer without its characters is built from the corpus; errors (invalid
-// UTF-8, an empty file) then name the corpus.
-std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std::string& data_path) {
-  if (spec.is_object() && spec.value("kind", "") == "char" && !spec.contains("chars")) {
-    const std::string text = read_file(data_path);
-    try {
-      return build_char_tokenizer(text, tokenizer_specials(spec));
-    } catch (const Error& e) {
-      throw Error("'" + data_path + "': " + e.what());
+// The state file carries the run's config and data paths: a resumed run is exactly that
+// run (only its total steps may grow). Returns the saved run metadata.
+nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& in) {
+  const std::string path = state_file(opts.out_dir);
+  const auto sf = SafeTensorsFile::load(path);
+  auto it = sf.metadata().find("gmlp.train_state");
+  require(it != sf.metadata().end(), path + ": not a training state");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(it->second).at("run");
+    rc.model = ModelConfig::from_json(meta.at("config").at("model"), path);
+    rc.train = TrainConfig::from_json(meta.at("config").at("train"), path);
+    in.data_path = meta.at("data").get<std::string>();
+    in.test_path = meta.value("test", std::string());
+    (void)meta.at("data_tokens").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed training-state metadata: " + e.what());
+  }
+  if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
+  return meta;
+}
+
+void prepare_run_dir(const std::string& out_dir, bool resume) {
+  namespace fs = std::filesystem;
+  try {
+    fs::create_directories(out_dir);
+    if (!resume) {
+      // A new run replaces any earlier one here (the CLI asks for --overwrite): its
+      // checkpoint must not outlive the config and metrics written below, or a later
+      // --resume would continue the old weights under the new run's log.
+      fs::remove(state_file(out_dir));
+      fs::remove(model_file(out_dir));
     }
+  } catch (const fs::filesystem_error& e) {
+    throw Error("cannot use '" + out_dir + "' as the run directory: " + e.code().message());
   }
-  return tokenizer_from_json(spec);
 }
 
-}  // namespace
-
-std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in);
-
-std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
-  ModelConfig& m = rc.model;
-  if (m.task == Task::vision) {
-    auto task = make_vision_task(rc, in);
-    m.validate();
-    return task;
-  }
-  auto tok = make_tokenizer(m.tokenizer, in.data_path);
-  // Masked LM and classification need [PAD] and [MASK]; byte and char vocabularies get
-  // them appended when the config did not list them.
-  if (m.task != Task::causal_lm && (tok->pad_id() < 0 || tok->mask_id() < 0)) {
-    require(tok->kind() != "sentencepiece", "task \"" + name_of(m.task) + "\" needs [PAD] and [MASK] in the tokenizer");
-    nlohmann::json j = tok->to_json();
-    j["specials"] = mlm_specials();
-    tok = tokenizer_from_json(j);
-  }
-  m.tokenizer = tok->to_json();
-  m.vocab_size = tok->vocab_size();
-  auto task = m.task == Task::classify ? make_classify_task(rc, in, std::move(tok))
-                                       : make_text_task(rc, in, std::move(tok));
-  m.validate();
-  return task;
-}
-
-namespace {
-// Fine-tuning: every tensor of `path` whose name and shape match the new model is
-// copied (the head never is: the new task has its own). Returns how many were.
-size_t init_from_checkpoint(Model& model, const std::string& path) {
-  const auto file = SafeTensorsFile::load(path);
-  const ModelConfig src = read_model_config(file);
-  require(src.d_model == model.config().d_model && src.n_layers == model.config().n_layers,
-          path + ": a " + std::to_string(src.n_layers) + "-layer d=" + std::to_string(src.d_model) +
-              " encoder does not fit this " + std::to_string(model.config().n_layers) + "-layer d=" +
-              std::to_string(model.config().d_model) + " model");
-  if (src.token_input())
-    require(src.tokenizer == model.config().tokenizer,
-            path + ": its tokenizer differs from this run's; fine-tune with the checkpoint's own tokenizer");
-  size_t copied = 0;
-  for (const auto& p : model.params()) {
-    if (p.name.rfind("head.", 0) == 0 || !file.has(p.name)) continue;
-    require(file.info(p.name).shape == p.shape, path + ": tensor '" + p.name + "' has another shape than this model's");
-    file.read_f32(p.name, p.shape, model.weights() + p.offset);
-    ++copied;
-  }
-  require(copied > 0, path + ": no tensor matches this model");
-  return copied;
-}
 }  // namespace
 
 TrainSummary train(const TrainOptions& opts) {
@@ -106,24 +82,7 @@ TrainSummary train(const TrainOptions& opts) {
   TaskInputs in{opts.data_path, opts.test_path};
   std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
-  if (opts.resume) {
-    // The state file carries the run's config and data paths: resume exactly that run.
-    const std::string path = state_file(opts.out_dir);
-    const auto sf = SafeTensorsFile::load(path);
-    auto it = sf.metadata().find("gmlp.train_state");
-    require(it != sf.metadata().end(), path + ": not a training state");
-    try {
-      resume_meta = nlohmann::json::parse(it->second).at("run");
-      rc.model = ModelConfig::from_json(resume_meta.at("config").at("model"), path);
-      rc.train = TrainConfig::from_json(resume_meta.at("config").at("train"), path);
-      in.data_path = resume_meta.at("data").get<std::string>();
-      in.test_path = resume_meta.value("test", std::string());
-      (void)resume_meta.at("data_tokens").get<int64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ": malformed training-state metadata: " + e.what());
-    }
-    if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
-  }
+  if (opts.resume) resume_meta = read_resume(opts, rc, in);
   rc.model.validate(/*open=*/true);
   rc.train.validate();
   auto task = make_task(rc, in);  // completes and validates the model config
@@ -138,18 +97,7 @@ TrainSummary train(const TrainOptions& opts) {
             "'" + in.data_path + "' has changed since the run started (" + std::to_string(signature) + " now, " +
                 std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
 
-  try {
-    fs::create_directories(opts.out_dir);
-    if (!opts.resume) {
-      // A new run replaces any earlier one here (the CLI asks for --overwrite): its
-      // checkpoint must not outlive the config and metrics written below, or a later
-      // --resume would continue the old weights under the new run's log.
-      fs::remove(state_file(opts.out_dir));
-      fs::remove(model_file(opts.out_dir));
-    }
-  } catch (const fs::filesystem_error& e) {
-    throw Error("cannot use '" + opts.out_dir + "' as the run directory: " + e.code().message());
-  }
+  prepare_run_dir(opts.out_dir, opts.resume);
   Model model(rc.model);
   model.set_sparse_mlm_head(true);  // masked LM: the output layer only where there are targets
   Rng init_rng(tc.seed, 1);

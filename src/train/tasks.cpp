@@ -1,0 +1,57 @@
+// The task factory: builds each task's data and completes the model config from it
+// (the tokenizer's vocabulary, a classifier's classes, a vision model's image shape),
+// once, before the model exists.
+#include <memory>
+
+#include "gmlp/error.h"
+#include "gmlp/safetensors.h"
+#include "train/tasks.h"
+
+namespace gmlp {
+namespace {
+
+// A char tokenizer without its characters is built from the corpus; errors (invalid
+// UTF-8, an empty file) then name the corpus.
+std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std::string& data_path) {
+  if (spec.is_object() && spec.value("kind", "") == "char" && !spec.contains("chars")) {
+    const std::string text = read_file(data_path);
+    try {
+      return build_char_tokenizer(text, tokenizer_specials(spec));
+    } catch (const Error& e) {
+      throw Error("'" + data_path + "': " + e.what());
+    }
+  }
+  return tokenizer_from_json(spec);
+}
+
+}  // namespace
+
+std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in);
+
+std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
+  ModelConfig& m = rc.model;
+  if (m.task == Task::vision) {
+    auto task = make_vision_task(rc, in);
+    m.validate();
+    return task;
+  }
+  auto tok = make_tokenizer(m.tokenizer, in.data_path);
+  // Masked LM and classification need [PAD] and [MASK]; byte and char vocabularies get
+  // them appended when the config did not list them.
+  if (m.task != Task::causal_lm && (tok->pad_id() < 0 || tok->mask_id() < 0)) {
+    require(tok->kind() != "sentencepiece", "task \"" + name_of(m.task) + "\" needs [PAD] and [MASK] in the tokenizer");
+    nlohmann::json j = tok->to_json();
+    j["specials"] = mlm_specials();
+    tok = tokenizer_from_json(j);
+  }
+  m.tokenizer = tok->to_json();
+  m.vocab_size = tok->vocab_size();
+  auto task = m.task == Task::classify ? make_classify_task(rc, in, std::move(tok))
+                                       : make_text_task(rc, in, std::move(tok));
+  m.validate();
+  return task;
+}
+
+}  // namespace gmlp
