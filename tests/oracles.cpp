@@ -3,15 +3,11 @@
 
 #include <cmath>
 
+#include "ops/fast_math.h"
 #include "ops/ops.h"
 
 namespace gmlp::test {
-namespace {
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kTanhCoef = 0.044715f;
-}  // namespace
+using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
 
 void gelu_forward_reference(const float* x, float* y, int64_t n, bool tanh_approx) {
   if (tanh_approx) {

@@ -3,12 +3,18 @@
 // versions are only declared under -ffast-math, and the scalar libm calls made GELU
 // about 30% of a training step. Accuracy: exp within 2 ulp over the float range used
 // here; erf within 1.5e-7 absolute (Abramowitz & Stegun 7.1.26), far below the
-// rounding noise of the GEMMs around it. The libm forms remain in gelu.cpp as the
-// reference the tests compare against.
+// rounding noise of the GEMMs around it. The libm forms are the test oracle
+// (tests/oracles.cpp) the fast path is compared against.
 #include <cstdint>
 #include <cstring>
 
 namespace gmlp::ops::fast {
+
+// GELU's constants, shared by the fast path and the test oracle.
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kTanhCoef = 0.044715f;
 
 #pragma omp declare simd
 inline float exp(float x) {
@@ -56,11 +62,11 @@ inline float tanh(float x) {
 // GELU on one value: exact (x * Phi(x)) and PyTorch's tanh approximation. Every fast
 // GELU loop (the op, the fused bias+GELU, the decoder's step) calls these.
 #pragma omp declare simd
-inline float gelu_erf(float x) { return 0.5f * x * (1.f + erf(x * 0.70710678118654752f)); }
+inline float gelu_erf(float x) { return 0.5f * x * (1.f + erf(x * kInvSqrt2)); }
 
 #pragma omp declare simd
 inline float gelu_tanh(float x) {
-  return 0.5f * x * (1.f + tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.f + tanh(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
 }
 
 }  // namespace gmlp::ops::fast

@@ -5,12 +5,7 @@
 #include "ops/ops.h"
 
 namespace gmlp::ops {
-namespace {
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kTanhCoef = 0.044715f;
-}  // namespace
+using fast::kInvSqrt2, fast::kInvSqrt2Pi, fast::kSqrt2OverPi, fast::kTanhCoef;
 
 // The fast path: the same formulas with the vectorisable exp/erf/tanh of fast_math.h.
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) {

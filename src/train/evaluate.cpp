@@ -102,33 +102,43 @@ MaskedLmEval evaluate_masked_lm(Model& model, const Tokenizer& tok, const std::v
   return r;
 }
 
-ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch) {
-  const ModelConfig& c = model.config();
-  require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
+namespace {
+// Scores `count` labelled examples in batches of `batch`; make(s, n) builds the batch
+// of examples [s, s + n) without targets. `who` names the caller in errors.
+template <typename MakeBatch>
+ClassEval score_set(Model& model, const int32_t* labels, size_t count, int batch, const char* who, MakeBatch make) {
+  const int k = model.config().n_classes;
   NoGrad no_grad(model);
-  PaddedBatcher tb;
-  tb.p = encode_padded(set.texts, tok, c.seq_len);
   ClassEval ev;
-  ev.confusion.assign(size_t(c.n_classes) * c.n_classes, 0);
+  ev.confusion.assign(size_t(k) * k, 0);
   double nats = 0.0;
-  std::vector<size_t> idx;
-  for (size_t s = 0; s < set.size(); s += size_t(batch)) {
-    const int n = int(std::min(set.size() - s, size_t(batch)));
-    idx.resize(size_t(n));
-    for (int i = 0; i < n; ++i) idx[size_t(i)] = s + size_t(i);
+  for (size_t s = 0; s < count; s += size_t(batch)) {
+    const int n = int(std::min(count - s, size_t(batch)));
     for (int i = 0; i < n; ++i)
-      require(set.labels[s + size_t(i)] < c.n_classes, "evaluate_texts: label " +
-                                                           std::to_string(set.labels[s + size_t(i)]) +
-                                                           " outside the model's " + std::to_string(c.n_classes) +
-                                                           " classes");
-    Batch b = tb.make(idx.data(), n);
-    b.targets = set.labels.data() + s;
+      require(labels[s + size_t(i)] < k, std::string(who) + ": label " + std::to_string(labels[s + size_t(i)]) +
+                                             " outside the model's " + std::to_string(k) + " classes");
+    Batch b = make(s, n);
+    b.targets = labels + s;
     nats += model.forward(b) * double(n);
-    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
+    score_rows(model.logits(), n, k, labels + s, ev);
     ev.examples += n;
   }
   finish(ev, nats);
   return ev;
+}
+}  // namespace
+
+ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch) {
+  const ModelConfig& c = model.config();
+  require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
+  PaddedBatcher tb;
+  tb.p = encode_padded(set.texts, tok, c.seq_len);
+  std::vector<size_t> idx;
+  return score_set(model, set.labels.data(), set.size(), batch, "evaluate_texts", [&](size_t s, int n) {
+    idx.resize(size_t(n));
+    for (int i = 0; i < n; ++i) idx[size_t(i)] = s + size_t(i);
+    return tb.make(idx.data(), n);
+  });
 }
 
 ClassEval evaluate_images(Model& model, const ImageSet& set, int batch) {
@@ -138,27 +148,13 @@ ClassEval evaluate_images(Model& model, const ImageSet& set, int batch) {
           "evaluate_images: images of " + std::to_string(set.channels) + "x" + std::to_string(set.height) + "x" +
               std::to_string(set.width) + " do not fit the model's " + std::to_string(c.image_channels) + "x" +
               std::to_string(c.image_height) + "x" + std::to_string(c.image_width));
-  NoGrad no_grad(model);
-  ClassEval ev;
-  ev.confusion.assign(size_t(c.n_classes) * c.n_classes, 0);
-  double nats = 0.0;
-  for (int s = 0; s < set.n; s += batch) {
-    const int n = std::min(set.n - s, batch);
-    for (int i = 0; i < n; ++i)
-      require(set.labels[size_t(s + i)] < c.n_classes,
-              "evaluate_images: label " + std::to_string(set.labels[size_t(s + i)]) + " outside the model's " +
-                  std::to_string(c.n_classes) + " classes");
+  return score_set(model, set.labels.data(), size_t(set.n), batch, "evaluate_images", [&](size_t s, int n) {
     Batch b;
     b.B = n;
     b.T = c.seq_len;
-    b.images = set.image(s);
-    b.targets = set.labels.data() + s;
-    nats += model.forward(b) * double(n);
-    score_rows(model.logits(), n, c.n_classes, set.labels.data() + s, ev);
-    ev.examples += n;
-  }
-  finish(ev, nats);
-  return ev;
+    b.images = set.image(int(s));
+    return b;
+  });
 }
 
 }  // namespace gmlp
