@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gmlp/checkpoint.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/trainer.h"
 #include "test_util.h"

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/image.h"
 #include "gmlp/plot.h"
 #include "gmlp/safetensors.h"  // read_file

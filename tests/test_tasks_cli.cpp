@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gmlp/checkpoint.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
 #include "gmlp/trainer.h"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
 #include "test_util.h"

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
 

@@ -38,7 +38,7 @@ class SafeTensorsFile {
 
  private:
   std::string path_;
-  std::vector<uint8_t> data_;  // the data section
+  std::string data_;  // the data section
   std::map<std::string, std::string> metadata_;
   std::map<std::string, TensorInfo> tensors_;
   std::vector<std::string> order_;
@@ -66,9 +66,5 @@ class SafeTensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes bytes to path atomically (temp file, fsync, rename, fsync directory).
-void write_file_atomic(const std::string& path, const std::string& bytes);
-// Reads a whole file; Error naming the path when it cannot.
-std::string read_file(const std::string& path);
 
 }  // namespace gmlp

@@ -9,21 +9,18 @@
 #include <sstream>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 
 namespace gmlp {
 namespace {
 
-std::string read_file(const std::string& path) {
+// The shared reader, with a corpus's own messages for the common mistakes.
+std::string read_corpus(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   require(fs::exists(path, ec), "corpus " + path + " not found");
   require(!fs::is_directory(path, ec), "corpus " + path + " is a directory, not a text file");
-  std::ifstream in(path, std::ios::binary);
-  require(in.good(), "corpus " + path + " cannot be opened: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  require(!in.bad(), "corpus " + path + " could not be read");
-  std::string text = std::move(ss).str();
+  std::string text = read_file(path);
   require(!text.empty(), "corpus " + path + " is empty");
   return text;
 }
@@ -39,7 +36,7 @@ TextCorpus TextCorpus::load(const std::string& path, const Tokenizer& tok, int w
   check_window(window, "TextCorpus::load");
   require(std::isfinite(val_fraction) && val_fraction >= 0.0f && val_fraction < 1.0f,
           "TextCorpus::load: val_fraction " + std::to_string(val_fraction) + " is outside [0, 1)");
-  const std::string text = read_file(path);
+  const std::string text = read_corpus(path);
   std::vector<int32_t> ids;
   try {
     if (tok.kind() == "sentencepiece") {

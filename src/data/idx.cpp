@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/image.h"
 #include "gmlp/safetensors.h"  // read_file
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/image.h"
 #include "gmlp/safetensors.h"  // read_file
 

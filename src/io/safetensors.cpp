@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 
 namespace gmlp {
 
@@ -33,11 +34,6 @@ size_t dtype_size(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Byte count of a tensor, or false on overflow (a hostile header must not wrap around).
 bool tensor_bytes(const std::vector<int64_t>& shape, size_t elem, size_t* out) {
@@ -48,42 +44,16 @@ bool tensor_bytes(const std::vector<int64_t>& shape, size_t elem, size_t* out) {
   return true;
 }
 
-std::string errno_str() { return std::strerror(errno); }
 
 // Reads a whole regular file with POSIX calls so that directories and short reads are
 // reported rather than silently yielding garbage (std::ifstream "opens" a directory).
-template <class Buf>
-void read_whole(const std::string& path, Buf& out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + errno_str());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    std::string why = S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
-    ::close(fd);
-    throw Error(path + ": cannot read: " + why);
-  }
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t r = ::read(fd, reinterpret_cast<char*>(out.data()) + done, out.size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      std::string why = r < 0 ? errno_str() : "file shrank while reading";
-      ::close(fd);
-      throw Error(path + ": cannot read: " + why);
-    }
-    done += static_cast<size_t>(r);
-  }
-  ::close(fd);
-}
 
 }  // namespace
 
 SafeTensorsFile SafeTensorsFile::load(const std::string& path) {
   SafeTensorsFile f;
   f.path_ = path;
-  std::vector<uint8_t> buf;
-  read_whole(path, buf);
+  std::string buf = read_file(path);
   auto fail = [&](const std::string& what) { throw Error(path + ": " + what); };
 
   if (buf.size() < 8)
@@ -201,7 +171,7 @@ std::vector<float> SafeTensorsFile::read_f32(const std::string& name, std::vecto
 
 std::vector<int64_t> SafeTensorsFile::read_int(const std::string& name, std::vector<int64_t>* shape) const {
   const TensorInfo& t = info(name);
-  const uint8_t* src = data_.data() + t.offset;
+  const auto* src = reinterpret_cast<const uint8_t*>(data_.data()) + t.offset;
   std::vector<int64_t> out;
   if (t.dtype == "I64") {
     out.resize(t.nbytes / 8);
@@ -274,48 +244,5 @@ void SafeTensorsWriter::write(const std::string& path) const {
   write_file_atomic(path, bytes);
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create temp file " + tmp + ": " + errno_str());
-  // Capture errno before cleanup calls can overwrite it.
-  auto fail = [&](const char* step) {
-    std::string why = errno_str();
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(path + ": " + step + " failed: " + why);
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail("write");
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0) fail("fsync");
-  int rc = ::close(fd);
-  fd = -1;
-  if (rc != 0) fail("close");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
-
-  // Without this the rename itself may not survive a crash.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) throw Error(path + ": cannot open directory " + dir + " to fsync: " + errno_str());
-  // Some filesystems cannot fsync directories (EINVAL); the file itself is complete.
-  if (::fsync(dfd) != 0 && errno != EINVAL) {
-    std::string why = errno_str();
-    ::close(dfd);
-    throw Error(path + ": fsync of directory " + dir + " failed: " + why);
-  }
-  ::close(dfd);
-}
-
-std::string read_file(const std::string& path) {
-  std::string out;
-  read_whole(path, out);
-  return out;
-}
 
 }  // namespace gmlp

@@ -1,4 +1,5 @@
 // timm gMLP checkpoints <-> gmlp.cpp vision models (docs/timm.md).
+#include "gmlp/files.h"
 #include "gmlp/timm.h"
 
 #include <cmath>
@@ -54,11 +55,6 @@ const std::vector<TimmNameRule> kTimmNameMap = {
 
 constexpr const char* kExportKey = "gmlp.timm_export";
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // Matches `name` against a pattern with at most one "{i}" (a decimal block index).
 bool match(const std::string& pattern, const std::string& name, int* block) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/image.h"
 #include "gmlp/plot.h"
 #include "gmlp/safetensors.h"  // write_file_atomic

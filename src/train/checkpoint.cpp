@@ -3,6 +3,7 @@
 #include <set>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 
 namespace gmlp {
 namespace {
@@ -12,11 +13,6 @@ void add_params(SafeTensorsWriter& w, const Model& model, const float* base, con
   for (const auto& p : model.params()) w.add_f32(prefix + p.name, p.shape, base + p.offset);
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 void read_params(const Model& model, const SafeTensorsFile& f, const std::string& prefix, float* base) {
   for (const auto& p : model.params()) {

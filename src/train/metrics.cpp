@@ -1,4 +1,5 @@
 // Confusion matrices and the JSONL metrics log.
+#include "gmlp/files.h"
 #include "gmlp/metrics.h"
 
 #include <algorithm>

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 #include "train/tasks.h"
 

@@ -1,6 +1,7 @@
 // The training loop of every task (gmlp/trainer.h): the task's batches, forward,
 // backward, clipping, AdamW under the schedule, evaluation, the metrics log and
 // atomic checkpoints, with exact resumption.
+#include "gmlp/files.h"
 #include "gmlp/trainer.h"
 
 #include <unistd.h>
