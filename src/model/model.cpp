@@ -6,7 +6,6 @@
 // layer shares. With gradients disabled only one layer's slots exist and every layer
 // reuses them.
 #include <algorithm>
-#include <cstring>
 
 #include "gmlp/error.h"
 #include "gmlp/model.h"
@@ -17,10 +16,11 @@ namespace gmlp {
 
 struct Model::Arena {
   int B = 0, T = 0, layers = 0;  // capacity
-  int B_used = 0, T_used = 0;    // the current forward's shape
   size_t d = 0, f = 0, g = 0, da = 0;
-  BlockSaved layer(int l, bool grad) const;  // layer l's saved tensors
-  float* stream(int l, bool grad);           // the residual stream entering layer l (l = L: the output)
+  // The slots of a forward of B x T: layer l's saved tensors, and the residual stream
+  // entering layer l (l = L: the blocks' output).
+  BlockSaved layer(int l, bool grad, int B, int T);
+  float* stream(int l, bool grad, int B, int T);
   BlockScratch scratch();
   std::vector<int32_t> tokens, targets, lengths;        // [M] (or [B]) sequence-major
   std::vector<float> keep;                              // [L, B]
@@ -126,13 +126,11 @@ int Model::logit_rows() const {
 
 // The arena's slot policy: with gradients every layer keeps its own tensors; without,
 // every layer reuses slot 0 and the residual stream alternates between two rows.
-BlockSaved Model::Arena::layer(int l, bool grad) const {
-  const size_t M = size_t(B_used) * T_used, k = grad ? size_t(l) : 0;
-  auto at = [](const std::vector<float>& v, size_t off) {
-    return v.empty() ? nullptr : const_cast<float*>(v.data()) + off;
-  };
+BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
+  const size_t M = size_t(B) * T, k = grad ? size_t(l) : 0;
+  auto at = [](std::vector<float>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
   BlockSaved s;
-  s.x = at(x, (grad ? size_t(l) : size_t(l % 2)) * M * d);
+  s.x = stream(l, grad, B, T);
   s.ln_mean = at(ln_mean, k * M);
   s.ln_rstd = at(ln_rstd, k * M);
   s.u = at(u, k * M * f);
@@ -140,13 +138,13 @@ BlockSaved Model::Arena::layer(int l, bool grad) const {
   s.g_rstd = at(g_rstd, k * M);
   s.F = at(F, k * M * g);
   s.qkv = at(qkv, k * M * 3 * da);
-  s.P = at(P, k * size_t(B_used) * T_used * T_used);
+  s.P = at(P, k * M * T);
   s.O = at(O, k * M * da);
   return s;
 }
 
-float* Model::Arena::stream(int l, bool grad) {
-  const size_t M = size_t(B_used) * T_used;
+float* Model::Arena::stream(int l, bool grad, int B, int T) {
+  const size_t M = size_t(B) * T;
   return x.data() + (grad ? size_t(l) : size_t(l % 2)) * M * d;
 }
 
@@ -174,8 +172,6 @@ double Model::forward(const Batch& in) {
           "forward: padding lengths are for bidirectional token models (mlm, classify)");
   ensure_arena(B, T, grad_enabled_ ? cfg_.n_layers : 1);
   Arena& a = *arena_;
-  a.B_used = B;
-  a.T_used = T;
   backward_ready_ = false;
   B_ = B;
   T_ = T;
@@ -192,13 +188,13 @@ double Model::forward(const Batch& in) {
   last_keep_ = in.keep != nullptr;
   if (in.keep) std::copy(in.keep, in.keep + size_t(cfg_.n_layers) * B, a.keep.begin());
 
-  embed_forward(in, a.stream(0, grad_enabled_));
+  embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
-    block_forward(cfg_, w_.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_), scratch,
-                  a.stream(l + 1, grad_enabled_));
+    block_forward(cfg_, w_.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,
+                  a.stream(l + 1, grad_enabled_, B, T));
   backward_ready_ = grad_enabled_ && in.targets != nullptr;
-  return head_forward(in, a.stream(cfg_.n_layers, grad_enabled_));
+  return head_forward(in, a.stream(cfg_.n_layers, grad_enabled_, B, T));
 }
 
 BlockCall Model::block_call(int l) const {
@@ -349,11 +345,11 @@ void Model::backward() {
   require(arena_ != nullptr && backward_ready_,
           "Model::backward needs a forward with targets, made with gradients enabled");
   Arena& a = *arena_;
-  head_backward(a.stream(cfg_.n_layers, true));
+  head_backward(a.stream(cfg_.n_layers, true, B_, T_));
   const BlockScratch scratch = a.scratch();
   for (int l = cfg_.n_layers - 1; l >= 0; --l)
-    block_backward(cfg_, w_.blocks[size_t(l)], g_.blocks[size_t(l)], block_call(l), a.layer(l, true), scratch,
-                   a.dx.data());
+    block_backward(cfg_, w_.blocks[size_t(l)], g_.blocks[size_t(l)], block_call(l), a.layer(l, true, B_, T_),
+                   scratch, a.dx.data());
   embed_backward(a.dx.data());
 }
 
