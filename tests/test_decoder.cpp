@@ -130,7 +130,7 @@ ModelConfig variant_config(const Variant& v) {
   return c;
 }
 
-// SPEC init, then spatial weights U(-0.3, 0.3) and biases 1 + U(-0.3, 0.3): large enough
+// the init of docs/model.md §2, then spatial weights U(-0.3, 0.3) and biases 1 + U(-0.3, 0.3): large enough
 // that the mixing matters, and a wrong row or bias index shows.
 std::unique_ptr<Model> random_model(const ModelConfig& c, uint64_t seed) {
   auto m = std::make_unique<Model>(c);

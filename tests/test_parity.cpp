@@ -150,7 +150,7 @@ namespace gmlp {
 namespace {
 
 // The other direction: a checkpoint trained and written here loads into PyTorch
-// (strict state_dict, names and shapes from SPEC §6) and gives the same logits.
+// (strict state_dict, names and shapes from docs/checkpoint.md) and gives the same logits.
 TEST(Interop, PyTorchLoadsOurCheckpoint) {
   test::TempDir dir("interop");
   const std::string run = dir.file("run");

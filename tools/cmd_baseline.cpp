@@ -1,5 +1,5 @@
 // gmlp baseline: multinomial naive Bayes on a labelled sentence set, the yardstick for
-// the gMLP classifier (SPEC §7: about 0.72 on the KJV book groups).
+// the gMLP classifier (the KJV book groups of docs/data.md: about 0.72).
 #include <chrono>
 #include <cstdio>
 

@@ -38,7 +38,7 @@ void on_signal(int sig) {
   std::signal(sig, SIG_DFL);
 }
 
-// The default data of each task (SPEC §7), fetched by scripts/fetch_data.sh and
+// The default data of each task (docs/data.md), fetched by scripts/fetch_data.sh and
 // scripts/fetch_vision.sh.
 std::string default_data(const std::string& task) {
   if (task == "mlm") return "data/kjv_groups/pretrain.txt";

@@ -1,5 +1,5 @@
 #pragma once
-// Checkpoints: the model as safetensors (SPEC §6 names, config JSON in the metadata
+// Checkpoints: the model as safetensors (the tensor names of docs/checkpoint.md, config JSON in the metadata
 // under "gmlp.config"), and the training state for exact resumption.
 #include <cstdint>
 #include <memory>

@@ -16,7 +16,7 @@ struct BlockCall;
 struct BlockSaved;
 struct BlockScratch;
 
-// One named tensor inside the parameter buffer (SPEC §6 names, [out, in] layout).
+// One named tensor inside the parameter buffer (the tensor names of docs/checkpoint.md, [out, in] layout).
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
@@ -96,7 +96,7 @@ class Model {
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
 
-  // SPEC §2 init: Linear U(+-1/sqrt(fan_in)); LayerNorm 1/0; embedding N(0,1);
+  // docs/model.md §2 init: Linear U(+-1/sqrt(fan_in)); LayerNorm 1/0; embedding N(0,1);
   // spatial W ~ U(-spatial_init, spatial_init), b = 1.
   void init(Rng& rng);
   void zero_grad();

@@ -92,7 +92,7 @@ struct SentencePieceTrainOptions {
   std::string model_type = "unigram";  // "unigram" or "bpe"
   int64_t max_lines = 0;               // use at most this many lines (after filtering); 0 = all
   // The corpus is KJV-formatted ("Ge1:1 In the beginning ..."): drop the verses of
-  // chapters divisible by 5 (the classification test set, SPEC §7) and strip the
+  // chapters divisible by 5 (the classification test set, docs/data.md) and strip the
   // references, so training sees exactly data/kjv_groups/pretrain.txt. Error naming
   // file:line for a line not in that format.
   bool exclude_test_chapters = false;

@@ -1,4 +1,4 @@
-// The parameter layout: SPEC §6 names, in a fixed order, packed into one buffer.
+// The parameter layout: the tensor names of docs/checkpoint.md, in a fixed order, packed into one buffer.
 #include <algorithm>
 #include <cmath>
 
@@ -22,7 +22,7 @@ std::vector<ParamInfo> param_layout(const ModelConfig& c) {
   };
   const int64_t d = c.d_model, f = c.d_ffn, g = c.gate_channels(), s = c.branch_channels(), n = c.seq_len,
                 H = c.sgu_heads, A = c.d_attn;
-  // One head keeps SPEC §6's plain shapes; several get a leading head axis.
+  // One head keeps the plain shapes of docs/checkpoint.md; several get a leading head axis.
   auto per_head = [&](std::vector<int64_t> shape) {
     if (H > 1) shape.insert(shape.begin(), H);
     return shape;

@@ -14,7 +14,7 @@ namespace gmlp {
 namespace {
 
 // THE name map: timm's gMLP state_dict (MlpMixer(block_layer=SpatialGatingBlock,
-// mlp_layer=GatedMlp), timm/models/mlp_mixer.py) against SPEC §6. Shapes with
+// mlp_layer=GatedMlp), timm/models/mlp_mixer.py) against docs/checkpoint.md. Shapes with
 // d = embed_dim, f = d_ffn = embed_dim * mlp_ratio, n = num_patches, k = num_classes:
 //
 //   timm                                        ours                          shape

@@ -4,7 +4,7 @@
 1. autograd gradients against central finite differences (float64);
 2. the causal model ignores spatial.weight's upper triangle, and a token never affects
    earlier positions; a prefix gives the same logits as the full sequence;
-3. the vectorized forward against a slow loop-by-loop transcription of SPEC 1-2;
+3. the vectorized forward against a slow loop-by-loop transcription of docs/model.md §1–2;
 4. the 10-step training against a hand-written AdamW + clip (the formulas the C++ side
    implements), and how far a float32 run drifts from the float64 fixture.
 """
@@ -96,7 +96,7 @@ def causality(name: str) -> None:
 
 
 def slow_forward(sd: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
-    """SPEC 1-2 written out position by position, sharing no code with gmlp_ref."""
+    """docs/model.md §1–2 written out position by position, sharing no code with gmlp_ref."""
     eps = cfg["norm_eps"]
 
     def ln(v, w, b):

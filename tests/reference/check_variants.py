@@ -3,7 +3,7 @@
 /usr/bin/python3 check_variants.py). Each check tests the reference against a fact that
 does not come from its own code:
 
-1. parameter names, order and shapes against the checkpoint layout of SPEC 6 +
+1. parameter names, order and shapes against the checkpoint layout of docs/checkpoint.md +
    docs/variants.md (written out here again), and the variant fixtures' configs carry
    every config key;
 2. the vectorized forward against a slow position-by-position transcription of
@@ -22,8 +22,8 @@ does not come from its own code:
    removing block l for sample b, keep = c equals a block whose proj_out is scaled by c;
 8. vision patches equal a strided Conv2d with the weight viewed [d, C, ph, pw];
 9. MLM / classification losses against hand-written cross entropies;
-10. parameter counts of gMLP-Ti/S/B (SPEC 5 / the paper: 5.87M / 19.42M / 73.08M): exactly
-    5,867,328 / 19,422,656 / 73,075,392 by the layout of SPEC 6, both from param_shapes
+10. parameter counts of gMLP-Ti/S/B (docs/model.md §5 / the paper: 5.87M / 19.42M / 73.08M): exactly
+    5,867,328 / 19,422,656 / 73,075,392 by the layout of docs/checkpoint.md, both from param_shapes
     and from a built model. (73,081,576, a figure once quoted for B, is 6,184 more: no
     layout that gives Ti and S exactly can give it; 73,075,392 rounds to the paper's 73.08M.)
 """

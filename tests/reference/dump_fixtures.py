@@ -3,7 +3,7 @@
 
 usage: dump_fixtures.py --out DIR
 
-For each case, DIR/<case>.model.safetensors holds the float32 parameters (SPEC 6 names,
+For each case, DIR/<case>.model.safetensors holds the float32 parameters (the tensor names of docs/checkpoint.md,
 metadata gmlp.config) and DIR/<case>.case.safetensors holds inputs and the expected
 results: forward logits and loss, the gradient of every parameter, and (the causal-LM
 cases of CASES only) a 10-step AdamW run (per-step tokens, lrs, losses, pre-clip grad
@@ -90,7 +90,7 @@ CASES = {
 
 
 def build_model(seed: int, cfg: dict) -> GMLP:
-    """SPEC init, then perturbed so that every parameter matters to the test: LayerNorm
+    """the init of docs/model.md §2, then perturbed so that every parameter matters to the test: LayerNorm
     params and the spatial bias move off 1/0, and the spatial weight gets large values
     over the whole matrix (a causal model must ignore the upper triangle, a padded one
     the masked columns); aMLP's attention is sharpened so its gradients matter."""

@@ -1,7 +1,7 @@
 """PyTorch reference for gmlp.cpp: the oracle for the C++ parity tests and the PyTorch
 performance peer.
 
-The model follows SPEC.md sections 1-6 and docs/variants.md (the contract for every
+The model follows docs/model.md, docs/checkpoint.md and docs/variants.md (the contract for every
 variant: causal LM, masked LM, sentence and image classification; multi-head, Toeplitz
 and s(Z)-ablation SGUs; aMLP tiny attention; padding; stochastic depth). Activations
 inside the blocks are [seq, batch, channel], like the C++ engine, so the spatial
@@ -151,7 +151,7 @@ def full_config(cfg: dict) -> dict:
 
 
 def param_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
-    """Every parameter's name and shape, in checkpoint order (SPEC 6 + docs/variants.md),
+    """Every parameter's name and shape, in checkpoint order (docs/checkpoint.md),
     derived from the config alone (no model is built)."""
     c = full_config(cfg)
     d, C, n, h, da = c["d_model"], c["d_ffn"], c["seq_len"], c["sgu_heads"], c["d_attn"]
@@ -230,7 +230,7 @@ class SpatialProj(nn.Module):
         lead = () if heads == 1 else (heads,)
         wlen = (n if causal else 2 * n - 1) if toeplitz else None
         wshape = lead + ((wlen,) if toeplitz else (n, n))
-        # Near-identity start (SPEC 2): W ~ 0 and b = 1 make s(Z) ~ Z1.
+        # Near-identity start (docs/model.md §2): W ~ 0 and b = 1 make s(Z) ~ Z1.
         self.weight = nn.Parameter(torch.empty(wshape).uniform_(-init_scale, init_scale))
         self.bias = nn.Parameter(torch.ones(lead + (n,)))
 
@@ -329,7 +329,7 @@ class TinyAttention(nn.Module):
 
 
 class GMLPBlock(nn.Module):
-    """x + keep * proj_out(s(GELU(proj_in(LN(x))))), pre-norm and residual (SPEC 1)."""
+    """x + keep * proj_out(s(GELU(proj_in(LN(x))))), pre-norm and residual (docs/model.md §1)."""
 
     def __init__(self, d: int, d_ffn: int, n: int, gelu: str, init_scale: float, eps: float,
                  sgu: str = "split", heads: int = 1, toeplitz: bool = False,
@@ -522,5 +522,5 @@ def train_step(model: GMLPLanguageModel, opt: torch.optim.Optimizer, tc: dict, s
 
 
 def param_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Parameters under their SPEC 6 names (state_dict holds nothing else)."""
+    """Parameters under the names of docs/checkpoint.md (state_dict holds nothing else)."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -24,7 +24,7 @@ def main() -> int:
     model_path, inputs_path, out_path = sys.argv[1:]
     params, meta = load_safetensors(model_path)
     model = GMLP(json.loads(meta["gmlp.config"])).double()
-    # strict=True: every SPEC name present, nothing extra, shapes equal.
+    # strict=True: every name of docs/checkpoint.md present, nothing extra, shapes equal.
     model.load_state_dict({k: v.double() for k, v in params.items()}, strict=True)
     inp = load_safetensors(inputs_path)[0]
     tokens = inp["tokens"].long() if "tokens" in inp else None
