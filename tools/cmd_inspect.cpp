@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "gmlp/checkpoint.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 
 namespace gmlp::cli {
@@ -45,8 +46,12 @@ int run_inspect(const std::string& arg) {
   std::printf("%s\nconfig:\n%s\n", file.path().c_str(), shown.dump(2).c_str());
   auto st = file.metadata().find("gmlp.train_state");
   if (st != file.metadata().end()) {
-    const auto meta = nlohmann::json::parse(st->second, nullptr, false);
-    if (meta.is_object()) std::printf("training state at step %lld\n", (long long)meta.value("step", int64_t(0)));
+    try {
+      const auto meta = parse_json(st->second, file.path() + ": training state");
+      std::printf("training state at step %lld\n", (long long)meta.at("step").get<int64_t>());
+    } catch (const std::exception&) {
+      std::printf("training state: unreadable metadata\n");
+    }
   }
   size_t width = 6;
   for (const auto& n : file.names()) width = std::max(width, n.size());

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/plot.h"
 
 namespace gmlp::cli {
@@ -50,6 +51,7 @@ int run_plot_metrics(MetricsArgs a) {
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    check_json_depth(line, a.log + ":" + std::to_string(lineno));
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
       // A crash may cut the last line short; anything else malformed is an error.

@@ -37,8 +37,7 @@ int run_tokenizer_train(const TokTrainArgs& a) {
 std::unique_ptr<Tokenizer> load_tokenizer_arg(const std::string& arg) {
   namespace fs = std::filesystem;
   if (fs::is_regular_file(arg) && arg.size() >= 5 && arg.compare(arg.size() - 5, 5, ".json") == 0) {
-    const auto j = nlohmann::json::parse(read_file(arg), nullptr, false);
-    require(!j.is_discarded(), arg + ": not valid JSON");
+    const auto j = parse_json(read_file(arg), arg);
     if (j.is_object() && j.contains("kind")) return tokenizer_from_json(j);
     if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("tokenizer"))
       return tokenizer_from_json(j["model"]["tokenizer"]);
@@ -48,7 +47,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_arg(const std::string& arg) {
   const auto file = SafeTensorsFile::load(resolve_model_path(arg));
   auto it = file.metadata().find(kConfigKey);
   require(it != file.metadata().end(), file.path() + ": no " + std::string(kConfigKey) + " metadata");
-  const auto j = nlohmann::json::parse(it->second, nullptr, false);
+  const auto j = parse_json(it->second, file.path() + ": " + std::string(kConfigKey) + " metadata");
   require(j.is_object() && j.contains("tokenizer"), file.path() + ": its config holds no tokenizer");
   return tokenizer_from_json(j["tokenizer"]);
 }

@@ -61,16 +61,17 @@ nlohmann::json assemble_config(const TrainArgs& a, const CLI::App& cmd, nlohmann
       // A tokenizer file written by `gmlp tokenizer train`.
       require(std::filesystem::exists(a.tokenizer),
               "--tokenizer must be byte, char or a tokenizer JSON file; '" + a.tokenizer + "' is none of these");
-      try {
-        j["model"]["tokenizer"] = nlohmann::json::parse(read_file(a.tokenizer));
-      } catch (const nlohmann::json::exception& e) {
-        throw Error("--tokenizer '" + a.tokenizer + "' is not valid JSON: " + e.what());
-      }
+      j["model"]["tokenizer"] = parse_json(read_file(a.tokenizer), "--tokenizer '" + a.tokenizer + "'");
     }
     // The tokenizer decides the vocabulary (a char set still to be built: the corpus).
     const auto& tj = j["model"]["tokenizer"];
-    if (!(tj.value("kind", "") == "char" && !tj.contains("chars")))
-      j["model"]["vocab_size"] = tokenizer_from_json(tj)->vocab_size();
+    if (!(tj.is_object() && tj.contains("kind") && tj["kind"] == "char" && !tj.contains("chars"))) {
+      try {
+        j["model"]["vocab_size"] = tokenizer_from_json(tj)->vocab_size();
+      } catch (const Error& e) {
+        throw Error("--tokenizer '" + a.tokenizer + "': " + e.what());
+      }
+    }
   }
   // The built-in defaults' vocabulary and tokenizer are a text model's.
   if (j["model"].value("task", std::string("causal_lm")) == "vision") {
@@ -270,6 +271,7 @@ void apply_set(nlohmann::json& j, const std::string& kv) {
           "--set expects SECTION.KEY=VALUE (e.g. model.d_model=256), got '" + kv + "'");
   const std::string section = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), val = kv.substr(eq + 1);
   require(section == "model" || section == "train", "--set: section must be 'model' or 'train', got '" + section + "'");
+  check_json_depth(val, "--set " + section + "." + key);
   nlohmann::json v;
   try {
     v = nlohmann::json::parse(val);

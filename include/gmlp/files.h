@@ -3,7 +3,10 @@
 // used by checkpoints, configs, corpora, images and logs.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace gmlp {
 
@@ -13,6 +16,15 @@ std::string read_file(const std::string& path);
 // Writes bytes to path atomically: a temp file beside it, fsync, rename, fsync of the
 // directory, so a crash leaves either the old file or the new one.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// Parses JSON text from a file, a header or an option; `what` names it in errors. Text
+// nested deeper than max_depth arrays/objects is refused before parsing: every JSON
+// file this project reads is a few levels deep, and a hostile one nested 100,000 deep
+// would otherwise overflow the stack in the recursive code that walks or prints it.
+constexpr int kMaxJsonDepth = 64;
+nlohmann::json parse_json(std::string_view text, const std::string& what, int max_depth = kMaxJsonDepth);
+// Only the depth check, for callers that parse leniently themselves.
+void check_json_depth(std::string_view text, const std::string& what, int max_depth = kMaxJsonDepth);
+
 // "[2, 3, 4]".
 std::string shape_str(const std::vector<int64_t>& shape);
 

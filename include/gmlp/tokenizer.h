@@ -77,6 +77,8 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);
 // Error as tokenizer_from_json (a "char" tokenizer without "chars" has no size yet: Error
 // naming "chars").
 int tokenizer_vocab_size(const nlohmann::json& j);
+// The code points of UTF-8 text; Error naming `what` and the offset of invalid bytes.
+std::vector<char32_t> utf8_code_points(std::string_view text, const std::string& what);
 // The "specials" field of a tokenizer JSON: [] when absent; Error naming the field when
 // it is not an array of distinct non-empty strings, or on kind "sentencepiece".
 std::vector<std::string> tokenizer_specials(const nlohmann::json& j);

@@ -2,35 +2,60 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <fstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/labelled.h"
 
 namespace gmlp {
 namespace {
 
+// The lines of a text file: "\n", "\r\n" and a lone "\r" all end a line (files saved
+// with old Mac line endings would otherwise be one example), a UTF-8 byte-order mark
+// is dropped, and a final line needs no terminator.
+std::vector<std::string_view> split_lines(std::string_view text) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\n' && text[i] != '\r') continue;
+    lines.push_back(text.substr(start, i - start));
+    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+    start = i + 1;
+  }
+  if (start < text.size()) lines.push_back(text.substr(start));
+  return lines;
+}
+
 LabelledSet load(const std::string& path, const std::vector<std::string>* fixed) {
-  std::ifstream in(path, std::ios::binary);
-  require(bool(in), "labelled data: cannot read " + path);
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const Error& e) {
+    throw Error(std::string("labelled data: cannot read ") + e.what());
+  }
   LabelledSet s;
   std::unordered_map<std::string, int32_t> index;
   if (fixed) {
     s.class_names = *fixed;
     for (size_t i = 0; i < fixed->size(); ++i) index.emplace((*fixed)[i], int32_t(i));
   }
-  std::string line;
   int64_t no = 0;
-  while (std::getline(in, line)) {
+  for (const std::string_view line : split_lines(text)) {
     ++no;
     const std::string where = path + ":" + std::to_string(no);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
     require(!line.empty(), where + ": empty line (expected \"label<TAB>text\")");
     const size_t tab = line.find('\t');
     require(tab != std::string::npos, where + ": no tab (expected \"label<TAB>text\")");
-    std::string label = line.substr(0, tab);
+    std::string label(line.substr(0, tab));
     require(!label.empty(), where + ": empty label");
+    // Labels become class names: stored as JSON in checkpoints and printed in reports.
+    utf8_code_points(label, where + ": label");
+    for (const unsigned char ch : label)
+      require(ch >= 0x20 && ch != 0x7f, where + ": the label holds a control character (byte " +
+                                            std::to_string(int(ch)) + ")");
     require(tab + 1 < line.size(), where + ": empty text after the label \"" + label + "\"");
     auto it = index.find(label);
     if (it == index.end()) {
@@ -43,9 +68,8 @@ LabelledSet load(const std::string& path, const std::vector<std::string>* fixed)
       s.class_names.push_back(label);
     }
     s.labels.push_back(it->second);
-    s.texts.push_back(line.substr(tab + 1));
+    s.texts.emplace_back(line.substr(tab + 1));
   }
-  require(!in.bad(), "labelled data: read error in " + path + " after line " + std::to_string(no));
   require(!s.texts.empty(), "labelled data: " + path + " holds no lines");
   return s;
 }

@@ -296,6 +296,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j) {
   return std::make_unique<CharTokenizer>(std::move(chars), std::move(specials));
 }
 
+std::vector<char32_t> utf8_code_points(std::string_view text, const std::string& what) {
+  return code_points(text, what.c_str());
+}
+
 int tokenizer_vocab_size(const nlohmann::json& j) { return tokenizer_from_json(j)->vocab_size(); }
 
 }  // namespace gmlp

@@ -80,6 +80,37 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   ::close(dfd);
 }
 
+void check_json_depth(std::string_view text, const std::string& what, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > max_depth)
+        throw Error(what + ": JSON nested deeper than " + std::to_string(max_depth) + " levels");
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+}
+
+nlohmann::json parse_json(std::string_view text, const std::string& what, int max_depth) {
+  check_json_depth(text, what, max_depth);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": not valid JSON: " + e.what());
+  }
+}
+
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

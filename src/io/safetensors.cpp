@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -65,12 +66,7 @@ SafeTensorsFile SafeTensorsFile::load(const std::string& path) {
     fail("truncated: header length " + std::to_string(hlen) + " exceeds the " +
          std::to_string(buf.size() - 8) + " bytes after it");
 
-  Json header;
-  try {
-    header = Json::parse(buf.begin() + 8, buf.begin() + 8 + static_cast<ptrdiff_t>(hlen));
-  } catch (const Json::exception& e) {
-    fail(std::string("header is not valid JSON: ") + e.what());
-  }
+  const Json header = parse_json(std::string_view(buf).substr(8, hlen), path + ": header");
   if (!header.is_object()) fail("header is not a JSON object");
 
   // Drop the header in place so the data section does not need a second copy.
@@ -133,14 +129,25 @@ SafeTensorsFile SafeTensorsFile::load(const std::string& path) {
   std::stable_sort(f.order_.begin(), f.order_.end(), [&](const std::string& a, const std::string& b) {
     return f.tensors_.at(a).offset < f.tensors_.at(b).offset;
   });
+  // The tensors must tile the data section exactly, as the format requires: a gap or
+  // an unclaimed tail means the header length or an offset is wrong, and every tensor
+  // would be read from shifted bytes.
   const TensorInfo* prev = nullptr;
+  size_t next = 0;
   for (const std::string& n : f.order_) {
     const TensorInfo& t = f.tensors_.at(n);
     if (t.nbytes == 0) continue;
-    if (prev && t.offset < prev->offset + prev->nbytes)
+    if (prev && t.offset < next)
       fail("tensors '" + prev->name + "' and '" + t.name + "' overlap in the data section");
+    if (t.offset > next)
+      fail("bytes " + std::to_string(next) + ".." + std::to_string(t.offset) + " of the data section belong to no "
+           "tensor (before '" + t.name + "'); the header length or the offsets are wrong");
+    next = t.offset + t.nbytes;
     prev = &t;
   }
+  if (next != dsize)
+    fail("the data section has " + std::to_string(dsize) + " bytes but its tensors cover " + std::to_string(next) +
+         "; the header length or the offsets are wrong");
   return f;
 }
 
@@ -159,6 +166,12 @@ void SafeTensorsFile::read_f32(const std::string& name, const std::vector<int64_
   if (t.shape != shape)
     throw Error(where + " has shape " + shape_str(t.shape) + ", expected " + shape_str(shape));
   if (t.nbytes) std::memcpy(dst, data_.data() + t.offset, t.nbytes);
+  // Weights and optimizer moments are always finite; a NaN or Inf read here would only
+  // surface later as "loss nan" or garbage text.
+  const size_t n = t.nbytes / sizeof(float);
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(dst[i]))
+      throw Error(where + " holds a non-finite value (" + std::to_string(dst[i]) + ") at index " + std::to_string(i));
 }
 
 std::vector<float> SafeTensorsFile::read_f32(const std::string& name, std::vector<int64_t>* shape) const {

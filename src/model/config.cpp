@@ -11,6 +11,7 @@
 #include <set>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/tokenizer.h"
 
 namespace gmlp {
@@ -262,6 +263,12 @@ void ModelConfig::validate(bool open) const {
   require(class_names.empty() || int(class_names.size()) == n_classes,
           "config: 'class_names' has " + std::to_string(class_names.size()) + " names for 'n_classes' = " +
               std::to_string(n_classes));
+  // Class names reach terminals and reports: a checkpoint must not smuggle escape
+  // sequences into them.
+  for (const auto& name : class_names)
+    for (const unsigned char ch : name)
+      require(ch >= 0x20 && ch != 0x7f, "config: 'class_names' holds a control character (byte " +
+                                            std::to_string(int(ch)) + ")");
   require(normalization.is_null() || task == Task::vision, "config: 'normalization' is for vision models only");
   if (classes && !(open && n_classes == 0))
     require(n_classes >= 2, "config: task \"" + name_of(task) + "\" needs 'n_classes' >= 2, got " +
@@ -366,15 +373,8 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& where) {
 }
 
 RunConfig RunConfig::load(const std::string& path) {
-  std::ifstream f(path);
-  require(f.good(), "cannot open config file '" + path + "'");
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    throw Error("config file '" + path + "' is not valid JSON: " + e.what());
-  }
-  require(j.is_object(), "config file '" + path + "': expected a JSON object, got " + j.dump());
+  const json j = parse_json(read_file(path), "config file '" + path + "'");
+  require(j.is_object(), "config file '" + path + "': expected a JSON object, got " + std::string(j.type_name()));
   for (auto it = j.begin(); it != j.end(); ++it)
     require(it.key() == "model" || it.key() == "train", "config file '" + path + "': unknown key '" + it.key() + "'");
   RunConfig rc;

@@ -281,12 +281,7 @@ ModelConfig config_of(const TimmFile& tf, const TimmImportOptions& opt) {
   // Our own export keeps the data description (class names, normalisation) here.
   auto meta = tf.f.metadata().find(kExportKey);
   if (meta != tf.f.metadata().end()) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(meta->second);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ": '" + std::string(kExportKey) + "' metadata is not valid JSON: " + e.what());
-    }
+    const nlohmann::json j = parse_json(meta->second, path + ": '" + std::string(kExportKey) + "' metadata");
     const ModelConfig exported = ModelConfig::from_json(j, path + " [" + kExportKey + "]");
     if (exported.n_classes == c.n_classes) c.class_names = exported.class_names;
     if (exported.image_channels == c.image_channels) c.normalization = exported.normalization;

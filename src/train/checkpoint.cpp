@@ -35,12 +35,7 @@ ModelConfig read_model_config(const SafeTensorsFile& file) {
   auto it = file.metadata().find(kConfigKey);
   require(it != file.metadata().end(),
           file.path() + ": no '" + std::string(kConfigKey) + "' metadata; not a gmlp checkpoint");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(file.path() + ": '" + std::string(kConfigKey) + "' metadata is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = parse_json(it->second, file.path() + ": '" + std::string(kConfigKey) + "' metadata");
   return ModelConfig::from_json(j, file.path() + " [" + kConfigKey + "]");
 }
 
@@ -94,7 +89,7 @@ TrainState load_train_state(Model& model, AdamW& opt, const std::string& path) {
           path + ": the training state was saved for a different model config: " + stored.to_json().dump());
   TrainState st;
   try {
-    const auto meta = nlohmann::json::parse(it->second);
+    const auto meta = parse_json(it->second, path + ": '" + std::string(kStateKey) + "' metadata");
     st.step = meta.at("step").get<int64_t>();
     st.rng.restore(std::stoull(meta.at("rng_state").get<std::string>()),
                    std::stoull(meta.at("rng_inc").get<std::string>()));

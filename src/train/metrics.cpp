@@ -100,8 +100,8 @@ void truncate_metrics(const std::string& path, int64_t step) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
-      if (nlohmann::json::parse(line).value("step", int64_t(0)) > step) continue;
-    } catch (const nlohmann::json::exception&) {
+      if (parse_json(line, path).value("step", int64_t(0)) > step) continue;
+    } catch (const std::exception&) {
       continue;  // a line torn by a crash
     }
     kept += line + "\n";

@@ -14,7 +14,7 @@ namespace {
 // A char tokenizer without its characters is built from the corpus; errors (invalid
 // UTF-8, an empty file) then name the corpus.
 std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std::string& data_path) {
-  if (spec.is_object() && spec.value("kind", "") == "char" && !spec.contains("chars")) {
+  if (spec.is_object() && spec.contains("kind") && spec["kind"] == "char" && !spec.contains("chars")) {
     const std::string text = read_file(data_path);
     try {
       return build_char_tokenizer(text, tokenizer_specials(spec));

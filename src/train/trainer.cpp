@@ -46,7 +46,7 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
   require(it != sf.metadata().end(), path + ": not a training state");
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(it->second).at("run");
+    meta = parse_json(it->second, path + ": training-state metadata").at("run");
     rc.model = ModelConfig::from_json(meta.at("config").at("model"), path);
     rc.train = TrainConfig::from_json(meta.at("config").at("train"), path);
     in.data_path = meta.at("data").get<std::string>();

@@ -1,0 +1,187 @@
+// Files and options from elsewhere are untrusted: each malformed input below used to
+// crash, exhaust memory or be accepted silently; now each is an Error (or, through the
+// CLI, `gmlp: error:` and exit 1) naming the file and the fault.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "gmlp/checkpoint.h"
+#include "gmlp/config.h"
+#include "gmlp/error.h"
+#include "gmlp/files.h"
+#include "gmlp/labelled.h"
+#include "gmlp/model.h"
+#include "gmlp/safetensors.h"
+#include "gmlp/tokenizer.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+using test::error_of;
+namespace fs = std::filesystem;
+
+std::string nested(int depth) { return std::string(size_t(depth), '[') + "1" + std::string(size_t(depth), ']'); }
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A safetensors file from its header text and data, with the header length given.
+std::string safetensors_bytes(const std::string& header, const std::string& data, uint64_t hlen) {
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &hlen, 8);
+  return out + header + data;
+}
+
+std::string gmlp() { return test::gmlp_exe(); }
+
+TEST(Untrusted, DeeplyNestedJsonIsRefusedBeforeParsing) {
+  // 100,000 levels overflowed the stack (exit 139) in the code that walks and prints JSON.
+  const std::string e = error_of([] { parse_json(nested(100000), "x.json"); });
+  EXPECT_NE(e.find("x.json: JSON nested deeper than 64 levels"), std::string::npos) << e;
+  EXPECT_EQ(parse_json(nested(60), "ok").dump().size(), 121u);  // shallow JSON still parses
+  // Brackets inside strings are text, not nesting.
+  EXPECT_EQ(parse_json("[\"" + std::string(1000, '[') + "\"]", "s")[0].get<std::string>().size(), 1000u);
+
+  test::TempDir dir("untrusted_json");
+  const std::string header = "{\"t\":{\"dtype\":\"F32\",\"shape\":" + nested(100000) + ",\"data_offsets\":[0,4]}}";
+  write_bytes(dir.file("deep.safetensors"), safetensors_bytes(header, std::string(4, '\0'), header.size()));
+  EXPECT_NE(error_of([&] { SafeTensorsFile::load(dir.file("deep.safetensors")); }).find("nested deeper"),
+            std::string::npos);
+  write_bytes(dir.file("deep.json"), "{\"model\": {\"class_names\": " + nested(60000) + "}}");
+  EXPECT_NE(error_of([&] { RunConfig::load(dir.file("deep.json")); }).find("nested deeper"), std::string::npos);
+
+  // Through the CLI: a deep --set value, a deep tokenizer file.
+  auto r = test::run_command(gmlp() + " train --data " + test::kGplText + " --out " + dir.file("run") +
+                             " --set 'model.class_names=" + nested(60000) + "' 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gmlp: error: --set model.class_names: JSON nested deeper"), std::string::npos) << r.output;
+  write_bytes(dir.file("tok.json"), "{\"kind\": \"byte\", \"specials\": " + nested(60000) + "}");
+  r = test::run_command(gmlp() + " train --data " + test::kGplText + " --out " + dir.file("run") +
+                        " --tokenizer " + dir.file("tok.json") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("tok.json"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+}
+
+TEST(Untrusted, TokenizerJsonOfTheWrongTypeIsAnErrorNotACrash) {
+  test::TempDir dir("untrusted_tok");
+  for (const std::string& body : {std::string("5"), std::string("{\"kind\": 5}")}) {
+    write_bytes(dir.file("tok.json"), body);
+    const auto r = test::run_command(gmlp() + " train --data " + test::kGplText + " --out " + dir.file("run") +
+                                     " --tokenizer " + dir.file("tok.json") + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << body << "\n" << r.output;  // exit 2 was an internal error
+    EXPECT_NE(r.output.find("gmlp: error:"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--tokenizer '" + dir.file("tok.json") + "': tokenizer JSON:"), std::string::npos)
+        << r.output;
+  }
+}
+
+TEST(Untrusted, HeaderLengthMustLeaveTheDataSectionExactlyCovered) {
+  test::TempDir dir("untrusted_hlen");
+  const std::string header = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} ";  // padded
+  std::string data(8, '\0');
+  const float v[2] = {1.f, 2.f};
+  std::memcpy(data.data(), v, 8);
+  write_bytes(dir.file("ok.safetensors"), safetensors_bytes(header, data, header.size()));
+  EXPECT_EQ(SafeTensorsFile::load(dir.file("ok.safetensors")).read_f32("a")[1], 2.f);
+  // One byte short: the padding space becomes data, every tensor is shifted by a byte.
+  write_bytes(dir.file("off.safetensors"), safetensors_bytes(header, data, header.size() - 1));
+  const std::string e = error_of([&] { SafeTensorsFile::load(dir.file("off.safetensors")); });
+  EXPECT_NE(e.find("the data section has 9 bytes but its tensors cover 8"), std::string::npos) << e;
+  // A gap between tensors is refused too.
+  const std::string gap = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+  write_bytes(dir.file("gap.safetensors"), safetensors_bytes(gap, data, gap.size()));
+  EXPECT_NE(error_of([&] { SafeTensorsFile::load(dir.file("gap.safetensors")); }).find("bytes 0..4"),
+            std::string::npos);
+}
+
+TEST(Untrusted, NonFiniteWeightsAreRefusedAtLoadNamingTheTensor) {
+  test::TempDir dir("untrusted_nan");
+  ModelConfig c;
+  c.d_model = 8;
+  c.d_ffn = 16;
+  c.n_layers = 1;
+  c.seq_len = 8;
+  Model m(c);
+  Rng rng(1);
+  m.init(rng);
+  const ParamInfo& p = m.param("blocks.0.proj_in.weight");
+  m.weights()[p.offset + 5] = std::numeric_limits<float>::quiet_NaN();
+  save_model(m, dir.file("nan.safetensors"));
+  const std::string e = error_of([&] { load_model(dir.file("nan.safetensors")); });
+  EXPECT_NE(e.find("tensor 'blocks.0.proj_in.weight' holds a non-finite value"), std::string::npos) << e;
+  EXPECT_NE(e.find("at index 5"), std::string::npos) << e;
+  // `gmlp eval` used to print "loss nan" and exit 0.
+  const auto r = test::run_command(gmlp() + " eval --model " + dir.file("nan.safetensors") + " --data " +
+                                   test::kGplText + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("non-finite"), std::string::npos) << r.output;
+}
+
+TEST(Untrusted, LabelledFilesWithBomCrOnlyLinesAndBadLabels) {
+  test::TempDir dir("untrusted_labels");
+  // A byte-order mark is not part of the first label; a lone CR ends a line.
+  write_bytes(dir.file("cr.tsv"), "\xEF\xBB\xBFpos\tgood text\rneg\tbad text\r\npos\tmore\n");
+  const LabelledSet s = load_labelled(dir.file("cr.tsv"));
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s.class_names, (std::vector<std::string>{"pos", "neg"}));
+  EXPECT_EQ(s.texts[1], "bad text");
+  // Labels become class names in checkpoints and reports: valid UTF-8, no control bytes.
+  write_bytes(dir.file("utf8.tsv"), "pos\tok\n\xff\xfe\ttext\n");
+  const std::string e = error_of([&] { load_labelled(dir.file("utf8.tsv")); });
+  EXPECT_NE(e.find(dir.file("utf8.tsv") + ":2: label"), std::string::npos) << e;
+  write_bytes(dir.file("esc.tsv"), "\x1b[31mred\ttext\n");
+  EXPECT_NE(error_of([&] { load_labelled(dir.file("esc.tsv")); }).find(":1: the label holds a control character"),
+            std::string::npos);
+  // Through the CLI it is a clean error and no run directory is left behind.
+  const auto r = test::run_command(gmlp() + " train --task classify --data " + dir.file("utf8.tsv") + " --out " +
+                                   dir.file("run") + " --steps 2 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run/metrics.jsonl"))) << r.output;
+}
+
+TEST(Untrusted, ClassNamesWithEscapeSequencesAreRefused) {
+  nlohmann::json j = {{"task", "classify"}, {"n_classes", 2}, {"class_names", {"ok", "\x1b]0;owned\x07"}}};
+  j["tokenizer"] = {{"kind", "byte"}, {"specials", {"[PAD]", "[MASK]"}}};
+  j["vocab_size"] = 258;
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j, "ckpt"); }).find("'class_names' holds a control character"),
+            std::string::npos);
+}
+
+TEST(Untrusted, OutOfRangeConfigValuesNeverReachTheRunDirectory) {
+  test::TempDir dir("untrusted_clip");
+  const auto r = test::run_command(gmlp() + " train --data " + test::kGplText + " --out " + dir.file("run") +
+                                   " --set train.clip=1e39 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("'clip' must be a finite number"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+}
+
+TEST(Untrusted, AConfigWhoseParameterCountOverflowsIsRefusedBeforeAllocating) {
+  // 232 bytes that asked for ~1.8e19 parameters: a heap overflow under finetune --init-from.
+  test::TempDir dir("untrusted_huge");
+  const nlohmann::json cfg = {{"task", "mlm"},        {"d_model", 349522},   {"d_ffn", 1 << 20},
+                              {"n_layers", 32},       {"seq_len", (1 << 20) - 1}, {"sgu_heads", 1 << 19},
+                              {"vocab_size", 258},    {"tokenizer", {{"kind", "byte"}, {"specials", {"[PAD]", "[MASK]"}}}}};
+  SafeTensorsWriter w;
+  const float x = 0.f;
+  w.add_f32("embed.weight", {1}, &x);
+  w.set_metadata("gmlp.config", cfg.dump());
+  w.write(dir.file("huge.safetensors"));
+  EXPECT_NE(error_of([&] { load_model(dir.file("huge.safetensors")); }).find("parameters, more than"),
+            std::string::npos);
+  const auto r = test::run_command(gmlp() + " finetune --init-from " + dir.file("huge.safetensors") + " --out " +
+                                   dir.file("run") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("huge.safetensors"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("parameters, more than"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace gmlp
