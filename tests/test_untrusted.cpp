@@ -2,6 +2,8 @@
 // crash, exhaust memory or be accepted silently; now each is an Error (or, through the
 // CLI, `gmlp: error:` and exit 1) naming the file and the fault.
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "gmlp/config.h"
 #include "gmlp/error.h"
 #include "gmlp/files.h"
+#include "gmlp/image.h"
 #include "gmlp/labelled.h"
 #include "gmlp/model.h"
 #include "gmlp/safetensors.h"
@@ -181,6 +184,90 @@ TEST(Untrusted, AConfigWhoseParameterCountOverflowsIsRefusedBeforeAllocating) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("huge.safetensors"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("parameters, more than"), std::string::npos) << r.output;
+}
+
+TEST(Untrusted, ARunDirectoryIsLockedWhileARunUsesIt) {
+  test::TempDir dir("untrusted_lock");
+  const std::string out = dir.file("run");
+  fs::create_directories(out);
+  {
+    DirLock held(out);
+    // A second holder, in this process or another, is refused naming the holder.
+    EXPECT_NE(error_of([&] { DirLock again(out); }).find("is in use by another gmlp run (pid " +
+                                                          std::to_string(::getpid()) + ")"),
+              std::string::npos);
+    const auto r = test::run_command(gmlp() + " train --data " + test::kGplText + " --out " + out +
+                                     " --steps 2 --no-progress 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("'" + out + "' is in use by another gmlp run"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out + "/metrics.jsonl"));
+  }
+  DirLock free_again(out);  // released with its holder
+}
+
+TEST(Untrusted, TempFilesNeverFollowAPlantedLinkAndStaleOnesAreCleared) {
+  test::TempDir dir("untrusted_tmp");
+  write_bytes(dir.file("victim"), "precious");
+  const std::string target = dir.file("config.json");
+  fs::create_symlink(dir.file("victim"), target + ".tmp." + std::to_string(::getpid()));
+  write_file_atomic(target, "{}\n");
+  EXPECT_EQ(read_file(dir.file("victim")), "precious");
+  EXPECT_EQ(read_file(target), "{}\n");
+  // A killed writer's temp file is removed when the next run takes the directory.
+  write_bytes(dir.file("model.safetensors.tmp.99999"), "half a checkpoint");
+  DirLock lock(dir.path().string());
+  EXPECT_FALSE(fs::exists(dir.file("model.safetensors.tmp.99999")));
+  EXPECT_TRUE(fs::exists(dir.file("victim")));
+}
+
+TEST(Untrusted, ResumingAtAnotherThreadCountIsRefused) {
+  test::TempDir dir("untrusted_threads");
+  const std::string out = dir.file("run");
+  const std::string common = " train --data " + test::kGplText + " --out " + out +
+                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=1 --set model.seq_len=16"
+                             " --steps 4 --batch-size 2 --no-progress";
+  auto r = test::run_command(gmlp() + " --threads 1" + common + " --stop-after 2 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(gmlp() + " --threads 2 train --out " + out + " --resume --no-progress 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("was trained at --threads 1; resume it with --threads 1"), std::string::npos) << r.output;
+  r = test::run_command(gmlp() + " --threads 1 train --out " + out + " --resume --no-progress 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Untrusted, AGzipIdxFileCannotUnpackPastItsDeclaredSize) {
+  test::TempDir dir("untrusted_gzip");
+  // Declares 2 x 2 bytes, then 64 MiB of zeros: about 64 KB gzipped.
+  const std::string path = dir.file("bomb-images-idx3-ubyte.gz");
+  gzFile gz = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(gz, nullptr);
+  const unsigned char header[12] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 2};
+  gzwrite(gz, header, sizeof header);
+  const std::vector<char> zeros(size_t(1) << 20, 0);
+  for (int i = 0; i < 64; ++i) gzwrite(gz, zeros.data(), unsigned(zeros.size()));
+  gzclose(gz);
+  ASSERT_LT(fs::file_size(path), size_t(1) << 20);
+  const std::string e = error_of([&] { read_idx(path); });
+  EXPECT_NE(e.find("unpacks to more than the 16 bytes its IDX header declares"), std::string::npos) << e;
+}
+
+TEST(Untrusted, ALongToeplitzWindowDoesNotMaterialiseItsWholeMatrixToGenerate) {
+  // n = 65536: the decoder used to allocate n^2 floats (16 GiB) for any prompt.
+  test::TempDir dir("untrusted_toeplitz");
+  ModelConfig c;
+  c.d_model = 8;
+  c.d_ffn = 16;
+  c.n_layers = 1;
+  c.seq_len = 65536;
+  c.spatial = Spatial::toeplitz;
+  Model m(c);
+  Rng rng(3);
+  m.init(rng);
+  save_model(m, dir.file("long.safetensors"));
+  // 2 GiB of address space is far more than the valid work needs, and far less than n^2.
+  const auto r = test::run_command("bash -c 'ulimit -v 2097152; " + gmlp() + " --threads 1 generate --model " +
+                                   dir.file("long.safetensors") + " --prompt abc --max-tokens 8 --seed 1' 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace

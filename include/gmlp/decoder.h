@@ -45,7 +45,7 @@ class Decoder {
   // Scratch: prefill uses [n, ...] buffers, step uses their first row.
   std::vector<float> x_, h_, u_, z_, F_, S_, logits_;
   std::vector<float> gstats_;   // the gate LayerNorm's mean and rstd per row (unused after)
-  std::vector<float> Wd_;       // Toeplitz prefill: dense [heads, n, n]; step: one row per head [heads, n]
+  std::vector<float> Wd_;       // Toeplitz prefill: dense [heads, T, T]; step: one row per head [heads, n]
   std::vector<float> P_, O_, A_;  // aMLP: probabilities [n, n], P.V [n, d_attn], attention output [n, g]
 };
 

@@ -25,6 +25,22 @@ nlohmann::json parse_json(std::string_view text, const std::string& what, int ma
 // Only the depth check, for callers that parse leniently themselves.
 void check_json_depth(std::string_view text, const std::string& what, int max_depth = kMaxJsonDepth);
 
+// An exclusive lock on a directory (flock on DIR/.lock) for as long as the object
+// lives, so that two runs cannot write one run directory. Error naming the directory
+// (and the holder's pid) when another process holds it. Taking it also removes temp
+// files that a killed writer left in the directory.
+class DirLock {
+ public:
+  explicit DirLock(const std::string& dir);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 // "[2, 3, 4]".
 std::string shape_str(const std::vector<int64_t>& shape);
 

@@ -9,7 +9,6 @@
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/image.h"
-#include "gmlp/safetensors.h"  // read_file
 
 namespace gmlp {
 
@@ -17,7 +16,24 @@ namespace {
 
 bool is_gzip(const uint8_t* p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
 
-// Inflates every gzip member of `in` (concatenated members are legal gzip).
+// The size an IDX file declares in its header (4 + 4 * ndims bytes, then the data), or
+// 0 while `have` bytes are too few to tell (or the header is not IDX: read_idx says why).
+size_t idx_declared_size(const uint8_t* p, size_t have) {
+  if (have < 4 || p[0] != 0 || p[1] != 0 || p[3] == 0) return 0;
+  const size_t header = 4 + 4 * size_t(p[3]);
+  if (have < header) return 0;
+  size_t count = 1;
+  for (int i = 0; i < p[3]; ++i) {
+    const uint32_t d = (uint32_t(p[4 + 4 * i]) << 24) | (uint32_t(p[5 + 4 * i]) << 16) |
+                       (uint32_t(p[6 + 4 * i]) << 8) | p[7 + 4 * i];
+    if (__builtin_mul_overflow(count, size_t(d), &count)) return SIZE_MAX;
+  }
+  return header + count > header ? header + count : SIZE_MAX;
+}
+
+// Inflates every gzip member of `in` (concatenated members are legal gzip). Output past
+// what the IDX header inside declares is refused as it arrives: a small gzip file must
+// not unpack to gigabytes before the size check.
 std::vector<uint8_t> gunzip(const std::string& path, const uint8_t* in, size_t n) {
   require(n <= UINT32_MAX, path + ": gzip file over 4 GiB is not supported");
   std::vector<uint8_t> out;
@@ -36,6 +52,10 @@ std::vector<uint8_t> gunzip(const std::string& path, const uint8_t* in, size_t n
     zs.avail_out = static_cast<uInt>(chunk.size());
     const int rc = inflate(&zs, Z_NO_FLUSH);
     out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
+    const size_t declared = idx_declared_size(out.data(), out.size());
+    if (declared != 0 && out.size() > declared)
+      fail("the gzip data unpacks to more than the " + std::to_string(declared) +
+           " bytes its IDX header declares");
     if (rc == Z_STREAM_END) {
       // Another member may follow; anything else after the stream is junk.
       if (zs.avail_in == 0) break;
@@ -74,12 +94,6 @@ std::string hex2(int v) {
   return b;
 }
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 std::vector<uint8_t> read_maybe_gzipped(const std::string& path) {
@@ -109,15 +123,15 @@ IdxArray read_idx(const std::string& path) {
   for (int i = 0; i < ndims; ++i) {
     const uint32_t d = be32(buf.data() + 4 + 4 * i);
     a.dims.push_back(d);
-    if (d == 0) fail("IDX dimension " + std::to_string(i) + " is 0 (dims " + dims_str(a.dims) + ")");
+    if (d == 0) fail("IDX dimension " + std::to_string(i) + " is 0 (dims " + shape_str(a.dims) + ")");
     if (__builtin_mul_overflow(count, size_t(d), &count)) fail("IDX dims overflow");
   }
   const size_t have = buf.size() - header;
   if (have < count)
-    fail("truncated IDX data: dims " + dims_str(a.dims) + " need " + std::to_string(count) + " bytes, found " +
+    fail("truncated IDX data: dims " + shape_str(a.dims) + " need " + std::to_string(count) + " bytes, found " +
          std::to_string(have));
   if (have > count)
-    fail("IDX data longer than its dims " + dims_str(a.dims) + " say: " + std::to_string(have - count) +
+    fail("IDX data longer than its dims " + shape_str(a.dims) + " say: " + std::to_string(have - count) +
          " extra bytes");
   a.data.assign(buf.begin() + header, buf.end());
   return a;
@@ -127,13 +141,13 @@ ImageSet load_idx(const std::string& images_path, const std::string& labels_path
   require(n_classes >= 0, "load_idx: n_classes must be >= 0, got " + std::to_string(n_classes));
   IdxArray im = read_idx(images_path);
   require(im.dims.size() == 3, images_path + ": an IDX image file must have 3 dims [n, height, width], found " +
-                                   dims_str(im.dims));
+                                   shape_str(im.dims));
   IdxArray lb = read_idx(labels_path);
-  require(lb.dims.size() == 1, labels_path + ": an IDX label file must have 1 dim [n], found " + dims_str(lb.dims));
+  require(lb.dims.size() == 1, labels_path + ": an IDX label file must have 1 dim [n], found " + shape_str(lb.dims));
   require(im.dims[0] == lb.dims[0], labels_path + ": " + std::to_string(lb.dims[0]) + " labels but " + images_path +
                                         " holds " + std::to_string(im.dims[0]) + " images");
   require(im.dims[0] <= INT32_MAX && im.dims[1] <= 65535 && im.dims[2] <= 65535,
-          images_path + ": IDX dims " + dims_str(im.dims) + " too large");
+          images_path + ": IDX dims " + shape_str(im.dims) + " too large");
   ImageSet s;
   s.n = int(im.dims[0]);
   s.channels = 1;

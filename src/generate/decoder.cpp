@@ -110,7 +110,7 @@ Decoder::Decoder(const Model& model) : cfg_(model.config()), w_(model.views()) {
     gates_.assign(L, std::vector<float>(n * g));
     F_.resize(n * g);
     gstats_.resize(2 * n);
-    if (cfg_.spatial == Spatial::toeplitz) Wd_.resize(H * n * n);
+    if (cfg_.spatial == Spatial::toeplitz) Wd_.resize(H * n);  // step's rows; prefill grows it to its T
   }
   if (da > 0) {
     qkv_.assign(L, std::vector<float>(n * 3 * da));
@@ -141,6 +141,10 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
   len_ = 0;
   float* x = x_.data();
   ops::embedding_forward(w_.embed, d, tokens, T, 1, pe_.empty() ? nullptr : pe_.data(), x);
+  // Toeplitz weights are expanded for this prefill's T only, never for the whole window:
+  // a model with a long window and a short prompt stays small.
+  const size_t wd = cfg_.spatial == Spatial::toeplitz ? size_t(cfg_.sgu_heads) * T * T : 0;
+  if (Wd_.size() < wd) Wd_.resize(wd);
   BlockCall call;
   call.T = T;
   call.B = 1;

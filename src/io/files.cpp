@@ -2,6 +2,7 @@
 #include "gmlp/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +45,12 @@ std::string read_file(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL | O_NOFOLLOW: never write through a link planted at the temp name. What is
+  // there can only be left by a dead process with our pid (or planted): remove it and
+  // try once more; unlink removes a link, not its target.
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(tmp.c_str(), kFlags, 0644);
+  if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = ::open(tmp.c_str(), kFlags, 0644);
   if (fd < 0) throw Error(path + ": cannot create temp file " + tmp + ": " + errno_str());
   // Capture errno before cleanup calls can overwrite it.
   auto fail = [&](const char* step) {
@@ -109,6 +115,37 @@ nlohmann::json parse_json(std::string_view text, const std::string& what, int ma
   } catch (const nlohmann::json::exception& e) {
     throw Error(what + ": not valid JSON: " + e.what());
   }
+}
+
+DirLock::DirLock(const std::string& dir) : path_((std::filesystem::path(dir) / ".lock").string()) {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error("cannot lock '" + dir + "': cannot open " + path_ + ": " + errno_str());
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const bool busy = errno == EWOULDBLOCK;
+    const std::string why = errno_str();
+    char holder[32] = {0};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    if (busy)
+      throw Error("'" + dir + "' is in use by another gmlp run" +
+                  (n > 0 ? " (pid " + std::string(holder, size_t(n)) + ")" : std::string()) +
+                  "; wait for it to finish or choose another --out");
+    throw Error("cannot lock '" + dir + "': " + why);
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+    // The lock holds without the pid; it only makes the other run's message less helpful.
+  }
+  // Holding the lock, no other gmlp process writes here: temp files are leftovers of a
+  // killed run.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos && e.is_regular_file(ec))
+      std::filesystem::remove(e.path(), ec);
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {

@@ -1,5 +1,4 @@
 // timm gMLP checkpoints <-> gmlp.cpp vision models (docs/timm.md).
-#include "gmlp/files.h"
 #include "gmlp/timm.h"
 
 #include <cmath>
@@ -8,6 +7,7 @@
 #include <set>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 
 namespace gmlp {

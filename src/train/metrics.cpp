@@ -1,5 +1,4 @@
 // Confusion matrices and the JSONL metrics log.
-#include "gmlp/files.h"
 #include "gmlp/metrics.h"
 
 #include <algorithm>
@@ -7,6 +6,7 @@
 #include <filesystem>
 
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 
 namespace gmlp {

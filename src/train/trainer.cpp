@@ -1,9 +1,9 @@
 // The training loop of every task (gmlp/trainer.h): the task's batches, forward,
 // backward, clipping, AdamW under the schedule, evaluation, the metrics log and
 // atomic checkpoints, with exact resumption.
-#include "gmlp/files.h"
 #include "gmlp/trainer.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "gmlp/metrics.h"
 #include "gmlp/error.h"
 #include "gmlp/evaluate.h"
+#include "gmlp/files.h"
 #include "gmlp/optimizer.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/progress.h"
@@ -55,24 +56,44 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed training-state metadata: " + e.what());
   }
+  // Sums split across threads round differently at another thread count: the run
+  // would go on, but no longer as the uninterrupted run would have.
+  if (meta.contains("threads") && meta["threads"] != omp_get_max_threads())
+    throw Error("'" + opts.out_dir + "' was trained at --threads " + meta["threads"].dump() + "; resume it with --threads " +
+                meta["threads"].dump() + " (this process has " + std::to_string(omp_get_max_threads()) +
+                "), or its results will differ in rounding from the uninterrupted run's");
   if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
   return meta;
 }
 
-void prepare_run_dir(const std::string& out_dir, bool resume) {
+// Creates and locks the run directory for the run's lifetime; a new run then clears
+// an earlier one's checkpoints.
+std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume) {
   namespace fs = std::filesystem;
   try {
     fs::create_directories(out_dir);
-    if (!resume) {
-      // A new run replaces any earlier one here (the CLI asks for --overwrite): its
-      // checkpoint must not outlive the config and metrics written below, or a later
-      // --resume would continue the old weights under the new run's log.
-      fs::remove(state_file(out_dir));
-      fs::remove(model_file(out_dir));
-    }
   } catch (const fs::filesystem_error& e) {
     throw Error("cannot use '" + out_dir + "' as the run directory: " + e.code().message());
   }
+  auto lock = std::make_unique<DirLock>(out_dir);
+  if (!resume) {
+    // A new run replaces any earlier one here (the CLI asks for --overwrite): its
+    // checkpoint must not outlive the config and metrics written below, or a later
+    // --resume would continue the old weights under the new run's log.
+    std::error_code ec;
+    fs::remove(state_file(out_dir), ec);
+    if (!ec) fs::remove(model_file(out_dir), ec);
+    if (ec) throw Error("cannot clear '" + out_dir + "' for a new run: " + ec.message());
+  }
+  return lock;
+}
+
+// The first parameter tensor whose gradient holds a NaN or Inf.
+std::string first_non_finite_grad(const Model& model) {
+  for (const auto& p : model.params())
+    for (size_t i = 0; i < p.size; ++i)
+      if (!std::isfinite(model.grads()[p.offset + i])) return p.name;
+  return "?";
 }
 
 }  // namespace
@@ -98,7 +119,7 @@ TrainSummary train(const TrainOptions& opts) {
             "'" + in.data_path + "' has changed since the run started (" + std::to_string(signature) + " now, " +
                 std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
 
-  prepare_run_dir(opts.out_dir, opts.resume);
+  const auto lock = prepare_run_dir(opts.out_dir, opts.resume);
   Model model(rc.model);
   model.set_sparse_mlm_head(true);  // masked LM: the output layer only where there are targets
   Rng init_rng(tc.seed, 1);
@@ -118,6 +139,9 @@ TrainSummary train(const TrainOptions& opts) {
     log_sum = resume_meta.value("log_sum", 0.0);
     log_count = resume_meta.value("log_count", int64_t(0));
     truncate_metrics(metrics_file(opts.out_dir), st.step);
+    // A kill between the state's and the model's renames leaves the model a checkpoint
+    // behind: the state is the run, so the model file follows it.
+    save_model(model, model_file(opts.out_dir));
   } else {
     write_file_atomic(metrics_file(opts.out_dir), "");
   }
@@ -129,6 +153,7 @@ TrainSummary train(const TrainOptions& opts) {
               {"data", fs::absolute(in.data_path).string()},
               {"test", in.test_path.empty() ? std::string() : fs::absolute(in.test_path).string()},
               {"data_tokens", signature},
+              {"threads", omp_get_max_threads()},
               {"log_sum", log_sum},
               {"log_count", log_count}};
     save_train_state(model, opt, st, state_file(opts.out_dir));
@@ -157,10 +182,15 @@ TrainSummary train(const TrainOptions& opts) {
     const Batch& batch = task->next_batch(st.rng);
     model.zero_grad();
     const double loss = model.forward(batch);
+    // A divergence ends the run before the update, so the last checkpoint stays the
+    // last good state.
     require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +
-                                     std::to_string(st.step + 1) + " (try a lower lr)");
+                                     std::to_string(st.step + 1) + " (try a lower lr); the last checkpoint is kept");
     model.backward();
     const double gnorm = clip_grad_norm(model.grads(), model.num_params(), tc.clip);
+    require(std::isfinite(gnorm), "training diverged: the gradient of '" + first_non_finite_grad(model) +
+                                      "' is not finite at step " + std::to_string(st.step + 1) +
+                                      " (try a lower lr); the last checkpoint is kept");
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     opt.step(model.weights(), model.grads(), lr);
     ++st.step;
