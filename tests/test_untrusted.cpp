@@ -186,6 +186,15 @@ TEST(Untrusted, AConfigWhoseParameterCountOverflowsIsRefusedBeforeAllocating) {
   EXPECT_NE(r.output.find("parameters, more than"), std::string::npos) << r.output;
 }
 
+TEST(Untrusted, ADeviceIsNotReadAsACorpus) {
+  // `--data /dev/zero` used to read without bound.
+  test::TempDir dir("untrusted_dev");
+  const auto r = test::run_command("timeout 20 " + gmlp() + " train --data /dev/zero --out " + dir.file("run") +
+                                   " --steps 1 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("/dev/zero: cannot read: not a regular file"), std::string::npos) << r.output;
+}
+
 TEST(Untrusted, ARunDirectoryIsLockedWhileARunUsesIt) {
   test::TempDir dir("untrusted_lock");
   const std::string out = dir.file("run");
