@@ -229,6 +229,29 @@ TEST(Untrusted, TempFilesNeverFollowAPlantedLinkAndStaleOnesAreCleared) {
   EXPECT_TRUE(fs::exists(dir.file("victim")));
 }
 
+TEST(Untrusted, OverwriteKeepsTheOldCheckpointUntilTheNewRunHasOne) {
+  test::TempDir dir("untrusted_overwrite");
+  const std::string out = dir.file("run");
+  const std::string common = " train --data " + test::kGplText + " --out " + out +
+                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=1 --set model.seq_len=16"
+                             " --batch-size 2 --no-progress";
+  auto r = test::run_command(gmlp() + common + " --steps 2 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string old_model = read_file(out + "/model.safetensors");
+  // A new run that ends before its first checkpoint: the old one is set aside, not lost,
+  // and --resume no longer finds it.
+  r = test::run_command(gmlp() + common + " --steps 0 --overwrite 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+  EXPECT_EQ(read_file(out + "/model.safetensors.replaced"), old_model);
+  // Its first checkpoint retires the old one.
+  r = test::run_command(gmlp() + common + " --steps 2 --overwrite 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors.replaced"));
+  EXPECT_FALSE(fs::exists(out + "/train_state.safetensors.replaced"));
+}
+
 TEST(Untrusted, ResumingAtAnotherThreadCountIsRefused) {
   test::TempDir dir("untrusted_threads");
   const std::string out = dir.file("run");

@@ -66,6 +66,13 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
   return meta;
 }
 
+constexpr const char* kReplacedSuffix = ".replaced";
+
+void drop_replaced(const std::string& out_dir) {
+  std::error_code ec;
+  for (const std::string& f : {state_file(out_dir), model_file(out_dir)}) std::filesystem::remove(f + kReplacedSuffix, ec);
+}
+
 // Creates and locks the run directory for the run's lifetime; a new run then clears
 // an earlier one's checkpoints.
 std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume) {
@@ -78,11 +85,12 @@ std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume
   auto lock = std::make_unique<DirLock>(out_dir);
   if (!resume) {
     // A new run replaces any earlier one here (the CLI asks for --overwrite): its
-    // checkpoint must not outlive the config and metrics written below, or a later
-    // --resume would continue the old weights under the new run's log.
+    // checkpoint must not stay under the names --resume reads, or a later --resume
+    // would continue the old weights under the new run's log. It is set aside, not
+    // deleted, until the new run has a checkpoint of its own (drop_replaced).
     std::error_code ec;
-    fs::remove(state_file(out_dir), ec);
-    if (!ec) fs::remove(model_file(out_dir), ec);
+    for (const std::string& f : {state_file(out_dir), model_file(out_dir)})
+      if (!ec && fs::exists(f, ec)) fs::rename(f, f + kReplacedSuffix, ec);
     if (ec) throw Error("cannot clear '" + out_dir + "' for a new run: " + ec.message());
   }
   return lock;
@@ -158,6 +166,7 @@ TrainSummary train(const TrainOptions& opts) {
               {"log_count", log_count}};
     save_train_state(model, opt, st, state_file(opts.out_dir));
     save_model(model, model_file(opts.out_dir));
+    drop_replaced(opts.out_dir);
   };
 
   std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", name_of(rc.model.task).c_str(), model.num_params(),
