@@ -283,6 +283,23 @@ TEST(Untrusted, AGzipIdxFileCannotUnpackPastItsDeclaredSize) {
   EXPECT_NE(e.find("unpacks to more than the 16 bytes its IDX header declares"), std::string::npos) << e;
 }
 
+TEST(Untrusted, NoiseIsNotDecodedAsASignaturelessImageFormat) {
+  // Found by scripts/fuzz.sh: stb_image took these 143 bytes for a TGA (a format with no
+  // signature) and spent seconds decoding it. Only signed formats are decoded now.
+  test::TempDir dir("untrusted_image");
+  const std::string noise(
+      "\x00\x00\x0a\x00\x00\xff\x00\x50\x54\x54\x54\x54\x54\x54\x54\x54\x18\x00\x0a\x32\x20\x32\x0a\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x30"
+      "\x00\x00\x00\x2c\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "\x00\x00\x31\x35\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x30\x00\x00\x00\x2c\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x31\x35\x0a\x30\x20\x35\x0a\x31\x30\x20\x31\x35\x0a",
+      143);
+  write_bytes(dir.file("noise.img"), noise);
+  const std::string e = error_of([&] { read_image(dir.file("noise.img")); });
+  EXPECT_NE(e.find("not a readable image"), std::string::npos) << e;
+}
+
 TEST(Untrusted, ALongToeplitzWindowDoesNotMaterialiseItsWholeMatrixToGenerate) {
   // n = 65536: the decoder used to allocate n^2 floats (16 GiB) for any prompt.
   test::TempDir dir("untrusted_toeplitz");
