@@ -43,6 +43,20 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
 
 std::string gmlp() { return test::gmlp_exe(); }
 
+// A one-layer byte LM of window n, initialised.
+std::unique_ptr<Model> small_lm(int n, Spatial spatial = Spatial::full) {
+  ModelConfig c;
+  c.d_model = 8;
+  c.d_ffn = 16;
+  c.n_layers = 1;
+  c.seq_len = n;
+  c.spatial = spatial;
+  auto m = std::make_unique<Model>(c);
+  Rng rng(1);
+  m->init(rng);
+  return m;
+}
+
 TEST(Untrusted, DeeplyNestedJsonIsRefusedBeforeParsing) {
   // 100,000 levels overflowed the stack (exit 139) in the code that walks and prints JSON.
   const std::string e = error_of([] { parse_json(nested(100000), "x.json"); });
@@ -106,14 +120,8 @@ TEST(Untrusted, HeaderLengthMustLeaveTheDataSectionExactlyCovered) {
 
 TEST(Untrusted, NonFiniteWeightsAreRefusedAtLoadNamingTheTensor) {
   test::TempDir dir("untrusted_nan");
-  ModelConfig c;
-  c.d_model = 8;
-  c.d_ffn = 16;
-  c.n_layers = 1;
-  c.seq_len = 8;
-  Model m(c);
-  Rng rng(1);
-  m.init(rng);
+  auto model = small_lm(8);
+  Model& m = *model;
   const ParamInfo& p = m.param("blocks.0.proj_in.weight");
   m.weights()[p.offset + 5] = std::numeric_limits<float>::quiet_NaN();
   save_model(m, dir.file("nan.safetensors"));
@@ -303,16 +311,7 @@ TEST(Untrusted, NoiseIsNotDecodedAsASignaturelessImageFormat) {
 TEST(Untrusted, ALongToeplitzWindowDoesNotMaterialiseItsWholeMatrixToGenerate) {
   // n = 65536: the decoder used to allocate n^2 floats (16 GiB) for any prompt.
   test::TempDir dir("untrusted_toeplitz");
-  ModelConfig c;
-  c.d_model = 8;
-  c.d_ffn = 16;
-  c.n_layers = 1;
-  c.seq_len = 65536;
-  c.spatial = Spatial::toeplitz;
-  Model m(c);
-  Rng rng(3);
-  m.init(rng);
-  save_model(m, dir.file("long.safetensors"));
+  save_model(*small_lm(65536, Spatial::toeplitz), dir.file("long.safetensors"));
   // 2 GiB of address space is far more than the valid work needs, and far less than n^2.
   const auto r = test::run_command("bash -c 'ulimit -v 2097152; " + gmlp() + " --threads 1 generate --model " +
                                    dir.file("long.safetensors") + " --prompt abc --max-tokens 8 --seed 1' 2>&1");
