@@ -1,4 +1,4 @@
-// BERT-style masking for the masked language model (SPEC §4): choose 15% of the
+// BERT-style masking for the masked language model (docs/model.md §4): choose 15% of the
 // non-special positions; of those, 80% become [MASK], 10% a random token, 10% stay.
 #include <algorithm>
 #include <cmath>
