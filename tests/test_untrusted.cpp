@@ -18,6 +18,7 @@
 #include "gmlp/image.h"
 #include "gmlp/labelled.h"
 #include "gmlp/model.h"
+#include "gmlp/optimizer.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
 #include "test_util.h"
@@ -273,6 +274,29 @@ TEST(Untrusted, ResumingAtAnotherThreadCountIsRefused) {
   EXPECT_NE(r.output.find("was trained at --threads 1; resume it with --threads 1"), std::string::npos) << r.output;
   r = test::run_command(gmlp() + " --threads 1 train --out " + out + " --resume --no-progress 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Untrusted, ADivergingRunStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
+  // lr 1e30 makes step 1's update put every weight near 1e30, so step 2's LayerNorm
+  // overflows and its loss is NaN. Before, the NaN was applied and checkpointed.
+  test::TempDir dir("untrusted_diverge");
+  const std::string out = dir.file("run");
+  const auto r = test::run_command(
+      gmlp() + " --threads 1 train --data " + test::kGplText + " --out " + out +
+      " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=1 --set model.seq_len=16"
+      " --set train.schedule='\"constant\"' --set train.lr=1e30 --set train.ckpt_every=1 --set train.log_every=1"
+      " --steps 20 --batch-size 2 --no-progress 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gmlp: error: training diverged: loss is"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("at step 2"), std::string::npos) << r.output;
+  // Step 1's checkpoint is what remains: finite (load_model refuses NaN/Inf) and at step 1.
+  std::unique_ptr<Model> model;
+  ASSERT_NO_THROW(model = load_model(out + "/model.safetensors"));
+  AdamW opt(model->params(), model->num_params(), TrainConfig{});
+  EXPECT_EQ(load_train_state(*model, opt, out + "/train_state.safetensors").step, 1);
+  const auto log = test::read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0]["step"], 1);
 }
 
 TEST(Untrusted, AGzipIdxFileCannotUnpackPastItsDeclaredSize) {
