@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Configures and builds gmlp.cpp into build/ (Release). Extra arguments go to CMake.
+# ccache, when installed, makes rebuilds in other clones and worktrees of the project
+# cheap (paths are taken relative to the checkout).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" > build.log 2>&1 || { cat build.log; exit 1; }
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  l="env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache"
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$l" "-DCMAKE_CUDA_COMPILER_LAUNCHER=$l")
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" > build.log 2>&1 || { cat build.log; exit 1; }
 cmake --build build -j"$(nproc)" >> build.log 2>&1 || { tail -50 build.log; exit 1; }
 echo "build: ok (build/gmlp, build/tests/gmlp_tests; log in build.log)"

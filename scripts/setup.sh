@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ccache    # ccache: cheap rebuilds across clones
   libopenblas-openmp-dev libopenblas0-openmp   # BLAS, linked explicitly (never libblas.so)
   nlohmann-json3-dev libcli11-dev              # config JSON, command-line parsing
   libgtest-dev libgmock-dev                    # tests
