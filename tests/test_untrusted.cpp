@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -272,6 +273,33 @@ TEST(Untrusted, ResumingAtAnotherThreadCountIsRefused) {
   r = test::run_command(gmlp() + " --threads 2 train --out " + out + " --resume --no-progress 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("was trained at --threads 1; resume it with --threads 1"), std::string::npos) << r.output;
+  r = test::run_command(gmlp() + " --threads 1 train --out " + out + " --resume --no-progress 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Untrusted, ResumeRefusesAnotherFileOfTheSameSize) {
+  // The training state names its data file. Its size alone was checked, so a state
+  // pointing at any file of that size (or the file rewritten in place) was trained on.
+  test::TempDir dir("untrusted_fingerprint");
+  const std::string out = dir.file("run"), data = dir.file("corpus.txt");
+  std::string text = read_file(test::kGplText);
+  write_bytes(data, text);
+  const std::string common = " --threads 1 train --data " + data + " --out " + out +
+                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=1"
+                             " --set model.seq_len=16 --steps 4 --batch-size 2 --no-progress";
+  auto r = test::run_command(gmlp() + common + " --stop-after 2 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string state = read_file(out + "/train_state.safetensors");
+  std::reverse(text.begin(), text.end());  // same bytes, same size, other content
+  write_bytes(data, text);
+  r = test::run_command(gmlp() + " --threads 1 train --out " + out + " --resume --no-progress 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is not the data this run was trained on: same size, but its content fingerprint"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(read_file(out + "/train_state.safetensors") == state) << "the refused resume rewrote the state";
+  std::reverse(text.begin(), text.end());
+  write_bytes(data, text);
   r = test::run_command(gmlp() + " --threads 1 train --out " + out + " --resume --no-progress 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }

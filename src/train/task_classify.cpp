@@ -38,6 +38,12 @@ class TextClassifyTask : public TrainTask {
            (batcher_.p.truncated ? " (" + std::to_string(batcher_.p.truncated) + " training texts truncated)" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.size()) * 1000003 + int64_t(test_.size()); }
+  uint64_t data_fingerprint() const override {
+    uint64_t h = fnv1a(train_.labels, fnv1a(test_.labels));
+    for (const auto* set : {&train_, &test_})
+      for (const std::string& t : set->texts) h = fnv1a(t.data(), t.size() + 1, h);  // with its NUL: texts stay apart
+    return h;
+  }
   const Batch& next_batch(Rng& rng) override {
     for (int b = 0; b < B_; ++b) {
       idx_[size_t(b)] = size_t(rng.below(train_.size()));
@@ -83,6 +89,9 @@ class VisionTask : public TrainTask {
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
+  uint64_t data_fingerprint() const override {
+    return fnv1a(test_.pixels, fnv1a(test_.labels, fnv1a(train_.pixels, fnv1a(train_.labels))));
+  }
   const Batch& next_batch(Rng& rng) override {
     const size_t sz = train_.image_size();
     for (int b = 0; b < B_; ++b) {

@@ -28,6 +28,7 @@ class CausalLmTask : public TrainTask {
            " val tokens from " + corpus_.path + ", window " + std::to_string(n_);
   }
   int64_t data_signature() const override { return int64_t(corpus_.train.size() + corpus_.val.size()); }
+  uint64_t data_fingerprint() const override { return fnv1a(corpus_.val, fnv1a(corpus_.train)); }
   const Batch& next_batch(Rng& rng) override {
     sample_windows(corpus_.train, B_, n_ + 1, rng, buf_.data());
     return batch_;
@@ -70,6 +71,7 @@ class MaskedLmTask : public TrainTask {
            std::to_string(int(std::lround(mask_prob_ * 100))) + "% masked";
   }
   int64_t data_signature() const override { return int64_t(corpus_.train.size() + corpus_.val.size()); }
+  uint64_t data_fingerprint() const override { return fnv1a(corpus_.val, fnv1a(corpus_.train)); }
   const Batch& next_batch(Rng& rng) override {
     sample_windows(corpus_.train, B_, n_, rng, raw_.data());
     mask_rows(raw_.data(), B_, n_, inputs_.data(), targets_.data(), *tok_, rng, mask_prob_);

@@ -22,8 +22,13 @@ class TrainTask {
   virtual ~TrainTask() = default;
   // One line for the start of the run: what the data is.
   virtual std::string describe() const = 0;
-  // Changes when the data changes: a resumed run refuses different data.
+  // Changes when the data changes: a resumed run refuses different data. A size
+  // (tokens or examples) and a 64-bit hash of the loaded content (FNV-1a), so that a
+  // training state naming another file of the same size is refused too: a tampered
+  // state can make --resume read a file, but not train on one the state's author
+  // could not have hashed.
   virtual int64_t data_signature() const = 0;
+  virtual uint64_t data_fingerprint() const = 0;
   // Draws the next training batch (all randomness from rng, so resumption is exact).
   virtual const Batch& next_batch(Rng& rng) = 0;
   // Units of work per batch for throughput: tokens (text) or images.
@@ -40,6 +45,18 @@ class TrainTask {
 // many positions were chosen (src/train/evaluate.cpp).
 int64_t mask_rows(const int32_t* raw, int rows, int n, int32_t* inputs, int32_t* targets, const Tokenizer& tok,
                   Rng& rng, float mask_prob);
+
+// FNV-1a over bytes, continuing from h: the tasks' content fingerprints.
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+inline uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = kFnvOffset) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+template <typename T>
+uint64_t fnv1a(const std::vector<T>& v, uint64_t h = kFnvOffset) {
+  return fnv1a(v.data(), v.size() * sizeof(T), h);
+}
 
 struct TaskInputs {
   std::string data_path;  // LM/MLM corpus, classification training file, or image folder

@@ -96,6 +96,12 @@ std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume
   return lock;
 }
 
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)v);
+  return buf;
+}
+
 // The first parameter tensor whose gradient holds a NaN or Inf.
 std::string first_non_finite_grad(const Model& model) {
   for (const auto& p : model.params())
@@ -122,10 +128,17 @@ TrainSummary train(const TrainOptions& opts) {
           "batch_size x seq_len = " + std::to_string(int64_t(B) * rc.model.seq_len) +
               " tokens per step is more than one step can hold");
   const int64_t signature = task->data_signature();
-  if (opts.resume)
+  const std::string fingerprint = hex64(task->data_fingerprint());
+  if (opts.resume) {
     require(resume_meta.at("data_tokens").get<int64_t>() == signature,
             "'" + in.data_path + "' has changed since the run started (" + std::to_string(signature) + " now, " +
                 std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
+    // States written before fingerprints existed carry only the size.
+    if (resume_meta.contains("data_fingerprint"))
+      require(resume_meta["data_fingerprint"] == fingerprint,
+              "'" + in.data_path + "' is not the data this run was trained on: same size, but its content " +
+                  "fingerprint is " + fingerprint + ", the run's is " + resume_meta["data_fingerprint"].dump());
+  }
 
   const auto lock = prepare_run_dir(opts.out_dir, opts.resume);
   Model model(rc.model);
@@ -161,6 +174,7 @@ TrainSummary train(const TrainOptions& opts) {
               {"data", fs::absolute(in.data_path).string()},
               {"test", in.test_path.empty() ? std::string() : fs::absolute(in.test_path).string()},
               {"data_tokens", signature},
+              {"data_fingerprint", fingerprint},
               {"threads", omp_get_max_threads()},
               {"log_sum", log_sum},
               {"log_count", log_count}};
