@@ -281,11 +281,4 @@ void apply_set(nlohmann::json& j, const std::string& kv) {
   j[section][key] = v;
 }
 
-std::string resolve_model_path(const std::string& arg) {
-  namespace fs = std::filesystem;
-  if (fs::is_directory(arg)) return model_file(arg);
-  require(fs::exists(arg), "checkpoint '" + arg + "' does not exist");
-  return arg;
-}
-
 }  // namespace gmlp::cli

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "gmlp/checkpoint.h"
 #include "gmlp/model.h"
 
 namespace gmlp::cli {
@@ -27,8 +28,5 @@ int run_classifier_eval(Model& model, const std::string& data, int batch, bool j
 
 // "model.d_model=256" into a RunConfig JSON; the value is parsed as JSON when it can be.
 void apply_set(nlohmann::json& j, const std::string& kv);
-
-// A checkpoint argument may name the file or the run directory holding model.safetensors.
-std::string resolve_model_path(const std::string& arg);
 
 }  // namespace gmlp::cli

@@ -23,6 +23,9 @@ ModelConfig read_model_config(const SafeTensorsFile& file);
 // the exact set of names, F32 and the exact shapes.
 void load_weights(Model& model, const SafeTensorsFile& file, const std::string& prefix = "");
 std::unique_ptr<Model> load_model(const std::string& path);
+// A checkpoint argument may name the file or the run directory holding model.safetensors;
+// Error when neither exists.
+std::string resolve_model_path(const std::string& path);
 
 // Everything a resumed run needs to continue exactly where it stopped. The weights are
 // stored here too, so this one file is self-consistent whatever happens to the others.

@@ -93,6 +93,9 @@ struct RunConfig {
   ModelConfig model;
   TrainConfig train;
   static RunConfig load(const std::string& path);  // Error names the file and key
+  // {"model": ..., "train": ...} from JSON in memory; `where` names it in errors; open:
+  // see ModelConfig::validate.
+  static RunConfig from_json(const nlohmann::json& j, const std::string& where, bool open = false);
   nlohmann::json to_json() const;
 };
 

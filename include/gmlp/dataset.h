@@ -3,6 +3,7 @@
 // random training windows, and deterministic validation windows.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmlp/rng.h"
@@ -20,6 +21,13 @@ struct TextCorpus {
   // Error when the training part is shorter than `window` (= seq_len + 1) tokens, naming
   // the path, the token count and the window.
   static TextCorpus load(const std::string& path, const Tokenizer& tok, int window, float val_fraction);
+  // The same for a corpus already in memory: `name` stands for the path in messages.
+  static TextCorpus from_text(std::string_view text, const Tokenizer& tok, int window, float val_fraction,
+                              const std::string& name);
+  // Token ids already encoded: Error naming `name` and the index of an id outside
+  // [0, vocab_size); then split as above.
+  static TextCorpus from_tokens(std::vector<int32_t> ids, int vocab_size, int window, float val_fraction,
+                                const std::string& name);
 };
 
 // `batch` random windows of `window` tokens from `tokens` (start uniform in

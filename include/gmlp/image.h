@@ -46,6 +46,11 @@ IdxArray read_idx(const std::string& path);
 // largest label + 1. Errors name the file: dims of the wrong rank, counts that differ,
 // a label out of range, plus everything read_idx reports.
 ImageSet load_idx(const std::string& images_path, const std::string& labels_path, int n_classes = 0);
+// An ImageSet from images already in memory (pixels [n, C, H, W] in [0, 1], labels [n]),
+// with load_idx's label rule; Errors name `what`: sizes that disagree, an empty set,
+// a label out of range.
+ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, int channels, int height, int width,
+                        int n_classes, const std::string& what);
 
 // The split ("train" or "test") of an IDX data set in `dir`, named as MNIST names it:
 // {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte, each optionally

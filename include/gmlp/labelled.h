@@ -26,6 +26,11 @@ LabelledSet load_labelled(const std::string& path);
 // The same, with the classes fixed (a test file read against its training file's
 // classes): a label outside class_names is an Error naming path:line and the label.
 LabelledSet load_labelled(const std::string& path, const std::vector<std::string>& class_names);
+// The same checks for examples already in memory (`what` names them in messages, with
+// the example's index): labels[i] is text i's class name. class_names empty: numbered in
+// order of first appearance; given: a label outside them is an Error.
+LabelledSet make_labelled(std::vector<std::string> texts, const std::vector<std::string>& labels,
+                          const std::vector<std::string>& class_names, const std::string& what);
 
 // Sentences tokenised and padded to a common length T: row i of tokens ([rows, T]) holds
 // the first lengths[i] tokens of text i, then pad ids.

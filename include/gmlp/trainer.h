@@ -11,9 +11,23 @@
 
 #include "gmlp/config.h"
 #include "gmlp/dataset.h"
+#include "gmlp/image.h"
+#include "gmlp/labelled.h"
 #include "gmlp/model.h"
 
 namespace gmlp {
+
+// Training data already in memory, for callers that hold it (the Python module): used
+// instead of data_path / test_path. The task takes what it needs: a corpus (text, or
+// token ids of the config's tokenizer) for LM and MLM, labelled texts for classify,
+// images for vision; the test sets are optional. `name` stands for a path in messages.
+struct TrainData {
+  std::string name = "<memory>";
+  std::string text;
+  std::vector<int32_t> tokens;
+  LabelledSet texts, test_texts;
+  ImageSet images, test_images;  // pixels in [0, 1] (normalised by the task)
+};
 
 struct TrainOptions {
   RunConfig run;
@@ -26,6 +40,11 @@ struct TrainOptions {
   int64_t extend_to = 0;     // with resume: raise the run's total steps to this (0 = keep)
   int64_t stop_after = 0;    // stop (as if interrupted) after this many steps of this invocation; 0 = off
   bool progress_bar = true;  // a live one-line bar on a terminal; plain log lines otherwise
+  std::shared_ptr<const TrainData> data;  // in-memory data instead of the paths (null: the paths)
+  // Called with every line the metrics log gets (training and evaluation lines), right
+  // after it is written; returning false stops the run as an interruption does
+  // (checkpoint, then return with interrupted set). Exceptions propagate.
+  std::function<bool(const nlohmann::json& line)> on_log;
 };
 
 struct TrainSummary {

@@ -34,9 +34,13 @@ void check_window(int window, const char* fn) {
 
 TextCorpus TextCorpus::load(const std::string& path, const Tokenizer& tok, int window, float val_fraction) {
   check_window(window, "TextCorpus::load");
-  require(std::isfinite(val_fraction) && val_fraction >= 0.0f && val_fraction < 1.0f,
-          "TextCorpus::load: val_fraction " + std::to_string(val_fraction) + " is outside [0, 1)");
-  const std::string text = read_corpus(path);
+  return from_text(read_corpus(path), tok, window, val_fraction, path);
+}
+
+TextCorpus TextCorpus::from_text(std::string_view text, const Tokenizer& tok, int window, float val_fraction,
+                                 const std::string& name) {
+  check_window(window, "TextCorpus::from_text");
+  require(!text.empty(), "corpus " + name + " is empty");
   std::vector<int32_t> ids;
   try {
     if (tok.kind() == "sentencepiece") {
@@ -46,7 +50,7 @@ TextCorpus TextCorpus::load(const std::string& path, const Tokenizer& tok, int w
       while (start < text.size()) {
         size_t end = text.find('\n', start);
         if (end == std::string::npos) end = text.size();
-        const auto line = tok.encode(std::string_view(text).substr(start, end - start));
+        const auto line = tok.encode(text.substr(start, end - start));
         ids.insert(ids.end(), line.begin(), line.end());
         start = end + 1;
       }
@@ -54,21 +58,33 @@ TextCorpus TextCorpus::load(const std::string& path, const Tokenizer& tok, int w
       ids = tok.encode(text);
     }
   } catch (const Error& e) {
-    throw Error("corpus " + path + ": " + e.what());  // the tokenizer knows the offset, not the file
+    throw Error("corpus " + name + ": " + e.what());  // the tokenizer knows the offset, not the file
   }
+  return from_tokens(std::move(ids), tok.vocab_size(), window, val_fraction, name);
+}
+
+TextCorpus TextCorpus::from_tokens(std::vector<int32_t> ids, int vocab_size, int window, float val_fraction,
+                                   const std::string& name) {
+  check_window(window, "TextCorpus::from_tokens");
+  require(std::isfinite(val_fraction) && val_fraction >= 0.0f && val_fraction < 1.0f,
+          "TextCorpus: val_fraction " + std::to_string(val_fraction) + " is outside [0, 1)");
+  for (size_t i = 0; i < ids.size(); ++i)
+    require(ids[i] >= 0 && ids[i] < vocab_size, "corpus " + name + ": token id " + std::to_string(ids[i]) +
+                                                    " at index " + std::to_string(i) + " is outside the vocabulary of " +
+                                                    std::to_string(vocab_size));
   const int64_t n = int64_t(ids.size());
-  require(n >= window, "corpus " + path + " has " + std::to_string(n) + " tokens, fewer than one window of " +
+  require(n >= window, "corpus " + name + " has " + std::to_string(n) + " tokens, fewer than one window of " +
                            std::to_string(window));
   // The validation tail is at least one window, so it can always be evaluated.
   const int64_t n_val = val_fraction == 0.0f ? 0 : std::max<int64_t>(window, std::llround(double(val_fraction) * n));
   const int64_t n_train = n - n_val;
-  require(n_train >= window, "corpus " + path + " has " + std::to_string(n) + " tokens; after holding out " +
+  require(n_train >= window, "corpus " + name + " has " + std::to_string(n) + " tokens; after holding out " +
                                  std::to_string(n_val) + " for validation (val_fraction " +
                                  std::to_string(val_fraction) + ") the training part has " +
                                  std::to_string(std::max<int64_t>(n_train, 0)) +
                                  ", fewer than one window of " + std::to_string(window));
   TextCorpus c;
-  c.path = path;
+  c.path = name;
   c.val.assign(ids.begin() + n_train, ids.end());
   ids.resize(size_t(n_train));
   c.train = std::move(ids);

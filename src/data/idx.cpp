@@ -137,6 +137,22 @@ IdxArray read_idx(const std::string& path) {
   return a;
 }
 
+namespace {
+// Every label in [0, n_classes) (n_classes 0: any label >= 0); returns the class count,
+// the largest label + 1 when it was 0.
+int check_labels(const std::vector<int32_t>& labels, int n_classes, const std::string& what) {
+  int max_label = 0;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const int l = labels[i];
+    if (l < 0 || (n_classes > 0 && l >= n_classes))
+      throw Error(what + ": label " + std::to_string(l) + " at index " + std::to_string(i) + " is out of range for " +
+                  (n_classes > 0 ? std::to_string(n_classes) + " classes" : std::string("class indices")));
+    max_label = std::max(max_label, l);
+  }
+  return n_classes > 0 ? n_classes : max_label + 1;
+}
+}  // namespace
+
 ImageSet load_idx(const std::string& images_path, const std::string& labels_path, int n_classes) {
   require(n_classes >= 0, "load_idx: n_classes must be >= 0, got " + std::to_string(n_classes));
   IdxArray im = read_idx(images_path);
@@ -155,17 +171,33 @@ ImageSet load_idx(const std::string& images_path, const std::string& labels_path
   s.width = int(im.dims[2]);
   s.pixels.resize(im.data.size());
   for (size_t i = 0; i < im.data.size(); ++i) s.pixels[i] = float(im.data[i]) * (1.0f / 255.0f);
-  s.labels.resize(s.n);
-  int max_label = 0;
-  for (int i = 0; i < s.n; ++i) {
-    const int l = lb.data[i];
-    if (n_classes > 0 && l >= n_classes)
-      throw Error(labels_path + ": label " + std::to_string(l) + " at index " + std::to_string(i) +
-                  " is out of range for " + std::to_string(n_classes) + " classes");
-    s.labels[i] = l;
-    max_label = std::max(max_label, l);
-  }
-  s.n_classes = n_classes > 0 ? n_classes : max_label + 1;
+  s.labels.assign(lb.data.begin(), lb.data.end());
+  s.n_classes = check_labels(s.labels, n_classes, labels_path);
+  return s;
+}
+
+ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, int channels, int height, int width,
+                        int n_classes, const std::string& what) {
+  require(n_classes >= 0, what + ": n_classes must be >= 0, got " + std::to_string(n_classes));
+  require(channels >= 1 && height >= 1 && width >= 1, what + ": image shape " + std::to_string(channels) + "x" +
+                                                          std::to_string(height) + "x" + std::to_string(width) +
+                                                          " has an empty side");
+  const size_t per = size_t(channels) * size_t(height) * size_t(width);
+  require(!labels.empty(), what + ": no images");
+  require(labels.size() <= INT32_MAX && pixels.size() == labels.size() * per,
+          what + ": " + std::to_string(labels.size()) + " labels but " + std::to_string(pixels.size()) +
+              " pixel values (" + std::to_string(pixels.size() / per) + " images of " + std::to_string(per) + ")");
+  for (size_t i = 0; i < pixels.size(); ++i)
+    require(std::isfinite(pixels[i]), what + ": pixel value " + std::to_string(pixels[i]) + " at index " +
+                                          std::to_string(i) + " is not finite");
+  ImageSet s;
+  s.n = int(labels.size());
+  s.channels = channels;
+  s.height = height;
+  s.width = width;
+  s.pixels = std::move(pixels);
+  s.labels = std::move(labels);
+  s.n_classes = check_labels(s.labels, n_classes, what);
   return s;
 }
 

@@ -29,6 +29,45 @@ std::vector<std::string_view> split_lines(std::string_view text) {
   return lines;
 }
 
+// Adds examples one by one with the checks every source of labelled data gets.
+class LabelledBuilder {
+ public:
+  explicit LabelledBuilder(const std::vector<std::string>* fixed) : fixed_(fixed) {
+    if (fixed) {
+      s_.class_names = *fixed;
+      for (size_t i = 0; i < fixed->size(); ++i) index_.emplace((*fixed)[i], int32_t(i));
+    }
+  }
+  // `where` names the example (path:line, or a list and an index) in errors.
+  void add(const std::string& label, std::string_view text, const std::string& where) {
+    require(!label.empty(), where + ": empty label");
+    // Labels become class names: stored as JSON in checkpoints and printed in reports.
+    utf8_code_points(label, where + ": label");
+    for (const unsigned char ch : label)
+      require(ch >= 0x20 && ch != 0x7f, where + ": the label holds a control character (byte " +
+                                            std::to_string(int(ch)) + ")");
+    require(!text.empty(), where + ": empty text after the label \"" + label + "\"");
+    auto it = index_.find(label);
+    if (it == index_.end()) {
+      if (fixed_) {
+        std::string known;
+        for (const auto& n : *fixed_) known += (known.empty() ? "" : ", ") + n;
+        throw Error(where + ": label \"" + label + "\" is not one of the training classes (" + known + ")");
+      }
+      it = index_.emplace(label, int32_t(s_.class_names.size())).first;
+      s_.class_names.push_back(label);
+    }
+    s_.labels.push_back(it->second);
+    s_.texts.emplace_back(text);
+  }
+  LabelledSet take() { return std::move(s_); }
+
+ private:
+  const std::vector<std::string>* fixed_;
+  LabelledSet s_;
+  std::unordered_map<std::string, int32_t> index_;
+};
+
 LabelledSet load(const std::string& path, const std::vector<std::string>* fixed) {
   std::string text;
   try {
@@ -36,12 +75,7 @@ LabelledSet load(const std::string& path, const std::vector<std::string>* fixed)
   } catch (const Error& e) {
     throw Error(std::string("labelled data: cannot read ") + e.what());
   }
-  LabelledSet s;
-  std::unordered_map<std::string, int32_t> index;
-  if (fixed) {
-    s.class_names = *fixed;
-    for (size_t i = 0; i < fixed->size(); ++i) index.emplace((*fixed)[i], int32_t(i));
-  }
+  LabelledBuilder b(fixed);
   int64_t no = 0;
   for (const std::string_view line : split_lines(text)) {
     ++no;
@@ -49,27 +83,9 @@ LabelledSet load(const std::string& path, const std::vector<std::string>* fixed)
     require(!line.empty(), where + ": empty line (expected \"label<TAB>text\")");
     const size_t tab = line.find('\t');
     require(tab != std::string::npos, where + ": no tab (expected \"label<TAB>text\")");
-    std::string label(line.substr(0, tab));
-    require(!label.empty(), where + ": empty label");
-    // Labels become class names: stored as JSON in checkpoints and printed in reports.
-    utf8_code_points(label, where + ": label");
-    for (const unsigned char ch : label)
-      require(ch >= 0x20 && ch != 0x7f, where + ": the label holds a control character (byte " +
-                                            std::to_string(int(ch)) + ")");
-    require(tab + 1 < line.size(), where + ": empty text after the label \"" + label + "\"");
-    auto it = index.find(label);
-    if (it == index.end()) {
-      if (fixed) {
-        std::string known;
-        for (const auto& n : *fixed) known += (known.empty() ? "" : ", ") + n;
-        throw Error(where + ": label \"" + label + "\" is not one of the training classes (" + known + ")");
-      }
-      it = index.emplace(label, int32_t(s.class_names.size())).first;
-      s.class_names.push_back(label);
-    }
-    s.labels.push_back(it->second);
-    s.texts.emplace_back(line.substr(tab + 1));
+    b.add(std::string(line.substr(0, tab)), line.substr(tab + 1), where);
   }
+  LabelledSet s = b.take();
   require(!s.texts.empty(), "labelled data: " + path + " holds no lines");
   return s;
 }
@@ -81,6 +97,16 @@ LabelledSet load_labelled(const std::string& path) { return load(path, nullptr);
 LabelledSet load_labelled(const std::string& path, const std::vector<std::string>& class_names) {
   require(!class_names.empty(), "labelled data: no classes given for " + path);
   return load(path, &class_names);
+}
+
+LabelledSet make_labelled(std::vector<std::string> texts, const std::vector<std::string>& labels,
+                          const std::vector<std::string>& class_names, const std::string& what) {
+  require(texts.size() == labels.size(), what + ": " + std::to_string(texts.size()) + " texts but " +
+                                             std::to_string(labels.size()) + " labels");
+  require(!texts.empty(), what + ": no examples");
+  LabelledBuilder b(class_names.empty() ? nullptr : &class_names);
+  for (size_t i = 0; i < texts.size(); ++i) b.add(labels[i], texts[i], what + "[" + std::to_string(i) + "]");
+  return b.take();
 }
 
 PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenizer& tok, int T) {

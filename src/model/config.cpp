@@ -373,13 +373,17 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& where) {
 }
 
 RunConfig RunConfig::load(const std::string& path) {
-  const json j = parse_json(read_file(path), "config file '" + path + "'");
-  require(j.is_object(), "config file '" + path + "': expected a JSON object, got " + std::string(j.type_name()));
+  const std::string where = "config file '" + path + "'";
+  return from_json(parse_json(read_file(path), where), where);
+}
+
+RunConfig RunConfig::from_json(const json& j, const std::string& where, bool open) {
+  require(j.is_object(), where + ": expected a JSON object, got " + std::string(j.type_name()));
   for (auto it = j.begin(); it != j.end(); ++it)
-    require(it.key() == "model" || it.key() == "train", "config file '" + path + "': unknown key '" + it.key() + "'");
+    require(it.key() == "model" || it.key() == "train", where + ": unknown key '" + it.key() + "'");
   RunConfig rc;
-  if (j.contains("model")) rc.model = ModelConfig::from_json(j["model"], "config file '" + path + "' [model]");
-  if (j.contains("train")) rc.train = TrainConfig::from_json(j["train"], "config file '" + path + "' [train]");
+  if (j.contains("model")) rc.model = ModelConfig::from_json(j["model"], where + " [model]", open);
+  if (j.contains("train")) rc.train = TrainConfig::from_json(j["train"], where + " [train]");
   return rc;
 }
 

@@ -1,9 +1,11 @@
 #include "gmlp/checkpoint.h"
 
+#include <filesystem>
 #include <set>
 
 #include "gmlp/error.h"
 #include "gmlp/files.h"
+#include "gmlp/trainer.h"
 
 namespace gmlp {
 namespace {
@@ -62,6 +64,13 @@ std::unique_ptr<Model> load_model(const std::string& path) {
   auto model = std::make_unique<Model>(cfg);
   load_weights(*model, file, "");
   return model;
+}
+
+std::string resolve_model_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) return model_file(path);
+  require(fs::exists(path), "checkpoint '" + path + "' does not exist");
+  return path;
 }
 
 void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path) {

@@ -10,6 +10,7 @@
 #include "gmlp/image.h"
 #include "gmlp/evaluate.h"
 #include "gmlp/labelled.h"
+#include "gmlp/trainer.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -135,12 +136,20 @@ std::vector<std::string> read_class_names(const std::string& dir) {
 }  // namespace
 
 std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
-  LabelledSet train = load_labelled(in.data_path);
-  LabelledSet test;
-  if (!in.test_path.empty()) test = load_labelled(in.test_path, train.class_names);
+  LabelledSet train, test;
+  if (in.memory) {
+    train = in.memory->texts;
+    test = in.memory->test_texts;
+    require(train.size() > 0, in.data_name() + ": a classifier trains on labelled texts; none given");
+    require(test.size() == 0 || test.class_names == train.class_names,
+            in.data_name() + ": the test texts' classes differ from the training texts'");
+  } else {
+    train = load_labelled(in.data_path);
+    if (!in.test_path.empty()) test = load_labelled(in.test_path, train.class_names);
+  }
   if (rc.model.n_classes == 0) rc.model.n_classes = int(train.class_names.size());  // open: the data's
   require(int(train.class_names.size()) == rc.model.n_classes,
-          "'" + in.data_path + "' has " + std::to_string(train.class_names.size()) + " classes, but the model has " +
+          "'" + in.data_name() + "' has " + std::to_string(train.class_names.size()) + " classes, but the model has " +
               "'n_classes' = " + std::to_string(rc.model.n_classes));
   rc.model.class_names = train.class_names;
   return std::make_unique<TextClassifyTask>(std::move(tok), std::move(train), std::move(test), rc.model.seq_len,
@@ -149,7 +158,8 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
 
 std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in) {
   ModelConfig& m = rc.model;
-  ImageSet train = load_image_dataset(in.data_path, "train", m.n_classes);
+  ImageSet train = in.memory ? in.memory->images : load_image_dataset(in.data_path, "train", m.n_classes);
+  require(train.n > 0, in.data_name() + ": a vision model trains on images; none given");
   // What the config left open, the data decides: the image shape (patches of 4 when
   // they tile it) and the classes.
   if (m.image_channels == 0) {
@@ -162,13 +172,19 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
     m.seq_len = (m.image_height / m.patch_height) * (m.image_width / m.patch_width);
   }
   if (m.n_classes == 0) m.n_classes = train.n_classes;
-  ImageSet test = load_image_dataset(in.data_path, "test", m.n_classes);
+  ImageSet test = in.memory ? in.memory->test_images : load_image_dataset(in.data_path, "test", m.n_classes);
+  for (const ImageSet* set : {&train, &test})
+    require(set->n == 0 || set->n_classes <= m.n_classes,
+            "'" + in.data_name() + "' has labels up to " + std::to_string(set->n_classes - 1) + ", but the model has " +
+                "'n_classes' = " + std::to_string(m.n_classes));
+  require(test.n == 0 || (test.channels == train.channels && test.height == train.height && test.width == train.width),
+          "'" + in.data_name() + "': the test images' shape differs from the training images'");
   require(train.channels == m.image_channels && train.height == m.image_height && train.width == m.image_width,
-          "'" + in.data_path + "' holds images of " + std::to_string(train.channels) + "x" +
+          "'" + in.data_name() + "' holds images of " + std::to_string(train.channels) + "x" +
               std::to_string(train.height) + "x" + std::to_string(train.width) + ", but the model takes " +
               std::to_string(m.image_channels) + "x" + std::to_string(m.image_height) + "x" +
               std::to_string(m.image_width));
-  if (m.class_names.empty()) {
+  if (m.class_names.empty() && !in.memory) {
     auto names = read_class_names(in.data_path);
     if (int(names.size()) == m.n_classes) m.class_names = names;
   }
@@ -176,7 +192,7 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
   if (m.normalization.is_null()) m.normalization = compute_normalization(train).to_json();
   const Normalization norm = Normalization::from_json(m.normalization, "model config 'normalization'");
   normalize(train, norm);
-  normalize(test, norm);
+  if (test.n > 0) normalize(test, norm);
   auto task = std::make_unique<VisionTask>(m, std::move(train), std::move(test), rc.train.batch_size,
                                            rc.train.augment_shift);
   // Shifted-in pixels are black in the original images: after normalisation that is

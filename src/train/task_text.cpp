@@ -7,6 +7,7 @@
 #include "gmlp/safetensors.h"
 #include "gmlp/evaluate.h"
 #include "gmlp/mlm.h"
+#include "gmlp/trainer.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -14,8 +15,8 @@ namespace {
 
 class CausalLmTask : public TrainTask {
  public:
-  CausalLmTask(std::unique_ptr<Tokenizer> tok, const std::string& path, int n, int B, float val_fraction)
-      : tok_(std::move(tok)), corpus_(TextCorpus::load(path, *tok_, n + 1, val_fraction)), n_(n), B_(B),
+  CausalLmTask(std::unique_ptr<Tokenizer> tok, TextCorpus corpus, int n, int B)
+      : tok_(std::move(tok)), corpus_(std::move(corpus)), n_(n), B_(B),
         buf_(size_t(B) * (n + 1)) {
     batch_.B = B;
     batch_.T = n;
@@ -55,9 +56,8 @@ class CausalLmTask : public TrainTask {
 
 class MaskedLmTask : public TrainTask {
  public:
-  MaskedLmTask(std::unique_ptr<Tokenizer> tok, const std::string& path, int n, int B, float val_fraction,
-               float mask_prob)
-      : tok_(std::move(tok)), corpus_(TextCorpus::load(path, *tok_, n, val_fraction)), n_(n), B_(B),
+  MaskedLmTask(std::unique_ptr<Tokenizer> tok, TextCorpus corpus, int n, int B, float mask_prob)
+      : tok_(std::move(tok)), corpus_(std::move(corpus)), n_(n), B_(B),
         mask_prob_(mask_prob), raw_(size_t(B) * n), inputs_(size_t(B) * n), targets_(size_t(B) * n) {
     batch_.B = B;
     batch_.T = n;
@@ -100,15 +100,27 @@ class MaskedLmTask : public TrainTask {
   Batch batch_;
 };
 
+// The corpus from its file, or from the text or token ids in memory.
+TextCorpus load_corpus(const TaskInputs& in, const Tokenizer& tok, int window, float val_fraction) {
+  if (!in.memory) return TextCorpus::load(in.data_path, tok, window, val_fraction);
+  const TrainData& d = *in.memory;
+  require(d.text.empty() != d.tokens.empty(),
+          d.name + ": a language model trains on one corpus: give either text or token ids");
+  if (!d.text.empty()) return TextCorpus::from_text(d.text, tok, window, val_fraction, d.name);
+  return TextCorpus::from_tokens(d.tokens, tok.vocab_size(), window, val_fraction, d.name);
+}
+
 }  // namespace
 
 std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
   const TrainConfig& tc = rc.train;
-  if (rc.model.task == Task::causal_lm)
-    return std::make_unique<CausalLmTask>(std::move(tok), in.data_path, rc.model.seq_len, tc.batch_size,
-                                          tc.val_fraction);
-  return std::make_unique<MaskedLmTask>(std::move(tok), in.data_path, rc.model.seq_len, tc.batch_size,
-                                        tc.val_fraction, tc.mask_prob);
+  const int n = rc.model.seq_len;
+  if (rc.model.task == Task::causal_lm) {
+    TextCorpus corpus = load_corpus(in, *tok, n + 1, tc.val_fraction);
+    return std::make_unique<CausalLmTask>(std::move(tok), std::move(corpus), n, tc.batch_size);
+  }
+  TextCorpus corpus = load_corpus(in, *tok, n, tc.val_fraction);
+  return std::make_unique<MaskedLmTask>(std::move(tok), std::move(corpus), n, tc.batch_size, tc.mask_prob);
 }
 
 }  // namespace gmlp

@@ -6,26 +6,32 @@
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/safetensors.h"
+#include "gmlp/trainer.h"
 #include "train/tasks.h"
 
 namespace gmlp {
 namespace {
 
-// A char tokenizer without its characters is built from the corpus; errors (invalid
-// UTF-8, an empty file) then name the corpus.
-std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const std::string& data_path) {
+// A char tokenizer without its characters is built from the corpus (a file, or text in
+// memory); errors (invalid UTF-8, an empty file) then name the corpus.
+std::unique_ptr<Tokenizer> make_tokenizer(const nlohmann::json& spec, const TaskInputs& in) {
   if (spec.is_object() && spec.contains("kind") && spec["kind"] == "char" && !spec.contains("chars")) {
-    const std::string text = read_file(data_path);
+    require(!in.memory || !in.memory->text.empty(),
+            in.data_name() + ": a char tokenizer without \"chars\" is built from a text corpus; token ids do not "
+                             "give one (list the \"chars\" or train on text)");
+    const std::string text = in.memory ? in.memory->text : read_file(in.data_path);
     try {
       return build_char_tokenizer(text, tokenizer_specials(spec));
     } catch (const Error& e) {
-      throw Error("'" + data_path + "': " + e.what());
+      throw Error("'" + in.data_name() + "': " + e.what());
     }
   }
   return tokenizer_from_json(spec);
 }
 
 }  // namespace
+
+std::string TaskInputs::data_name() const { return memory ? memory->name : data_path; }
 
 std::unique_ptr<TrainTask> make_text_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
 std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok);
@@ -38,7 +44,7 @@ std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
     m.validate();
     return task;
   }
-  auto tok = make_tokenizer(m.tokenizer, in.data_path);
+  auto tok = make_tokenizer(m.tokenizer, in);
   // Masked LM and classification need [PAD] and [MASK]; byte and char vocabularies get
   // them appended when the config did not list them.
   if (m.task != Task::causal_lm && (tok->pad_id() < 0 || tok->mask_id() < 0)) {

@@ -58,9 +58,14 @@ uint64_t fnv1a(const std::vector<T>& v, uint64_t h = kFnvOffset) {
   return fnv1a(v.data(), v.size() * sizeof(T), h);
 }
 
+struct TrainData;
+
 struct TaskInputs {
   std::string data_path;  // LM/MLM corpus, classification training file, or image folder
   std::string test_path;  // classification test file (vision: the folder's test split)
+  const TrainData* memory = nullptr;  // in-memory data instead of the paths (gmlp/trainer.h)
+  // What names the data in messages: the memory's name or the path.
+  std::string data_name() const;
 };
 
 // Builds the task for cfg.model.task. May complete the model config from the data

@@ -52,6 +52,12 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
     rc.train = TrainConfig::from_json(meta.at("config").at("train"), path);
     in.data_path = meta.at("data").get<std::string>();
     in.test_path = meta.value("test", std::string());
+    // A run on in-memory data resumes only with data in memory again (the signature
+    // below checks that it is the same data).
+    require(meta.contains("memory") == (opts.data != nullptr),
+            meta.contains("memory") ? "'" + opts.out_dir + "' was trained on data in memory; resume it with that data"
+                                    : "'" + opts.out_dir + "' was trained on '" + in.data_path +
+                                          "'; it resumes from that file, not from data in memory");
     (void)meta.at("data_tokens").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed training-state metadata: " + e.what());
@@ -115,7 +121,7 @@ std::string first_non_finite_grad(const Model& model) {
 TrainSummary train(const TrainOptions& opts) {
   namespace fs = std::filesystem;
   RunConfig rc = opts.run;
-  TaskInputs in{opts.data_path, opts.test_path};
+  TaskInputs in{opts.data_path, opts.test_path, opts.data.get()};
   std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
   if (opts.resume) resume_meta = read_resume(opts, rc, in);
@@ -131,12 +137,12 @@ TrainSummary train(const TrainOptions& opts) {
   const std::string fingerprint = hex64(task->data_fingerprint());
   if (opts.resume) {
     require(resume_meta.at("data_tokens").get<int64_t>() == signature,
-            "'" + in.data_path + "' has changed since the run started (" + std::to_string(signature) + " now, " +
+            "'" + in.data_name() + "' has changed since the run started (" + std::to_string(signature) + " now, " +
                 std::to_string(resume_meta.at("data_tokens").get<int64_t>()) + " then)");
     // States written before fingerprints existed carry only the size.
     if (resume_meta.contains("data_fingerprint"))
       require(resume_meta["data_fingerprint"] == fingerprint,
-              "'" + in.data_path + "' is not the data this run was trained on: same size, but its content " +
+              "'" + in.data_name() + "' is not the data this run was trained on: same size, but its content " +
                   "fingerprint is " + fingerprint + ", the run's is " + resume_meta["data_fingerprint"].dump());
   }
 
@@ -170,14 +176,16 @@ TrainSummary train(const TrainOptions& opts) {
   MetricsLog log(metrics_file(opts.out_dir));
 
   auto checkpoint = [&]() {
+    auto absolute = [&](const std::string& p) { return p.empty() || in.memory ? std::string() : fs::absolute(p).string(); };
     st.run = {{"config", rc.to_json()},
-              {"data", fs::absolute(in.data_path).string()},
-              {"test", in.test_path.empty() ? std::string() : fs::absolute(in.test_path).string()},
+              {"data", absolute(in.data_path)},
+              {"test", absolute(in.test_path)},
               {"data_tokens", signature},
               {"data_fingerprint", fingerprint},
               {"threads", omp_get_max_threads()},
               {"log_sum", log_sum},
               {"log_count", log_count}};
+    if (in.memory) st.run["memory"] = in.memory->name;
     save_train_state(model, opt, st, state_file(opts.out_dir));
     save_model(model, model_file(opts.out_dir));
     drop_replaced(opts.out_dir);
@@ -196,8 +204,13 @@ TrainSummary train(const TrainOptions& opts) {
   int64_t window_units = 0;
   const std::string per_s = std::string(task->unit()) + "_per_s";
 
+  bool stop = false;  // on_log asked to stop
+  auto write_log = [&](const nlohmann::json& line) {
+    log.write(line);
+    if (opts.on_log && !opts.on_log(line)) stop = true;
+  };
   while (st.step < tc.steps) {
-    if (g_stop_requested.load() || (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
+    if (stop || g_stop_requested.load() || (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
       sum.interrupted = true;
       break;
     }
@@ -226,7 +239,7 @@ TrainSummary train(const TrainOptions& opts) {
     if (st.step % tc.log_every == 0 || st.step == tc.steps) {
       const double ups = window_time > 0 ? double(window_units) / window_time : 0.0;
       const double mean = log_sum / double(log_count);
-      log.write({{"step", st.step}, {"loss", mean}, {"lr", lr}, {"grad_norm", gnorm}, {per_s, ups},
+      write_log({{"step", st.step}, {"loss", mean}, {"lr", lr}, {"grad_norm", gnorm}, {per_s, ups},
                  {"elapsed_s", elapsed_before + seconds_since(t_start)}});
       bar.update(st.step, mean, ups);
       log_sum = 0.0;
@@ -239,7 +252,7 @@ TrainSummary train(const TrainOptions& opts) {
       if (!ev.is_null()) {
         nlohmann::json line = {{"step", st.step}};
         line.update(ev);
-        log.write(line);
+        write_log(line);
         bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
         sum.val_metrics = ev;
       }

@@ -1,0 +1,125 @@
+// The trainer with data in memory (TrainOptions::data) and the per-line hook
+// (TrainOptions::on_log): the same run as from files, stopping from the hook, and the
+// checks every in-memory source shares with its file form.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "gmlp/checkpoint.h"
+#include "gmlp/error.h"
+#include "gmlp/files.h"
+#include "gmlp/image.h"
+#include "gmlp/labelled.h"
+#include "gmlp/trainer.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+TrainOptions tiny_lm(const std::string& out) {
+  TrainOptions o;
+  o.run.model.d_model = 8;
+  o.run.model.d_ffn = 16;
+  o.run.model.n_layers = 1;
+  o.run.model.seq_len = 8;
+  o.run.train.batch_size = 2;
+  o.run.train.steps = 12;
+  o.run.train.log_every = 3;
+  o.run.train.eval_every = 6;
+  o.run.train.eval_batches = 2;
+  o.run.train.warmup = 2;
+  o.out_dir = out;
+  o.progress_bar = false;
+  return o;
+}
+
+TEST(TrainMemory, TextAndTokensInMemoryTrainAsTheFileDoes) {
+  test::TempDir dir("train_memory");
+  const std::string text = read_file(test::kGplText).substr(0, 6000);
+  write_file_atomic(dir.file("corpus.txt"), text);
+  TrainOptions f = tiny_lm(dir.file("file"));
+  f.data_path = dir.file("corpus.txt");
+  const TrainSummary a = train(f);
+
+  auto mem = std::make_shared<TrainData>();
+  mem->text = text;
+  TrainOptions t = tiny_lm(dir.file("text"));
+  t.data = mem;
+  const TrainSummary b = train(t);
+
+  auto ids = std::make_shared<TrainData>();
+  ids->tokens.assign(text.begin(), text.end());  // byte tokenizer: ids are the bytes
+  TrainOptions i = tiny_lm(dir.file("ids"));
+  i.data = ids;
+  const TrainSummary c = train(i);
+
+  EXPECT_EQ(a.last_loss, b.last_loss);
+  EXPECT_EQ(a.last_loss, c.last_loss);
+  EXPECT_EQ(a.val_metrics, c.val_metrics);
+  EXPECT_EQ(test::train_losses(dir.file("file")), test::train_losses(dir.file("ids")));
+
+  // A memory run resumes only with data in memory, and that data must be the same.
+  i.resume = true;
+  i.extend_to = 15;
+  EXPECT_EQ(train(i).steps, 15);
+  TrainOptions r = tiny_lm(dir.file("ids"));
+  r.resume = true;
+  r.data_path = dir.file("corpus.txt");
+  EXPECT_NE(test::error_of([&] { train(r); }).find("trained on data in memory"), std::string::npos);
+  auto other = std::make_shared<TrainData>();
+  other->tokens.assign(text.begin(), text.begin() + 3000);
+  r.data = other;
+  r.data_path.clear();
+  EXPECT_NE(test::error_of([&] { train(r); }).find("has changed since the run started"), std::string::npos);
+}
+
+TEST(TrainMemory, OnLogSeesEveryLineAndStopsTheRunWithACheckpoint) {
+  test::TempDir dir("train_on_log");
+  TrainOptions o = tiny_lm(dir.file("run"));
+  o.data_path = test::kGplText;
+  std::vector<nlohmann::json> seen;
+  o.on_log = [&](const nlohmann::json& line) {
+    seen.push_back(line);
+    return line["step"].get<int64_t>() < 6;
+  };
+  const TrainSummary s = train(o);
+  EXPECT_TRUE(s.interrupted);
+  EXPECT_EQ(s.steps, 6);
+  ASSERT_EQ(seen.size(), 3u);  // steps 3 and 6, and the evaluation of step 6
+  EXPECT_TRUE(seen[1].contains("loss"));
+  EXPECT_TRUE(seen[2].contains("val_loss"));
+  EXPECT_EQ(seen, test::read_jsonl(metrics_file(dir.file("run"))));
+  EXPECT_EQ(load_model(model_file(dir.file("run")))->config().d_model, 8);
+}
+
+TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
+  EXPECT_NE(test::error_of([] { make_labelled({"a", "b"}, {"x"}, {}, "texts"); }).find("texts: 2 texts but 1 labels"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] { make_labelled({"a", ""}, {"x", "y"}, {}, "texts"); })
+                .find("texts[1]: empty text after the label \"y\""),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] { make_labelled({"a"}, {"z"}, {"x", "y"}, "test texts"); })
+                .find("test texts[0]: label \"z\" is not one of the training classes (x, y)"),
+            std::string::npos);
+  const LabelledSet s = make_labelled({"a", "b", "c"}, {"y", "x", "y"}, {}, "texts");
+  EXPECT_EQ(s.class_names, (std::vector<std::string>{"y", "x"}));
+  EXPECT_EQ(s.labels, (std::vector<int32_t>{0, 1, 0}));
+
+  EXPECT_NE(test::error_of([] { make_image_set(std::vector<float>(7), {0, 1}, 1, 2, 2, 0, "imgs"); })
+                .find("imgs: 2 labels but 7 pixel values"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] { make_image_set(std::vector<float>(8), {0, 3}, 1, 2, 2, 3, "imgs"); })
+                .find("imgs: label 3 at index 1 is out of range for 3 classes"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] { make_image_set(std::vector<float>(8), {0, -1}, 1, 2, 2, 0, "imgs"); })
+                .find("label -1"),
+            std::string::npos);
+  EXPECT_EQ(make_image_set(std::vector<float>(8), {0, 4}, 1, 2, 2, 0, "imgs").n_classes, 5);
+
+  EXPECT_NE(test::error_of([] { TextCorpus::from_tokens({1, 2, 256}, 256, 2, 0.f, "ids"); })
+                .find("corpus ids: token id 256 at index 2 is outside the vocabulary of 256"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gmlp
