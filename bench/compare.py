@@ -210,7 +210,7 @@ def main() -> None:
     sgemm = next((r["sgemm_peak_gflops"] for r in records if r.get("sgemm_peak_gflops")), None)
     report = [f"# gmlp vs PyTorch ({meta['date']})", "",
               f"- machine: {meta['cpu']}, nproc {meta['nproc']}; threads {args.threads}",
-              f"- PyTorch {torch_version} (fp32, tests/reference/gmlp_ref.py); "
+              f"- PyTorch {torch_version} (fp32, python/gmlp/reference.py); "
               f"gmlp {args.gmlp} at git {meta['git'] or '?'}",
               f"- command: `{meta['command']}`"]
     if sgemm:

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch peer of `gmlp bench`: times the reference model (tests/reference/gmlp_ref.py)
+"""PyTorch peer of `gmlp bench`: times the reference model (python/gmlp/reference.py)
 on a gmlp.cpp config and prints the same kind of record.
 
   torch_bench.py --config configs/tiny.json --mode train --threads 2 --json
 
 Modes (all fp32, torch.manual_seed(0), random token windows):
   train     one step = zero_grad, forward, loss, backward, clip_grad_norm_, AdamW step
-            (gmlp_ref.train_step with the config's train section over the C++ defaults)
+            (gmlp.reference.train_step with the config's train section over the C++ defaults)
   infer     forward + loss under torch.no_grad()
   generate  labml-style window recompute with B = 1: each new token is a full forward
             over the last seq_len tokens, greedy argmax of the last position's logits
@@ -26,8 +26,8 @@ import time
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests" / "reference"))
-import gmlp_ref  # noqa: E402
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "python"))  # the gmlp package
+from gmlp import reference as gmlp_ref  # noqa: E402
 
 # Defaults of include/gmlp/config.h (ModelConfig, TrainConfig).
 MODEL_DEFAULTS = {"task": "causal_lm", "vocab_size": 256, "d_model": 128, "d_ffn": 512,

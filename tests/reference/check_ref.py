@@ -17,8 +17,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
 from dump_fixtures import CASES, TRAIN_STEPS, build_model  # noqa: E402
-from gmlp_ref import (GMLPLanguageModel, decays, learning_rate, make_optimizer,  # noqa: E402
+from gmlp.reference import (GMLPLanguageModel, decays, learning_rate, make_optimizer,  # noqa: E402
                       param_dict, sinusoidal_pe, train_step)
 
 FAILED = []
@@ -96,7 +97,7 @@ def causality(name: str) -> None:
 
 
 def slow_forward(sd: dict, cfg: dict, tokens: torch.Tensor) -> torch.Tensor:
-    """docs/model.md §1–2 written out position by position, sharing no code with gmlp_ref."""
+    """docs/model.md §1–2 written out position by position, sharing no code with gmlp.reference."""
     eps = cfg["norm_eps"]
 
     def ln(v, w, b):

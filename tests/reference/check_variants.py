@@ -37,9 +37,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
 from check_ref import fd_relative_error  # noqa: E402
 from dump_fixtures import VARIANT_CASES, variant_forward, variant_inputs  # noqa: E402
-from gmlp_ref import (CONFIG_DEFAULTS, GMLP, param_count, param_dict,  # noqa: E402
+from gmlp.reference import (CONFIG_DEFAULTS, GMLP, param_count, param_dict,  # noqa: E402
                       param_shapes, survival_probs)
 
 FAILED = []
@@ -121,7 +122,7 @@ def layout(name: str) -> None:
 
 def slow_forward(sd: dict, cfg: dict, tokens=None, images=None, lengths=None, keep=None):
     """docs/variants.md written out position by position (float64), sharing no code with
-    gmlp_ref. Returns [B, T, V] or [B, k]."""
+    gmlp.reference. Returns [B, T, V] or [B, k]."""
     eps, n, h, da = cfg["norm_eps"], cfg["seq_len"], cfg["sgu_heads"], cfg["d_attn"]
     geps = cfg["sgu_norm_eps"]
     C, d, kind = cfg["d_ffn"], cfg["d_model"], cfg["sgu"]
@@ -302,7 +303,7 @@ def no_padding_lengths(name: str) -> None:
 # ------------------------------------------------------------------- 5. Toeplitz
 
 def toeplitz_matrix() -> None:
-    from gmlp_ref import SpatialProj
+    from gmlp.reference import SpatialProj
     ok = True
     for causal in (True, False):
         for heads in (1, 2):
@@ -439,7 +440,7 @@ def stochastic_depth(name: str) -> None:
 
 def patches(name: str) -> None:
     model, inputs, cfg = case64(name)
-    from gmlp_ref import patchify
+    from gmlp.reference import patchify
     img = inputs["images"].double()
     d, C = cfg["d_model"], cfg["image_channels"]
     ph, pw = cfg["patch_height"], cfg["patch_width"]

@@ -42,7 +42,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gmlp_ref import (GMLP, GMLPLanguageModel, full_config, load_safetensors,  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
+from gmlp.reference import (GMLP, GMLPLanguageModel, full_config, load_safetensors,  # noqa: E402
                      make_optimizer, param_dict, param_shapes, save_safetensors,
                      survival_probs, train_step)
 
@@ -187,7 +188,7 @@ def run_case(name: str, out_dir: str) -> str:
 # ------------------------------------------------------------------- variant fixtures
 #
 # Forward + loss + every gradient (no training run) for every variant of docs/variants.md.
-# Configs carry every key of the `model` section (gmlp_ref.CONFIG_DEFAULTS order).
+# Configs carry every key of the `model` section (gmlp.reference.CONFIG_DEFAULTS order).
 
 BYTE_SPECIALS = {"kind": "byte", "specials": ["[PAD]", "[MASK]"]}              # 258: PAD 256
 CHAR_SPECIALS = {"kind": "char", "chars": PRINTABLE_50, "specials": ["[PAD]", "[MASK]"]}  # 52

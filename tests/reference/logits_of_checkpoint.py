@@ -10,11 +10,13 @@ optional `lengths` (I32 [B]) and `keep` (F32 [L, B]).
 OUT gets `logits` (F32 [B, T, V] or [B, n_classes]) and `loss` (F32 [1]).
 """
 import json
+import os
 import sys
 
 import torch
 
-from gmlp_ref import GMLP, load_safetensors, save_safetensors
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
+from gmlp.reference import GMLP, load_safetensors, save_safetensors  # noqa: E402
 
 
 def main() -> int:

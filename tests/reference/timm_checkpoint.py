@@ -49,7 +49,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gmlp_ref import load_safetensors, save_safetensors  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
+from gmlp.reference import load_safetensors, save_safetensors  # noqa: E402
 
 TIMM_BLOCK_EPS = 1e-6  # MlpMixer's norm_layer=partial(nn.LayerNorm, eps=1e-6)
 TIMM_GATE_EPS = 1e-5   # SpatialGatingUnit's norm_layer=nn.LayerNorm (PyTorch default)
@@ -187,7 +188,7 @@ def logits_of(state: dict, images: torch.Tensor, block_eps: float, gate_eps: flo
 
 
 def save_any(path: str, tensors: dict, dtype: str) -> None:
-    """safetensors with every tensor as F16, BF16 or F64 (gmlp_ref's writer: F32/F64/I32/I64)."""
+    """safetensors with every tensor as F16, BF16 or F64 (gmlp.reference's writer: F32/F64/I32/I64)."""
     header, chunks, offset = {}, [], 0
     for name, t in tensors.items():
         t = t.detach().contiguous()

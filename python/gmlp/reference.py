@@ -1,5 +1,6 @@
-"""PyTorch reference for gmlp.cpp: the oracle for the C++ parity tests and the PyTorch
-performance peer.
+"""gmlp.reference: gMLP in PyTorch. It is the module gmlp.torch hands out, the oracle
+of the C++ parity tests (tests/reference/) and the PyTorch performance peer (bench/).
+It needs torch and numpy, not the compiled engine.
 
 The model follows docs/model.md, docs/checkpoint.md and docs/variants.md (the contract for every
 variant: causal LM, masked LM, sentence and image classification; multi-head, Toeplitz

@@ -1,0 +1,48 @@
+"""gmlp: gMLP ("Pay Attention to MLPs") from Python, over the gmlp.cpp engine.
+
+    import gmlp
+    model = gmlp.Model.load("runs/default")          # a checkpoint file or a run directory
+    print(model.generate("And God said", max_tokens=100, seed=7))
+    logits = model(model.encode("In the beginning")) # NumPy [T, vocab]
+    gmlp.train({"train": {"steps": 200}}, data="data/kjv.txt", out="runs/py")
+    module = gmlp.torch.to_module(model)             # a torch.nn.Module, the same weights
+
+Engine errors raise gmlp.Error (a RuntimeError), bad arguments ValueError, missing
+files FileNotFoundError. docs/python.md has the whole interface.
+
+gmlp.reference (the model in PyTorch) and gmlp.torch import without the compiled
+engine (gmlp._core); everything else needs it.
+"""
+import os as _os
+
+# libgomp reads its wait policy once, when it loads: spinning idle threads slow the
+# engine badly on small virtual machines (see src/io/threads.h).
+if "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+try:
+    from . import _core
+except ImportError as _e:  # not built or not installed: only the pure-Python parts work
+    _core = None
+    _core_error = _e
+else:
+    _core_error = None
+
+__all__ = ["Model", "Error", "train", "set_threads", "get_threads"]
+
+if _core is not None:
+    from ._core import Error, get_threads, set_threads
+    from .model import Model
+    from .training import train
+
+
+def __getattr__(name):
+    # gmlp.torch and gmlp.reference on first use: importing torch takes a while.
+    if name in ("torch", "reference"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in __all__:
+        raise ImportError(
+            f"gmlp.{name} needs the compiled engine gmlp._core, which did not load "
+            f"({_core_error}); build it with scripts/build.sh (docs/python.md)")
+    raise AttributeError(f"module 'gmlp' has no attribute {name!r}")
