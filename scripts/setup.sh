@@ -10,6 +10,7 @@ PKGS=(
   libgtest-dev libgmock-dev                    # tests
   libreadline8                                 # needed by the bible program that extracts the corpus
   python3 python3-torch python3-numpy          # the PyTorch oracle for parity tests
+  python3-dev pybind11-dev python3-pybind11 python3-pytest   # the Python module gmlp and its tests
   libsentencepiece-dev sentencepiece           # subword tokenizers (gmlp tokenizer train)
   libstb-dev zlib1g-dev                        # PNG read/write (stb_image), gzipped IDX (vision data)
 )

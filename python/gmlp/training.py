@@ -1,0 +1,135 @@
+"""gmlp.train: the trainer of `gmlp train` (the same loop, checkpoints and resumption),
+with data from files or from memory and Python callbacks at every metrics line."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Iterable
+
+import numpy as np
+
+from . import _core
+
+
+def _is_path(x) -> bool:
+    return isinstance(x, (str, os.PathLike))
+
+
+def _labels(labels, config_model: dict) -> tuple[list[str], list[str]]:
+    """(labels as class names, the fixed class list or [] for first-appearance order).
+    Integer labels are class indices: named by the config's class_names, else "0".."k-1"."""
+    labels = list(np.asarray(labels).tolist()) if isinstance(labels, np.ndarray) else list(labels)
+    if labels and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in labels):
+        names = list(config_model.get("class_names") or [])
+        k = max(max(labels) + 1, int(config_model.get("n_classes") or 0), len(names))
+        if min(labels) < 0:
+            raise ValueError(f"labels: class index {min(labels)} is negative")
+        names = names or [str(i) for i in range(k)]
+        if len(names) < k:
+            raise ValueError(f"labels: class index {k - 1} but only {len(names)} class_names")
+        return [names[v] for v in labels], names
+    if not all(isinstance(v, str) for v in labels):
+        raise ValueError("labels: expected class indices (ints) or class names (strs)")
+    return labels, list(config_model.get("class_names") or [])
+
+
+def _images(images) -> np.ndarray:
+    a = np.asarray(images)
+    if a.dtype == np.uint8:
+        a = a.astype(np.float32) / 255.0
+    if a.ndim == 3:
+        a = a[:, None]  # [N, H, W]: one channel
+    return a
+
+
+def _split(data, what: str):
+    """A pair (inputs, labels) from a tuple or a dict {"texts"|"images", "labels"}."""
+    if isinstance(data, dict):
+        keys = set(data) - {"labels"}
+        if len(keys) != 1 or "labels" not in data:
+            raise ValueError(f"{what}: expected {{'texts' or 'images': ..., 'labels': ...}}, got keys {sorted(data)}")
+        return data[keys.pop()], data["labels"]
+    if isinstance(data, tuple) and len(data) == 2:
+        return data
+    raise ValueError(f"{what}: expected a path, token ids, {{'text': str}}, (texts, labels) or (images, labels)")
+
+
+def _memory(data, test, config: dict) -> "_core.TrainData":
+    m = config.get("model") or {}
+    d = _core.TrainData()
+    if isinstance(data, dict) and set(data) == {"text"}:
+        if test is not None:
+            raise ValueError("test: a language model holds out the tail of its corpus (train.val_fraction)")
+        d.set_text(data["text"])
+        return d
+    if isinstance(data, dict) and set(data) == {"tokens"}:
+        data = data["tokens"]
+    if isinstance(data, (np.ndarray, list)) and not isinstance(data, tuple):
+        if test is not None:
+            raise ValueError("test: a language model holds out the tail of its corpus (train.val_fraction)")
+        d.set_tokens(np.asarray(data).reshape(-1) if isinstance(data, np.ndarray) else data)
+        return d
+    x, y = _split(data, "data")
+    tx, ty = _split(test, "test") if test is not None else (None, None)
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fiu":
+        d.set_images(_images(x), np.asarray(y), None if tx is None else _images(tx),
+                     None if ty is None else np.asarray(ty), int(m.get("n_classes") or 0))
+        return d
+    labels, names = _labels(y, m)
+    test_labels = _labels(ty, m)[0] if ty is not None else []
+    d.set_texts(list(x), labels, names, list(tx) if tx is not None else [], test_labels)
+    return d
+
+
+def train(config: dict | str | os.PathLike | None = None, data=None, out: str | os.PathLike = "runs/python", *,
+          test=None, callbacks: Callable | Iterable[Callable] = (), resume: bool = False, steps: int | None = None,
+          init_from: str | os.PathLike | None = None, progress: bool = False) -> dict:
+    """Trains with the CLI's trainer into the run directory `out` (model.safetensors,
+    train_state.safetensors, metrics.jsonl, config.json), and returns a summary:
+    {"steps", "interrupted", "last_loss", "val" (the last evaluation), "elapsed_s",
+    "units_per_s", "model" (the checkpoint's path)}.
+
+    config: {"model": {...}, "train": {...}} (absent keys keep their defaults; {} is the
+        default model) or a config file's path. None with resume=True.
+    data: a path (corpus, labelled file, IDX folder), or in memory: token ids (a 1-D
+        integer array of the config's tokenizer), {"text": str}, (texts, labels) for
+        classify, (images [N, C, H, W] or [N, H, W], labels) for vision. Labels are class
+        indices or names.
+    test: the held-out set of classify/vision runs, the same forms (a path or a pair).
+    callbacks: f(line: dict) for every line of the metrics log (training lines every
+        log_every steps, evaluation lines every eval_every); returning False stops the run
+        as Ctrl-C does (a checkpoint, then the summary with interrupted True). An
+        exception raised by a callback (or Ctrl-C) also stops it, after the checkpoint,
+        and propagates.
+    resume: continue the run in `out` (data in memory must be given again); steps then
+        extends it. init_from: a checkpoint whose matching tensors start the model
+        (fine-tuning). progress: the progress lines on stderr."""
+    if _is_path(config):
+        with open(config) as f:
+            config = json.load(f)
+    if callable(callbacks):
+        callbacks = [callbacks]
+    callbacks = list(callbacks)
+
+    def on_log(line: dict) -> bool:
+        for cb in callbacks:
+            if cb(line) is False:
+                return False
+        return True
+
+    data_path = test_path = ""
+    memory = None
+    if data is not None and _is_path(data):
+        data_path = os.fspath(data)
+        if test is not None:
+            if not _is_path(test):
+                raise ValueError("test: with data from a file, the test data is a file too")
+            test_path = os.fspath(test)
+    elif data is not None:
+        memory = _memory(data, test, config or {})
+    elif test is not None:
+        raise ValueError("test: given without data")
+    if resume and data_path:
+        raise ValueError("data: a resumed run reads the file it was trained on; give no path")
+    return _core.train(config, os.fspath(out), data_path, test_path, memory, resume, int(steps or 0),
+                       os.fspath(init_from) if init_from is not None else "", on_log, progress)

@@ -1,0 +1,129 @@
+// gmlp._core.train: the trainer of `gmlp train` (src/train/trainer.cpp) with the data
+// from files or from memory (TrainData), and a Python callback at every metrics line.
+#include <filesystem>
+#include <optional>
+
+#include "common.h"
+#include "gmlp/checkpoint.h"
+#include "gmlp/trainer.h"
+
+namespace gmlp::py_api {
+namespace {
+
+std::vector<int32_t> to_vector(py::handle obj, const std::string& what) {
+  auto a = int32_array(obj, what);
+  if (a.ndim() != 1) throw py::value_error(what + ": expected a 1-D array");
+  return std::vector<int32_t>(a.data(), a.data() + a.size());
+}
+
+// images [N, C, H, W] floats in [0, 1] with labels [N].
+ImageSet image_set(py::handle images, py::handle labels, int n_classes, const std::string& what) {
+  auto a = float_array(images, what + " images");
+  if (a.ndim() != 4) throw py::value_error(what + " images: expected shape [N, C, H, W]");
+  std::vector<float> pixels(a.data(), a.data() + a.size());
+  return checked_args([&] {
+    return make_image_set(std::move(pixels), to_vector(labels, what + " labels"), int(a.shape(1)), int(a.shape(2)),
+                          int(a.shape(3)), n_classes, what);
+  });
+}
+
+py::dict run_train(py::handle config, const std::string& out, const std::string& data_path, const std::string& test_path,
+               std::shared_ptr<TrainData> memory, bool resume, int64_t steps, const std::string& init_from,
+               py::object on_log, bool progress) {
+  TrainOptions o;
+  o.out_dir = out;
+  o.resume = resume;
+  o.progress_bar = progress;
+  o.data = memory;
+  if (resume) {
+    if (!config.is_none()) throw py::value_error("a resumed run continues with its saved config: give no config");
+    o.extend_to = steps;
+  } else {
+    if (config.is_none()) throw py::value_error("config: a new run needs a config (a dict, {} for the defaults)");
+    // What the data decides (classes, a vision model's image shape) may stay open.
+    o.run = checked_args([&] { return RunConfig::from_json(to_json(config, "config"), "config", /*open=*/true); });
+    if (steps > 0) o.run.train.steps = steps;
+    if (!memory) {
+      if (data_path.empty()) throw py::value_error("data: a new run needs data (a path or arrays)");
+      require_exists(data_path, "data");
+      o.data_path = data_path;
+    }
+    if (!test_path.empty()) {
+      require_exists(test_path, "test data");
+      o.test_path = test_path;
+    }
+    if (!init_from.empty()) {
+      require_exists(init_from, "checkpoint");
+      o.init_from = resolve_model_path(init_from);
+    }
+  }
+  // At every metrics line: Ctrl-C (Python's signal flag) and the callback, under the
+  // GIL. A Python exception stops the run like an interruption (a checkpoint is written)
+  // and is raised again once the trainer has returned.
+  std::optional<py::error_already_set> err;
+  o.on_log = [&](const nlohmann::json& line) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (on_log.is_none()) return true;
+      py::object r = on_log(from_json(line));
+      return !(py::isinstance<py::bool_>(r) && !r.cast<bool>());  // False stops
+    } catch (py::error_already_set& e) {
+      err.emplace(std::move(e));
+      return false;
+    }
+  };
+  TrainSummary s;
+  {
+    py::gil_scoped_release nogil;
+    apply_threads();
+    s = gmlp::train(o);
+  }
+  if (err) throw *err;
+  py::dict d;
+  d["steps"] = s.steps;
+  d["interrupted"] = s.interrupted;
+  d["last_loss"] = s.last_loss;
+  d["val"] = from_json(s.val_metrics);
+  d["elapsed_s"] = s.elapsed_s;
+  d["units_per_s"] = s.tokens_per_s;
+  d["model"] = model_file(out);
+  return d;
+}
+
+}  // namespace
+
+void bind_train(py::module_& m) {
+  py::class_<TrainData, std::shared_ptr<TrainData>>(m, "TrainData")
+      .def(py::init<>())
+      .def_readwrite("name", &TrainData::name)
+      .def("set_text", [](TrainData& d, const std::string& text) { d.text = text; })
+      .def("set_tokens", [](TrainData& d, py::handle ids) { d.tokens = to_vector(ids, "tokens"); })
+      // Labelled texts; labels are class names (the Python side names integer labels).
+      .def(
+          "set_texts",
+          [](TrainData& d, std::vector<std::string> texts, const std::vector<std::string>& labels,
+             const std::vector<std::string>& class_names, std::vector<std::string> test_texts,
+             const std::vector<std::string>& test_labels) {
+            checked_args([&] {
+              d.texts = make_labelled(std::move(texts), labels, class_names, "texts");
+              if (!test_texts.empty() || !test_labels.empty())
+                d.test_texts = make_labelled(std::move(test_texts), test_labels, d.texts.class_names, "test texts");
+            });
+          },
+          py::arg("texts"), py::arg("labels"), py::arg("class_names"), py::arg("test_texts"), py::arg("test_labels"))
+      .def(
+          "set_images",
+          [](TrainData& d, py::handle images, py::handle labels, py::handle test_images, py::handle test_labels,
+             int n_classes) {
+            d.images = image_set(images, labels, n_classes, "training");
+            if (!test_images.is_none())
+              d.test_images = image_set(test_images, test_labels, n_classes > 0 ? n_classes : d.images.n_classes, "test");
+          },
+          py::arg("images"), py::arg("labels"), py::arg("test_images"), py::arg("test_labels"), py::arg("n_classes"));
+  m.def("train", &run_train, py::arg("config"), py::arg("out"), py::arg("data_path"), py::arg("test_path"),
+        py::arg("memory"), py::arg("resume"), py::arg("steps"), py::arg("init_from"), py::arg("on_log"),
+        py::arg("progress"));
+}
+
+}  // namespace gmlp::py_api

@@ -1,0 +1,120 @@
+"""gmlp.train: the CLI's trainer with file or in-memory data, callbacks, resumption."""
+import json
+
+import numpy as np
+import pytest
+
+import gmlp
+from conftest import TEXT, TINY, TINY_TRAIN
+
+
+def lines_of(run):
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_session_run_wrote_a_cli_run_directory(lm_run):
+    for f in ("model.safetensors", "train_state.safetensors", "metrics.jsonl", "config.json"):
+        assert (lm_run / f).exists()
+    lines = lines_of(lm_run)
+    assert [x["step"] for x in lines if "loss" in x] == [5, 10, 15, 20, 25, 30]
+    assert [x["step"] for x in lines if "val_loss" in x] == [15, 30]
+    assert lines[-1]["val_loss"] < lines[0]["loss"]
+
+
+def test_callbacks_see_every_line_and_can_stop_then_resume(corpus, tmp_path):
+    seen = []
+
+    def stop_at_10(line):
+        seen.append(line)
+        return line["step"] < 10
+
+    cfg = {"model": dict(TINY, tokenizer={"kind": "char"}), "train": TINY_TRAIN}
+    s = gmlp.train(cfg, data=corpus, out=tmp_path / "r", callbacks=[stop_at_10])
+    assert s["interrupted"] and s["steps"] == 10
+    assert [x["step"] for x in seen] == [5, 10] and {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(seen[0])
+    assert seen == lines_of(tmp_path / "r")
+    # resumed, it finishes exactly like an uninterrupted run
+    s2 = gmlp.train(out=tmp_path / "r", resume=True)
+    assert s2["steps"] == 30 and not s2["interrupted"]
+    whole = gmlp.train(cfg, data=corpus, out=tmp_path / "whole")
+    assert s2["last_loss"] == whole["last_loss"]
+    assert lines_of(tmp_path / "r")[-1]["val_loss"] == lines_of(tmp_path / "whole")[-1]["val_loss"]
+
+
+def test_a_callback_exception_stops_the_run_after_a_checkpoint(corpus, tmp_path):
+    def boom(line):
+        raise KeyError("from the callback")
+
+    cfg = {"model": dict(TINY, tokenizer={"kind": "char"}), "train": TINY_TRAIN}
+    with pytest.raises(KeyError, match="from the callback"):
+        gmlp.train(cfg, data=corpus, out=tmp_path / "r", callbacks=boom)
+    assert gmlp.Model.load(tmp_path / "r").config["d_model"] == 16  # checkpoint of step 5
+
+
+def test_in_memory_tokens_and_text_match_the_file(corpus, tmp_path):
+    cfg = {"model": dict(TINY), "train": dict(TINY_TRAIN, steps=10)}  # byte tokenizer
+    from_file = gmlp.train(cfg, data=corpus, out=tmp_path / "f")
+    ids = np.frombuffer(TEXT.encode(), dtype=np.uint8).astype(np.int64)
+    from_ids = gmlp.train(cfg, data=ids, out=tmp_path / "t")
+    from_text = gmlp.train(cfg, data={"text": TEXT}, out=tmp_path / "x")
+    assert from_file["last_loss"] == from_ids["last_loss"] == from_text["last_loss"]
+    assert from_file["val"] == from_ids["val"] == from_text["val"]
+    with pytest.raises(gmlp.Error, match="token id 300 at index 2 is outside the vocabulary of 256"):
+        gmlp.train(cfg, data=np.array([1, 2, 300] * 100), out=tmp_path / "bad")
+    with pytest.raises(ValueError, match="resume"):
+        gmlp.train(out=tmp_path / "t", resume=True, data=str(corpus))
+    # a run on data in memory resumes with data in memory
+    with pytest.raises(gmlp.Error, match="in memory"):
+        gmlp.train(out=tmp_path / "t", resume=True, data=None)
+    assert gmlp.train(out=tmp_path / "t", resume=True, data=ids, steps=12)["steps"] == 12
+
+
+def test_classify_from_labelled_texts(tmp_path):
+    words = {0: "alpha beta gamma", 1: "one two three", 2: "red green blue"}
+    r = np.random.default_rng(0)
+    labels = r.integers(0, 3, 60)
+    texts = [words[int(y)] + " " + words[int(y)].split()[int(r.integers(0, 3))] for y in labels]
+    cfg = {"model": {"task": "classify", "d_model": 16, "d_ffn": 32, "n_layers": 1, "seq_len": 24},
+           "train": {"batch_size": 8, "steps": 60, "log_every": 20, "eval_every": 60, "eval_batches": 0,
+                     "lr": 1e-2, "warmup": 5}}
+    s = gmlp.train(cfg, data=(texts, labels), test=(texts[:12], labels[:12]), out=tmp_path / "c")
+    assert s["val"]["val_examples"] == 12 and s["val"]["val_acc"] > 0.9
+    m = gmlp.Model.load(tmp_path / "c")
+    assert m.class_names == ["0", "1", "2"]
+    p = m.classify(["one two three two", "red green blue red"])
+    assert p.shape == (2, 3) and np.allclose(p.sum(axis=1), 1, atol=1e-5)
+    assert m.predict(["one two three two", "red green blue red"]) == ["1", "2"]
+    assert m.classify("alpha beta gamma beta").shape == (3,)
+    # named labels: classes in order of first appearance, as a labelled file gives them
+    named = [["law", "prophets", "gospels"][int(y)] for y in labels]
+    gmlp.train(cfg, data={"texts": texts, "labels": named}, out=tmp_path / "n", steps=5)
+    assert gmlp.Model.load(tmp_path / "n").class_names == list(dict.fromkeys(named))
+    with pytest.raises(ValueError, match=r"test texts\[0\]: label \"poetry\""):
+        gmlp.train(cfg, data=(texts, named), test=(texts[:1], ["poetry"]), out=tmp_path / "e")
+    with pytest.raises(ValueError, match="texts: 60 texts but 59 labels"):
+        gmlp.train(cfg, data=(texts, named[:-1]), out=tmp_path / "e")
+
+
+def test_vision_from_arrays(tmp_path):
+    """Bright top half = class 0, bright bottom half = class 1 (uint8 images)."""
+    r = np.random.default_rng(1)
+    y = r.integers(0, 2, 80)
+    x = (r.random((80, 8, 8)) * 60).astype(np.uint8)
+    for i, c in enumerate(y):
+        x[i, :4] += 150 * (c == 0)
+        x[i, 4:] += 150 * (c == 1)
+    cfg = {"model": {"task": "vision", "d_model": 16, "d_ffn": 32, "n_layers": 1},
+           "train": {"batch_size": 8, "steps": 40, "log_every": 10, "eval_every": 40, "eval_batches": 0,
+                     "lr": 1e-2, "warmup": 5}}
+    s = gmlp.train(cfg, data=(x, y), test=(x[:20], y[:20]), out=tmp_path / "v")
+    assert s["val"]["val_acc"] >= 0.9
+    m = gmlp.Model.load(tmp_path / "v")
+    c = m.config
+    assert (c["image_channels"], c["image_height"], c["image_width"], c["patch_height"]) == (1, 8, 8, 4)
+    assert c["n_classes"] == 2 and len(c["normalization"]["mean"]) == 1
+    p = m.classify(x[:20])
+    assert p.shape == (20, 2) and (p.argmax(1) == y[:20]).mean() >= 0.9
+    np.testing.assert_allclose(m.classify(x[3]), p[3], rtol=1e-5)  # one image
+    np.testing.assert_allclose(m.classify(x[:20].astype(np.float32) / 255), p, rtol=1e-5)
+    with pytest.raises(ValueError, match="test: label 9 at index 1"):
+        gmlp.train(cfg, data=(x, np.where(y == 1, 7, 0)), test=(x[:2], np.array([0, 9])), out=tmp_path / "e")
