@@ -103,7 +103,8 @@ def train(config: dict | str | os.PathLike | None = None, data=None, out: str | 
         and propagates.
     resume: continue the run in `out` (data in memory must be given again); steps then
         extends it. init_from: a checkpoint whose matching tensors start the model
-        (fine-tuning). progress: the progress lines on stderr."""
+        (fine-tuning). progress: a live progress bar when stderr is a terminal; the
+        trainer prints its plain progress lines to stderr otherwise, as `gmlp train` does."""
     if _is_path(config):
         with open(config) as f:
             config = json.load(f)
