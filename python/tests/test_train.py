@@ -118,3 +118,39 @@ def test_vision_from_arrays(tmp_path):
     np.testing.assert_allclose(m.classify(x[:20].astype(np.float32) / 255), p, rtol=1e-5)
     with pytest.raises(ValueError, match="test: label 9 at index 1"):
         gmlp.train(cfg, data=(x, np.where(y == 1, 7, 0)), test=(x[:2], np.array([0, 9])), out=tmp_path / "e")
+
+
+def test_init_from_copies_the_checkpoint(lm_run, corpus, tmp_path):
+    cfg = {"model": gmlp.Model.load(lm_run).config,
+           "train": dict(TINY_TRAIN, steps=1, schedule="constant", lr=1e-12, min_lr=0.0, weight_decay=0.0)}
+    gmlp.train(cfg, data=corpus, out=tmp_path / "ft", init_from=lm_run)
+    src, dst = gmlp.Model.load(lm_run).state_dict(), gmlp.Model.load(tmp_path / "ft").state_dict()
+    for name in src:
+        if name.startswith("head."):  # the head is always new
+            assert not np.allclose(dst[name], src[name])
+        else:
+            np.testing.assert_allclose(dst[name], src[name], atol=1e-8)
+    with pytest.raises(FileNotFoundError):
+        gmlp.train(cfg, data=corpus, out=tmp_path / "ft2", init_from=tmp_path / "none")
+
+
+def test_ctrl_c_stops_training_after_a_checkpoint(corpus, tmp_path):
+    import os
+    import signal
+    import threading
+    cfg = {"model": dict(TINY), "train": dict(TINY_TRAIN, steps=100000, log_every=2)}
+    timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
+
+    def start_the_timer(line):  # once training runs: the signal lands inside the engine
+        if not timer.is_alive() and not timer.finished.is_set():
+            timer.start()
+
+    with pytest.raises(KeyboardInterrupt):
+        gmlp.train(cfg, data=corpus, out=tmp_path / "r", callbacks=start_the_timer)
+    timer.join()
+    step = lines_of(tmp_path / "r")[-1]["step"]
+    assert 2 < step < 100000
+    # the checkpoint is the stopped step's: resumed, the run goes on to the next
+    # training line (log_every 2) and stops there
+    s = gmlp.train(out=tmp_path / "r", resume=True, callbacks=lambda line: "loss" not in line)
+    assert s["interrupted"] and s["steps"] == step + 2 - step % 2
