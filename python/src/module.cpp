@@ -18,7 +18,8 @@ void bind_train(py::module_& m);
 nlohmann::json to_json(py::handle obj, const std::string& what) {
   std::string text;
   try {
-    text = py::module_::import("json").attr("dumps")(obj).cast<std::string>();
+    // allow_nan=False: NaN is no JSON, and nlohmann would refuse it less clearly.
+    text = py::module_::import("json").attr("dumps")(obj, py::arg("allow_nan") = false).cast<std::string>();
   } catch (py::error_already_set& e) {
     throw py::value_error(what + ": not expressible as JSON (" + std::string(e.what()) + ")");
   }

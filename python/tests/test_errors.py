@@ -36,6 +36,8 @@ def test_bad_configs_name_the_key():
         gmlp.Model([1, 2])
     with pytest.raises(ValueError, match="not expressible as JSON"):
         gmlp.Model({"d_model": object()})
+    with pytest.raises(ValueError, match="not expressible as JSON"):
+        gmlp.Model({"spatial_init": float("nan")})
 
 
 def test_bad_inputs(lm):
