@@ -72,48 +72,11 @@ void write_sentences(const std::string& path, int per_class, uint32_t seed) {
     }
 }
 
-void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
-  std::ofstream f(path, std::ios::binary);
-  const uint8_t magic[4] = {0, 0, 0x08, uint8_t(dims.size())};
-  f.write(reinterpret_cast<const char*>(magic), 4);
-  for (uint32_t d : dims) {
-    const uint8_t be[4] = {uint8_t(d >> 24), uint8_t(d >> 16), uint8_t(d >> 8), uint8_t(d)};
-    f.write(reinterpret_cast<const char*>(be), 4);
-  }
-  f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
-}
-
-// An 8x8 grey image of class k: dim noise, with quadrant k (top-left, top-right,
-// bottom-left) bright.
-std::vector<uint8_t> quadrant_image(int k, std::mt19937& rng) {
-  std::vector<uint8_t> px(64);
-  for (int y = 0; y < 8; ++y)
-    for (int x = 0; x < 8; ++x) {
-      const int q = (y >= 4) * 2 + (x >= 4);
-      px[size_t(y) * 8 + x] = uint8_t(q == k ? 180 + rng() % 76 : rng() % 70);
-    }
-  return px;
-}
+using test::quadrant_image;
+using test::write_idx;
+using test::write_vision_set;
 
 const std::vector<std::string> kQuadrants = {"top-left", "top-right", "bottom-left"};
-
-// An MNIST-style folder: 64 train and 32 test images, classes.txt with the names.
-void write_vision_set(const std::string& dir) {
-  fs::create_directories(dir);
-  std::mt19937 rng(5);
-  for (auto [stem, n] : {std::pair<std::string, int>{"train", 64}, {"t10k", 32}}) {
-    std::vector<uint8_t> images, labels;
-    for (int i = 0; i < n; ++i) {
-      const int k = int(rng() % 3);
-      const auto px = quadrant_image(k, rng);
-      images.insert(images.end(), px.begin(), px.end());
-      labels.push_back(uint8_t(k));
-    }
-    write_idx(dir + "/" + stem + "-images-idx3-ubyte", {uint32_t(n), 8, 8}, images);
-    write_idx(dir + "/" + stem + "-labels-idx1-ubyte", {uint32_t(n)}, labels);
-  }
-  std::ofstream(dir + "/classes.txt") << "top-left\ntop-right\nbottom-left\n";
-}
 
 void write_pgm(const std::string& path, const std::vector<uint8_t>& px, int h, int w) {
   std::ofstream f(path, std::ios::binary);

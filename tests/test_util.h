@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@ inline const std::string kGplText = "/usr/share/common-licenses/GPL-3";
 // The JSON objects of a .jsonl file, and the training losses of a run's metrics log.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 std::vector<double> train_losses(const std::string& run_dir);
+
+// Synthetic image data: an IDX file; an 8x8 grey image of class k (0..2: the bright
+// quadrant top-left, top-right, bottom-left, over dim noise); an MNIST-style folder of
+// 64 train and 32 test such images with classes.txt.
+void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data);
+std::vector<uint8_t> quadrant_image(int k, std::mt19937& rng);
+void write_vision_set(const std::string& dir);
 
 // |got - want| + rtol * |want| elementwise; reports the worst element.
 ::testing::AssertionResult all_close(const float* got, const float* want, size_t n, float atol, float rtol,

@@ -2,13 +2,17 @@
 // gmlp finetune: sentence classification from a masked-LM checkpoint or from scratch.
 #include <atomic>
 #include <cmath>
+#include <unistd.h>
+
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "commands.h"
 #include "gmlp/checkpoint.h"
+#include "gmlp/comm.h"
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/safetensors.h"
@@ -30,12 +34,36 @@ struct TrainArgs {
 
 std::atomic<int> g_signal{0};
 
-// The first Ctrl-C asks the loop to checkpoint and stop after the current step; the
-// handler then steps aside, so a second Ctrl-C ends the program at once.
+// The first Ctrl-C (SIGTERM, SIGUSR1) asks the loop to checkpoint and stop after the
+// current step; the handler then steps aside, so a second Ctrl-C ends the program at
+// once. Under an MPI launcher the handler stays: mpirun answers Ctrl-C by sending
+// SIGTERM to every rank (which the terminal may already have sent SIGINT) and SIGKILL a
+// second later, so a later signal is not the user's second Ctrl-C (docs/distributed.md).
+// Under a launcher each rank says it got the signal (async-signal-safe write(2) of a
+// line prepared beforehand): when a rank dies, mpirun signals the others.
+std::string g_rank_notice[3];
+bool g_under_launcher = false;
+
 void on_signal(int sig) {
-  g_signal.store(sig);
+  if (g_signal.load() == 0) g_signal.store(sig);
   g_stop_requested.store(true);
-  std::signal(sig, SIG_DFL);
+  if (!g_under_launcher) {
+    std::signal(sig, SIG_DFL);
+    return;
+  }
+  const std::string& m = g_rank_notice[sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2];
+  if (::write(STDERR_FILENO, m.data(), m.size()) < 0) {
+  }
+}
+
+void install_signal_handlers() {
+  g_under_launcher = world().size() > 1;
+  const int sigs[3] = {SIGINT, SIGTERM, SIGUSR1};  // mpirun forwards SIGUSR1; Slurm's --signal sends it
+  for (int i = 0; i < 3; ++i) {
+    g_rank_notice[i] = "gmlp: rank " + std::to_string(world().rank()) + ": " + strsignal(sigs[i]) +
+                       ", stopping after the current step\n";
+    std::signal(sigs[i], on_signal);
+  }
 }
 
 // The default data of each task (docs/data.md), fetched by scripts/fetch_data.sh and
@@ -138,9 +166,9 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
             "'" + a.out + "' already holds a training run; pass --resume to continue it, --overwrite to start over, "
             "or choose another --out");
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  install_signal_handlers();
   const TrainSummary s = train(o);
+  if (world().rank() != 0) return s.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;  // rank 0 reports
   std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
               (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
   const auto& v = s.val_metrics;

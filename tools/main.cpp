@@ -3,8 +3,23 @@
 #include <exception>
 
 #include "commands.h"
+#include "gmlp/comm.h"
 #include "gmlp/error.h"
 #include "gmlp/threads.h"
+
+namespace {
+// Prints the error; with several ranks, names this one and ends the whole job, since
+// the others may be waiting for it in a collective.
+int fail(int code, const char* kind, const char* what) {
+  if (gmlp::world_started() && gmlp::world().size() > 1) {
+    std::fprintf(stderr, "gmlp: %s: rank %d: %s\n", kind, gmlp::world().rank(), what);
+    std::fflush(stderr);
+    gmlp::world().abort(code);
+  }
+  std::fprintf(stderr, "gmlp: %s: %s\n", kind, what);
+  return code;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   gmlp::reexec_with_passive_omp_wait(argv);
@@ -34,11 +49,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const gmlp::Error& e) {
-    std::fprintf(stderr, "gmlp: error: %s\n", e.what());
-    return 1;
+    return fail(1, "error", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gmlp: internal error: %s\n", e.what());
-    return 2;
+    return fail(2, "internal error", e.what());
   }
   return exit_code;
 }

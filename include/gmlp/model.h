@@ -3,6 +3,7 @@
 // live in ONE contiguous buffer (gradients in a second with the same layout),
 // activations in one arena sized on first use.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,6 +119,13 @@ class Model {
   // Accumulates d(mean loss)/d(params) into grads(); needs a forward with targets
   // made while gradients were enabled.
   void backward();
+  // Called inside backward() with each contiguous range of grads() (offset and count in
+  // floats) as soon as it holds its final value: the final norm and head first, then
+  // each block from the last to the first, then the input layer. Data-parallel
+  // training reduces a range across processes while earlier layers are still in
+  // backward. Empty (the default): not called.
+  using GradReadyHook = std::function<void(size_t offset, size_t count)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
   // Like torch.no_grad: with gradients disabled, forward keeps only one layer's
   // activations (evaluation, generation, inference) and backward is refused.
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
@@ -156,6 +164,7 @@ class Model {
   bool sparse_head_ = false, last_sparse_ = false;
   std::vector<int32_t> head_rows_, sel_targets_;   // sparse head: chosen rows and their targets
   std::vector<float> h_sel_;                       // sparse head: the final-norm rows it read
+  GradReadyHook grad_ready_;
 };
 
 // Disables gradients on a model for a scope, restoring the previous setting.

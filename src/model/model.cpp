@@ -345,12 +345,24 @@ void Model::backward() {
   require(arena_ != nullptr && backward_ready_,
           "Model::backward needs a forward with targets, made with gradients enabled");
   Arena& a = *arena_;
+  // The layout is [input layer][block 0]...[block L-1][final norm, head]; block l's
+  // gradients start at its first tensor (its norm).
+  auto start = [&](int l) {
+    return size_t((l < cfg_.n_layers ? g_.blocks[size_t(l)].norm_w : g_.norm_w) - grads_.data());
+  };
+  auto ready = [&](size_t from, size_t to) {
+    if (grad_ready_ && to > from) grad_ready_(from, to - from);
+  };
   head_backward(a.stream(cfg_.n_layers, true, B_, T_));
+  ready(start(cfg_.n_layers), grads_.size());
   const BlockScratch scratch = a.scratch();
-  for (int l = cfg_.n_layers - 1; l >= 0; --l)
+  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     block_backward(cfg_, w_.blocks[size_t(l)], g_.blocks[size_t(l)], block_call(l), a.layer(l, true, B_, T_),
                    scratch, a.dx.data());
+    ready(start(l), start(l + 1));
+  }
   embed_backward(a.dx.data());
+  ready(0, start(0));
 }
 
 }  // namespace gmlp

@@ -56,9 +56,9 @@ class TextClassifyTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "sentences"; }
-  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
+  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (test_.size() == 0) return nullptr;
-    return eval_json(evaluate_texts(model, *tok_, test_, batch));
+    return eval_json(evaluate_texts(model, *tok_, test_, batch, &comm));
   }
   std::string summarize(const nlohmann::json& v) const override { return eval_summary(v); }
 
@@ -106,9 +106,9 @@ class VisionTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "images"; }
-  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
+  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (test_.n == 0) return nullptr;
-    return eval_json(evaluate_images(model, test_, batch));
+    return eval_json(evaluate_images(model, test_, batch, &comm));
   }
   std::string summarize(const nlohmann::json& v) const override { return eval_summary(v); }
   void set_fill(float f) { fill_ = f; }

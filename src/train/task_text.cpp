@@ -36,9 +36,9 @@ class CausalLmTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return int64_t(B_) * n_; }
   const char* unit() const override { return "tokens"; }
-  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
+  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (corpus_.val.empty()) return nullptr;
-    const EvalResult r = gmlp::evaluate(model, *tok_, corpus_.val, batch, max_batches);
+    const EvalResult r = gmlp::evaluate(model, *tok_, corpus_.val, batch, max_batches, &comm);
     return {{"val_loss", r.loss}, {"val_bpb", r.bits_per_byte}, {"val_tokens", r.tokens}};
   }
   std::string summarize(const nlohmann::json& v) const override {
@@ -80,9 +80,9 @@ class MaskedLmTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return int64_t(B_) * n_; }
   const char* unit() const override { return "tokens"; }
-  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) override {
+  nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (corpus_.val.empty()) return nullptr;
-    const MaskedLmEval r = evaluate_masked_lm(model, *tok_, corpus_.val, std::min(batch, B_), max_batches, mask_prob_);
+    const MaskedLmEval r = evaluate_masked_lm(model, *tok_, corpus_.val, std::min(batch, B_), max_batches, mask_prob_, &comm);
     if (r.masked == 0) return nullptr;
     return {{"val_loss", r.loss}, {"val_ppl", r.perplexity}, {"val_masked", r.masked}};
   }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gmlp/comm.h"
 #include "gmlp/config.h"
 #include "gmlp/model.h"
 #include "gmlp/rng.h"
@@ -35,8 +36,9 @@ class TrainTask {
   virtual int64_t units_per_batch() const = 0;
   virtual const char* unit() const = 0;
   // Metrics on the held-out data, every key prefixed "val_" (val_loss always), or
-  // null when there is no held-out data. max_batches <= 0: all of it.
-  virtual nlohmann::json evaluate(Model& model, int batch, int64_t max_batches) = 0;
+  // null when there is no held-out data. max_batches <= 0: all of it. The ranks of
+  // comm share the work, and every rank returns the whole set's metrics.
+  virtual nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) = 0;
   // A short human summary of evaluate()'s result.
   virtual std::string summarize(const nlohmann::json& val) const = 0;
 };

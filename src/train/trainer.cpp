@@ -1,6 +1,7 @@
 // The training loop of every task (gmlp/trainer.h): the task's batches, forward,
 // backward, clipping, AdamW under the schedule, evaluation, the metrics log and
-// atomic checkpoints, with exact resumption.
+// atomic checkpoints, with exact resumption; on one process or data-parallel over the
+// ranks of a communicator (src/train/data_parallel.h), where rank 0 alone writes.
 #include "gmlp/trainer.h"
 
 #include <omp.h>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "gmlp/checkpoint.h"
@@ -21,6 +23,7 @@
 #include "gmlp/optimizer.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/progress.h"
+#include "train/data_parallel.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -68,6 +71,12 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
     throw Error("'" + opts.out_dir + "' was trained at --threads " + meta["threads"].dump() + "; resume it with --threads " +
                 meta["threads"].dump() + " (this process has " + std::to_string(omp_get_max_threads()) +
                 "), or its results will differ in rounding from the uninterrupted run's");
+  // Another number of ranks is allowed (the reason to resume elsewhere): the batches are
+  // the same, only the rounding of the sums differs (docs/distributed.md).
+  const int ranks = meta.value("ranks", 1);
+  if (ranks != world().size() && world().rank() == 0)
+    std::fprintf(stderr, "gmlp train: the run was trained on %d rank(s), it continues on %d: the same batches, "
+                 "but its sums round differently from the uninterrupted run's\n", ranks, world().size());
   if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
   return meta;
 }
@@ -120,6 +129,8 @@ std::string first_non_finite_grad(const Model& model) {
 
 TrainSummary train(const TrainOptions& opts) {
   namespace fs = std::filesystem;
+  Communicator& comm = world();
+  const bool lead = comm.rank() == 0;  // prints, logs, checkpoints and holds the run directory
   RunConfig rc = opts.run;
   TaskInputs in{opts.data_path, opts.test_path, opts.data.get()};
   std::string init_from = opts.init_from;
@@ -133,6 +144,9 @@ TrainSummary train(const TrainOptions& opts) {
   require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
           "batch_size x seq_len = " + std::to_string(int64_t(B) * rc.model.seq_len) +
               " tokens per step is more than one step can hold");
+  require(B % comm.size() == 0, "train.batch_size = " + std::to_string(B) + " is the global batch, split evenly over the " +
+                                    std::to_string(comm.size()) + " processes of this job: it must be a multiple of " +
+                                    std::to_string(comm.size()));
   const int64_t signature = task->data_signature();
   const std::string fingerprint = hex64(task->data_fingerprint());
   if (opts.resume) {
@@ -146,14 +160,15 @@ TrainSummary train(const TrainOptions& opts) {
                   "fingerprint is " + fingerprint + ", the run's is " + resume_meta["data_fingerprint"].dump());
   }
 
-  const auto lock = prepare_run_dir(opts.out_dir, opts.resume);
+  const auto lock = lead ? prepare_run_dir(opts.out_dir, opts.resume) : nullptr;
   Model model(rc.model);
   model.set_sparse_mlm_head(true);  // masked LM: the output layer only where there are targets
   Rng init_rng(tc.seed, 1);
   model.init(init_rng);
   if (!opts.resume && !init_from.empty()) {
     const size_t copied = init_from_checkpoint(model, init_from);
-    std::fprintf(stderr, "gmlp train: %zu of %zu tensors initialised from %s (new head)\n", copied,
+    if (lead)
+      std::fprintf(stderr, "gmlp train: %zu of %zu tensors initialised from %s (new head)\n", copied,
                  model.params().size(), init_from.c_str());
   }
   AdamW opt(model.params(), model.num_params(), tc);
@@ -165,17 +180,28 @@ TrainSummary train(const TrainOptions& opts) {
     st = load_train_state(model, opt, state_file(opts.out_dir));
     log_sum = resume_meta.value("log_sum", 0.0);
     log_count = resume_meta.value("log_count", int64_t(0));
-    truncate_metrics(metrics_file(opts.out_dir), st.step);
-    // A kill between the state's and the model's renames leaves the model a checkpoint
-    // behind: the state is the run, so the model file follows it.
-    save_model(model, model_file(opts.out_dir));
-  } else {
+    if (lead) {
+      truncate_metrics(metrics_file(opts.out_dir), st.step);
+      // A kill between the state's and the model's renames leaves the model a checkpoint
+      // behind: the state is the run, so the model file follows it.
+      save_model(model, model_file(opts.out_dir));
+    }
+  } else if (lead) {
     write_file_atomic(metrics_file(opts.out_dir), "");
   }
-  write_file_atomic((fs::path(opts.out_dir) / "config.json").string(), rc.to_json().dump(2) + "\n");
-  MetricsLog log(metrics_file(opts.out_dir));
+  std::optional<MetricsLog> log;
+  if (lead) {
+    write_file_atomic((fs::path(opts.out_dir) / "config.json").string(), rc.to_json().dump(2) + "\n");
+    log.emplace(metrics_file(opts.out_dir));
+  }
+  DataParallel dp(comm, model);
+  dp.check_in_sync(st.step);  // every rank starts from the same weights
 
+  int64_t saved_step = -1;
   auto checkpoint = [&]() {
+    dp.check_in_sync(st.step);
+    saved_step = st.step;
+    if (!lead) return;
     auto absolute = [&](const std::string& p) { return p.empty() || in.memory ? std::string() : fs::absolute(p).string(); };
     st.run = {{"config", rc.to_json()},
               {"data", absolute(in.data_path)},
@@ -183,6 +209,7 @@ TrainSummary train(const TrainOptions& opts) {
               {"data_tokens", signature},
               {"data_fingerprint", fingerprint},
               {"threads", omp_get_max_threads()},
+              {"ranks", comm.size()},
               {"log_sum", log_sum},
               {"log_count", log_count}};
     if (in.memory) st.run["memory"] = in.memory->name;
@@ -191,38 +218,51 @@ TrainSummary train(const TrainOptions& opts) {
     drop_replaced(opts.out_dir);
   };
 
-  std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", name_of(rc.model.task).c_str(), model.num_params(),
-               task->describe().c_str(), B);
-  if (opts.resume) std::fprintf(stderr, "gmlp train: resuming %s at step %lld\n", opts.out_dir.c_str(), (long long)st.step);
+  if (lead) {
+    std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", name_of(rc.model.task).c_str(),
+                 model.num_params(), task->describe().c_str(), B);
+    if (comm.size() > 1)
+      std::fprintf(stderr, "gmlp train: %s, %d rows of each batch per rank\n", comm.describe().c_str(),
+                   B / comm.size());
+    if (opts.resume)
+      std::fprintf(stderr, "gmlp train: resuming %s at step %lld\n", opts.out_dir.c_str(), (long long)st.step);
+  }
 
-  Progress bar(tc.steps, opts.progress_bar && isatty(fileno(stderr)), task->unit());
+  Progress bar(tc.steps, lead && opts.progress_bar && isatty(fileno(stderr)), task->unit());
   TrainSummary sum;
   const int64_t first = st.step;
   auto t_start = Clock::now();
   const double elapsed_before = st.elapsed_s;
-  double window_time = 0.0;
+  double window_time = 0.0, window_wait = 0.0;
   int64_t window_units = 0;
   const std::string per_s = std::string(task->unit()) + "_per_s";
 
-  bool stop = false;  // on_log asked to stop
+  bool stop = false;  // on_log asked to stop (rank 0's; the step vote carries it to the others)
   auto write_log = [&](const nlohmann::json& line) {
-    log.write(line);
+    if (!lead) return;
+    log->write(line);
     if (opts.on_log && !opts.on_log(line)) stop = true;
   };
   while (st.step < tc.steps) {
-    if (stop || g_stop_requested.load() || (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
+    // With several ranks a stop request waits for the step's vote below, which every
+    // rank takes part in: they all stop after the same step.
+    if ((comm.size() == 1 && (stop || g_stop_requested.load())) ||
+        (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
       sum.interrupted = true;
       break;
     }
     auto t0 = Clock::now();
-    const Batch& batch = task->next_batch(st.rng);
+    const Batch& batch = dp.shard(task->next_batch(st.rng));
     model.zero_grad();
-    const double loss = model.forward(batch);
+    const double local_loss = model.forward(batch);
+    model.backward();  // starts the gradients' reductions across ranks, layer by layer
+    window_wait += dp.finish_backward();
+    const DataParallel::Vote vote = dp.agree(local_loss, stop || g_stop_requested.load());
+    const double loss = vote.loss;
     // A divergence ends the run before the update, so the last checkpoint stays the
     // last good state.
     require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +
                                      std::to_string(st.step + 1) + " (try a lower lr); the last checkpoint is kept");
-    model.backward();
     const double gnorm = clip_grad_norm(model.grads(), model.num_params(), tc.clip);
     require(std::isfinite(gnorm), "training diverged: the gradient of '" + first_non_finite_grad(model) +
                                       "' is not finite at step " + std::to_string(st.step + 1) +
@@ -239,30 +279,37 @@ TrainSummary train(const TrainOptions& opts) {
     if (st.step % tc.log_every == 0 || st.step == tc.steps) {
       const double ups = window_time > 0 ? double(window_units) / window_time : 0.0;
       const double mean = log_sum / double(log_count);
-      write_log({{"step", st.step}, {"loss", mean}, {"lr", lr}, {"grad_norm", gnorm}, {per_s, ups},
-                 {"elapsed_s", elapsed_before + seconds_since(t_start)}});
-      bar.update(st.step, mean, ups);
+      nlohmann::json line = {{"step", st.step}, {"loss", mean}, {"lr", lr}, {"grad_norm", gnorm}, {per_s, ups},
+                             {"elapsed_s", elapsed_before + seconds_since(t_start)}};
+      // Seconds per step spent waiting for gradient reductions: what backward did not hide.
+      if (comm.size() > 1) line["comm_wait_s"] = window_wait / double(log_count);
+      write_log(line);
+      if (lead) bar.update(st.step, mean, ups);
       log_sum = 0.0;
       log_count = 0;
-      window_time = 0.0;
+      window_time = window_wait = 0.0;
       window_units = 0;
     }
     if (st.step % tc.eval_every == 0 || st.step == tc.steps) {
-      nlohmann::json ev = task->evaluate(model, B, tc.eval_batches);
+      nlohmann::json ev = task->evaluate(model, B, tc.eval_batches, comm);
       if (!ev.is_null()) {
         nlohmann::json line = {{"step", st.step}};
         line.update(ev);
         write_log(line);
-        bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
+        if (lead) bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
         sum.val_metrics = ev;
       }
     }
     st.elapsed_s = elapsed_before + seconds_since(t_start);
     if (st.step % tc.ckpt_every == 0 || st.step == tc.steps) checkpoint();
+    if (vote.stop && st.step < tc.steps) {
+      sum.interrupted = true;
+      break;
+    }
   }
   st.elapsed_s = elapsed_before + seconds_since(t_start);
-  if (sum.interrupted && st.step > first) checkpoint();
-  bar.finish();
+  if (sum.interrupted && st.step > first && saved_step != st.step) checkpoint();
+  if (lead) bar.finish();
   sum.steps = st.step;
   sum.elapsed_s = st.elapsed_s;
   const double run_s = seconds_since(t_start);

@@ -1,0 +1,53 @@
+#pragma once
+// The processes that train one model together (docs/distributed.md): rank, size and
+// the collectives data-parallel training needs, over MPI when the program was built
+// with it and started by an MPI launcher (mpirun, srun), else this process alone.
+//
+// Buffers are host pointers here. A GPU communicator (NCCL) takes the same calls over
+// one contiguous device gradient buffer; the trainer only ever passes contiguous
+// slices of the parameter layout.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gmlp {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "single process", "MPI (Open MPI 4.1.4)", ...
+  virtual std::string describe() const = 0;
+
+  // Elementwise sum across ranks, in place; every rank gets the same result.
+  virtual void allreduce_sum(float* buf, size_t n) = 0;
+  virtual void allreduce_sum(double* buf, size_t n) = 0;
+  virtual void allreduce_sum(int64_t* buf, size_t n) = 0;
+  // Copies root's `bytes` bytes at buf to every rank.
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+
+  // Non-blocking sum in place: starts it and returns at once. buf must stay untouched
+  // until wait_all(). progress() lets started reductions advance (MPI moves them only
+  // inside MPI calls); wait_all() completes every one started.
+  virtual void start_allreduce_sum(float* buf, size_t n) = 0;
+  virtual void progress() = 0;
+  virtual void wait_all() = 0;
+
+  // Ends every rank of the job at once with this exit code (a failure on one rank
+  // would otherwise leave the others waiting in a collective).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// This run's communicator. The first call starts MPI when this gmlp was built with
+// MPI and an MPI launcher started the process (its environment says so); a plain
+// `gmlp train` never touches MPI and gets the single-process communicator. Error
+// when a launcher started several processes but this build has no MPI.
+Communicator& world();
+// Whether world() has been called (so tools can tell, after an error, whether other
+// ranks may be waiting on this one).
+bool world_started();
+// The job size the launcher's environment announces (1 outside a launcher).
+int launcher_world_size();
+
+}  // namespace gmlp

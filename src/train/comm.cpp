@@ -1,0 +1,72 @@
+// The communicator of a run (gmlp/comm.h): this process alone, or MPI's world when an
+// MPI launcher started the process (src/train/comm_mpi.cpp, built with GMLP_HAVE_MPI).
+#include "gmlp/comm.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "gmlp/error.h"
+
+namespace gmlp {
+
+std::unique_ptr<Communicator> make_mpi_communicator();  // comm_mpi.cpp (GMLP_HAVE_MPI only)
+
+namespace {
+
+// One process: every collective is the identity.
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string describe() const override { return "single process"; }
+  void allreduce_sum(float*, size_t) override {}
+  void allreduce_sum(double*, size_t) override {}
+  void allreduce_sum(int64_t*, size_t) override {}
+  void broadcast(void*, size_t, int) override {}
+  void start_allreduce_sum(float*, size_t) override {}
+  void progress() override {}
+  void wait_all() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+std::unique_ptr<Communicator> g_world;
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : 0;
+}
+
+}  // namespace
+
+// Open MPI's mpirun, MPICH's hydra and Slurm's PMI2 say how many processes they
+// started; PMIx launchers (srun --mpi=pmix, PRRTE) set PMIX_RANK.
+int launcher_world_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (env_int(v) > 0) return env_int(v);
+  return 1;
+}
+
+namespace {
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+}  // namespace
+
+Communicator& world() {
+  if (g_world) return *g_world;
+#ifdef GMLP_HAVE_MPI
+  if (launched_by_mpi()) g_world = make_mpi_communicator();
+#else
+  // Several copies of a build without MPI would each train the whole model and race
+  // for the same run directory.
+  require(!launched_by_mpi() || launcher_world_size() <= 1,
+          "started as one of " + std::to_string(launcher_world_size()) +
+              " processes, but this gmlp was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  if (!g_world) g_world = std::make_unique<SingleProcess>();
+  return *g_world;
+}
+
+bool world_started() { return g_world != nullptr; }
+
+}  // namespace gmlp

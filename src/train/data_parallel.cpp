@@ -1,0 +1,104 @@
+// Data parallelism over a Communicator (src/train/data_parallel.h).
+#include "train/data_parallel.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "gmlp/error.h"
+
+namespace gmlp {
+namespace {
+// Gradient ranges are gathered into buckets of at least this many floats (1 MiB)
+// before a reduction starts: per-call latency would dominate tiny layers.
+constexpr size_t kBucketFloats = size_t(1) << 18;
+}  // namespace
+
+DataParallel::DataParallel(Communicator& comm, Model& model) : comm_(comm), model_(model) {
+  if (comm_.size() > 1) model_.set_grad_ready_hook([this](size_t off, size_t n) { grads_ready(off, n); });
+}
+
+DataParallel::~DataParallel() {
+  if (comm_.size() > 1) model_.set_grad_ready_hook(nullptr);
+}
+
+const Batch& DataParallel::shard(const Batch& g) {
+  const int P = comm_.size();
+  if (P == 1) return g;
+  require(g.B % P == 0, "a batch of " + std::to_string(g.B) + " rows does not divide among " + std::to_string(P) +
+                            " ranks");
+  const ModelConfig& c = model_.config();
+  const int n = g.B / P, r0 = comm_.rank() * n;
+  // Targets per rank, from the whole batch that every rank holds: no communication.
+  int64_t mine = n, total = g.B;
+  if (c.per_token_output() && g.targets) {
+    mine = total = 0;
+    for (int b = 0; b < g.B; ++b)
+      for (int t = 0; t < g.T; ++t)
+        if (g.targets[int64_t(b) * g.stride + t] >= 0) {
+          ++total;
+          if (b >= r0 && b < r0 + n) ++mine;
+        }
+  }
+  share_ = total > 0 ? double(mine) / double(total) : 0.0;
+  shard_ = g;
+  shard_.B = n;
+  if (g.tokens) shard_.tokens = g.tokens + int64_t(r0) * g.stride;
+  if (g.images) shard_.images = g.images + int64_t(r0) * c.image_channels * c.image_height * c.image_width;
+  if (g.lengths) shard_.lengths = g.lengths + r0;
+  if (g.targets) shard_.targets = g.targets + (c.per_token_output() ? int64_t(r0) * g.stride : int64_t(r0));
+  if (g.keep) {
+    // keep is [L, B]: this rank's columns of every layer.
+    const int L = c.n_layers;
+    keep_.resize(size_t(L) * n);
+    for (int l = 0; l < L; ++l)
+      std::memcpy(keep_.data() + size_t(l) * n, g.keep + size_t(l) * g.B + r0, sizeof(float) * size_t(n));
+    shard_.keep = keep_.data();
+  }
+  pending_end_ = model_.num_params();
+  return shard_;
+}
+
+// Ranges arrive from the end of the buffer towards its start, each adjacent to the
+// previous one; they are scaled to this rank's share and reduced in buckets.
+void DataParallel::grads_ready(size_t offset, size_t count) {
+  float* g = model_.grads();
+  const float s = float(share_);
+  for (size_t i = offset; i < offset + count; ++i) g[i] *= s;
+  if (pending_end_ - offset >= kBucketFloats || offset == 0) {
+    comm_.start_allreduce_sum(g + offset, pending_end_ - offset);
+    pending_end_ = offset;
+  }
+  comm_.progress();
+}
+
+double DataParallel::finish_backward() {
+  if (comm_.size() == 1) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  require(pending_end_ == 0, "internal: gradients left unreduced after backward");
+  comm_.wait_all();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+DataParallel::Vote DataParallel::agree(double local_loss, bool stop) {
+  if (comm_.size() == 1) return {local_loss, stop};
+  double v[2] = {local_loss * share_, stop ? 1.0 : 0.0};
+  comm_.allreduce_sum(v, 2);
+  return {v[0], v[1] > 0};
+}
+
+void DataParallel::check_in_sync(int64_t step) {
+  if (comm_.size() == 1) return;
+  // FNV-1a over the weights' bytes: equal hashes for bit-identical weights.
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(model_.weights());
+  for (size_t i = 0; i < model_.num_params() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  uint64_t lead_hash = h;
+  comm_.broadcast(&lead_hash, sizeof lead_hash, 0);
+  int64_t differ = lead_hash != h;
+  comm_.allreduce_sum(&differ, 1);
+  require(differ == 0, "the weights of " + std::to_string(differ) + " of " + std::to_string(comm_.size()) +
+                           " ranks differ from rank 0's after step " + std::to_string(step) +
+                           " (the ranks must apply identical updates; was the run resumed from different files?)");
+}
+
+}  // namespace gmlp

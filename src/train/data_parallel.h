@@ -1,0 +1,60 @@
+#pragma once
+// Data parallelism over a Communicator (docs/distributed.md). Every rank draws the
+// whole global batch from the same seeded RNG (data, masking, augmentation and drop
+// masks alike) and trains on its own contiguous rows. A rank's mean loss times its
+// share of the global batch's targets sums, over the ranks, to the one-process loss;
+// so do the gradients, which are scaled by that share and summed with all-reduces
+// started layer by layer during backward. Every rank then applies the same clipping
+// and AdamW step to the same gradients and keeps identical weights.
+#include <cstdint>
+#include <vector>
+
+#include "gmlp/comm.h"
+#include "gmlp/model.h"
+
+namespace gmlp {
+
+class DataParallel {
+ public:
+  // Installs the model's gradient hook when there are several ranks.
+  DataParallel(Communicator& comm, Model& model);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  Communicator& comm() { return comm_; }
+  bool lead() const { return comm_.rank() == 0; }  // the rank that prints and writes
+
+  // This rank's rows of the global batch (the batch itself on one process); sets
+  // share(). The global batch's rows must divide among the ranks.
+  const Batch& shard(const Batch& global);
+  // This rank's fraction of the global batch's targets.
+  double share() const { return share_; }
+
+  // After backward: completes the gradient reductions backward started. Returns the
+  // seconds spent waiting for them (communication not hidden behind the backward).
+  double finish_backward();
+
+  // One small collective per step: the global loss (sum of local loss x share) and
+  // whether any rank was asked to stop, so that every rank stops after the same step.
+  struct Vote {
+    double loss;
+    bool stop;
+  };
+  Vote agree(double local_loss, bool stop);
+
+  // Error naming the step when the ranks' weights are not bit-identical (they must
+  // be: the same reduced gradients, the same update).
+  void check_in_sync(int64_t step);
+
+ private:
+  void grads_ready(size_t offset, size_t count);
+  Communicator& comm_;
+  Model& model_;
+  double share_ = 1.0;
+  size_t pending_end_ = 0;  // grads [offset, pending_end_) scaled, not yet being reduced
+  Batch shard_;
+  std::vector<float> keep_;  // this rank's columns of the stochastic-depth masks
+};
+
+}  // namespace gmlp

@@ -1,0 +1,213 @@
+// Data-parallel training under mpirun (docs/distributed.md), through the real binary:
+// two ranks train the one-process run (causal LM, masked LM, vision with augmentation
+// and stochastic depth), resume on the same or another number of ranks, refuse a batch
+// that does not divide, and end cleanly when a rank dies or the launcher is signalled.
+// Built only when gmlp has MPI and mpirun is installed (tests/CMakeLists.txt).
+#ifdef GMLP_MPIEXEC
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmlp/checkpoint.h"
+#include "gmlp/files.h"
+#include "gmlp/safetensors.h"
+#include "gmlp/trainer.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+namespace fs = std::filesystem;
+using test::read_jsonl;
+using test::run_command;
+using test::train_losses;
+
+// Every launch is bounded: a hang fails the test instead of stalling the suite.
+std::string launch(int P) {
+  return "timeout 120 " GMLP_MPIEXEC " --allow-run-as-root --oversubscribe -np " + std::to_string(P) + " " +
+         test::gmlp_exe() + " --threads 1";
+}
+std::string single() { return test::gmlp_exe() + " --threads 1"; }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const std::string kTiny =
+    " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
+    " --set train.batch_size=8 --set train.warmup=2 --set train.eval_batches=4 --no-progress";
+
+// The losses of two runs agree to float tolerance (the ranks' sums round differently).
+void expect_close_losses(const std::vector<double>& a, const std::vector<double>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i]) + 1e-6) << "step " << i + 1;
+}
+
+// Every tensor of two checkpoints agrees to float tolerance; and they are not bit-equal
+// only by accident of an identical run (that case passes too).
+void expect_close_weights(const std::string& a, const std::string& b) {
+  const auto fa = SafeTensorsFile::load(a), fb = SafeTensorsFile::load(b);
+  ASSERT_EQ(fa.names(), fb.names());
+  for (const auto& n : fa.names()) {
+    const auto wa = fa.read_f32(n), wb = fb.read_f32(n);
+    ASSERT_EQ(wa.size(), wb.size());
+    EXPECT_TRUE(test::all_close(wb.data(), wa.data(), wa.size(), 2e-5f, 1e-4f, n));
+  }
+}
+
+// The held-out metrics of two runs, line by line, to float tolerance.
+void expect_close_evals(const std::string& run_a, const std::string& run_b, const std::string& key) {
+  std::vector<double> a, b;
+  for (const auto& j : read_jsonl(metrics_file(run_a)))
+    if (j.contains(key)) a.push_back(j[key].get<double>());
+  for (const auto& j : read_jsonl(metrics_file(run_b)))
+    if (j.contains(key)) b.push_back(j[key].get<double>());
+  ASSERT_FALSE(a.empty()) << key;
+  ASSERT_EQ(a.size(), b.size()) << key;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i]) + 1e-7) << key << " #" << i;
+}
+
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Trains the same run on one process and on two ranks; they must agree.
+void same_run_any_p(const std::string& args, const std::string& eval_key) {
+  test::TempDir dir("dist_same");
+  auto one = run_command(single() + " train" + args + " --out " + dir.file("p1"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = run_command(launch(2) + " train" + args + " --out " + dir.file("p2"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_TRUE(contains(two.output, "2 ranks, 4 rows of each batch per rank")) << two.output;
+  // Rank 0 alone reports: one summary line, one run directory with the same files.
+  size_t summaries = 0;
+  for (size_t at = two.output.find("finished after"); at != std::string::npos; at = two.output.find("finished after", at + 1))
+    ++summaries;
+  EXPECT_EQ(summaries, 1u) << two.output;
+  EXPECT_EQ(files_in(dir.file("p1")), files_in(dir.file("p2")));
+  EXPECT_EQ(read_jsonl(metrics_file(dir.file("p1"))).size(), read_jsonl(metrics_file(dir.file("p2"))).size());
+  expect_close_losses(train_losses(dir.file("p1")), train_losses(dir.file("p2")));
+  expect_close_evals(dir.file("p1"), dir.file("p2"), eval_key);
+  expect_close_weights(model_file(dir.file("p1")), model_file(dir.file("p2")));
+}
+
+TEST(Distributed, CausalLmOnTwoRanksIsTheOneProcessRun) {
+  same_run_any_p(" --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 6", "val_loss");
+}
+
+TEST(Distributed, MaskedLmOnTwoRanksIsTheOneProcessRun) {
+  // Each rank holds a different number of masked positions: the gradients are weighted
+  // by each rank's share of them.
+  same_run_any_p(" --task mlm --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 6", "val_ppl");
+}
+
+TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
+  test::TempDir data("dist_vision_data");
+  test::write_vision_set(data.file("set"));
+  // Shifts and stochastic-depth masks are drawn for the whole batch on every rank.
+  same_run_any_p(" --task vision --data " + data.file("set") +
+                     " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+                     " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
+                     " --no-progress --steps 12 --log-every 1 --eval-every 6",
+                 "val_acc");
+}
+
+TEST(Distributed, ABatchThatDoesNotDivideIsRefused) {
+  test::TempDir dir("dist_batch");
+  auto r = run_command(launch(2) + " train --data " + test::kGplText + kTiny + " --set train.batch_size=7 --steps 2 --out " +
+                       dir.file("run"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "a refused run must not hang";
+  EXPECT_TRUE(contains(r.output, "train.batch_size = 7 is the global batch")) << r.output;
+  EXPECT_TRUE(contains(r.output, "multiple of 2")) << r.output;
+  EXPECT_FALSE(fs::exists(state_file(dir.file("run"))));
+}
+
+TEST(Distributed, ResumesOnTheSameAndOnAnotherNumberOfRanks) {
+  test::TempDir dir("dist_resume");
+  const std::string args = " train --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 5 --ckpt-every 4";
+  auto r = run_command(launch(2) + args + " --out " + dir.file("straight"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Two ranks, interrupted, resumed on two ranks: exactly the uninterrupted run.
+  r = run_command(launch(2) + args + " --out " + dir.file("split") + " --stop-after 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "interrupted after 5 steps")) << r.output;
+  r = run_command(launch(2) + " train --resume --no-progress --out " + dir.file("split"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(train_losses(dir.file("straight")), train_losses(dir.file("split")));
+  EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))))
+      << "the checkpoints differ";
+  // Written by two ranks, resumed on one: the same batches, rounded differently.
+  r = run_command(launch(2) + args + " --out " + dir.file("moved") + " --stop-after 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(single() + " train --resume --no-progress --out " + dir.file("moved"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "trained on 2 rank(s), it continues on 1")) << r.output;
+  expect_close_losses(train_losses(dir.file("straight")), train_losses(dir.file("moved")));
+  expect_close_weights(model_file(dir.file("straight")), model_file(dir.file("moved")));
+}
+
+// Starts a long two-rank run in the background, waits for its first checkpoint, does
+// `act` (a shell snippet; $MPIRUN is the launcher's pid, $RANK1 rank 1's), and waits
+// for the launcher. Prints "launcher exit N after S s".
+std::string background_run(const std::string& out, const std::string& act) {
+  const std::string log = out + ".log";
+  return launch(2) + " train --data " + test::kGplText + kTiny +
+         " --steps 1000000 --log-every 1 --eval-every 1000000 --ckpt-every 5 --out " + out + " > " + log +
+         " 2>&1 & T=$!\n"
+         "for i in $(seq 600); do [ -f " + state_file(out) + " ] && break; sleep 0.1; done\n"
+         "MPIRUN=$(pgrep -P $T)\n"
+         "for p in $(pgrep -P $MPIRUN); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && RANK1=$p; done\n"
+         "SECONDS=0\n" + act + "\nwait $T; echo \"launcher exit $? after $SECONDS s\"; cat " + log;
+}
+
+TEST(Distributed, ARankKilledEndsTheJobAndKeepsTheCheckpoint) {
+  test::TempDir dir("dist_kill");
+  const std::string out = dir.file("run");
+  auto r = run_command(background_run(out, "kill -9 $RANK1"));
+  EXPECT_TRUE(contains(r.output, "launcher exit 137 after")) << r.output;  // mpirun's 128 + 9; 124 would be a hang
+  EXPECT_TRUE(contains(r.output, "rank 1 with PID")) << r.output;           // mpirun names the dead rank
+  EXPECT_TRUE(contains(r.output, "exited on signal 9")) << r.output;
+  EXPECT_TRUE(contains(r.output, "gmlp: rank 0: Terminated, stopping")) << r.output;  // the survivor says so
+  // The last checkpoint loads and the run resumes (on one process).
+  ASSERT_TRUE(fs::exists(model_file(out)));
+  EXPECT_NO_THROW(load_model(model_file(out)));
+  r = run_command(single() + " train --resume --no-progress --stop-after 2 --out " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "interrupted after")) << r.output;
+}
+
+TEST(Distributed, SigtermOnTheLauncherStopsEveryRankAfterTheSameStep) {
+  test::TempDir dir("dist_term");
+  const std::string out = dir.file("run");
+  auto r = run_command(background_run(out, "sleep 0.5; kill -TERM $MPIRUN"));
+  EXPECT_FALSE(contains(r.output, "launcher exit 124")) << r.output;
+  EXPECT_TRUE(contains(r.output, "interrupted after")) << r.output;
+  EXPECT_TRUE(contains(r.output, "resume with")) << r.output;
+  // The checkpoint is the last logged step, written once by rank 0.
+  const auto lines = read_jsonl(metrics_file(out));
+  ASSERT_FALSE(lines.empty());
+  const int64_t stopped = lines.back()["step"].get<int64_t>();
+  ASSERT_GT(stopped, 0);
+  EXPECT_TRUE(contains(r.output, "interrupted after " + std::to_string(stopped) + " steps")) << r.output;
+  // Resumed on two ranks for a few more steps, it is exactly the run that never stopped
+  // (the same total steps, so the same schedule).
+  r = run_command(launch(2) + " train --resume --no-progress --stop-after 3 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(launch(2) + " train --data " + test::kGplText + kTiny + " --steps 1000000 --stop-after " +
+                  std::to_string(stopped + 3) + " --log-every 1 --eval-every 1000000 --ckpt-every 5 --out " +
+                  dir.file("straight"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(train_losses(out).size(), size_t(stopped + 3));
+  EXPECT_EQ(train_losses(out), train_losses(dir.file("straight")));
+}
+
+}  // namespace
+}  // namespace gmlp
+#endif  // GMLP_MPIEXEC
