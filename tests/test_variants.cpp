@@ -779,3 +779,41 @@ TEST(SparseMlmHead, SameLossAndGradientsAsTheFullHead) {
 
 }  // namespace
 }  // namespace gmlp
+
+namespace gmlp {
+namespace {
+
+// The backward's gradient hook (data-parallel training reduces each range as it comes):
+// the ranges tile the whole buffer once, from its end to its start, one per layer plus
+// the head and the input layer, and each already holds its final gradient when reported.
+TEST(GradReadyHook, RangesTileTheBufferInBackwardOrderAndAreFinal) {
+  const ModelConfig c = tiny("causal_lm", [](ModelConfig& c) { c.n_layers = 3; });
+  auto m = make(c);
+  std::mt19937 rng(3);
+  const Ids ids = random_ids(size_t(4) * 9, c.vocab_size, rng);
+  struct Seen {
+    size_t offset, count;
+    std::vector<float> grads;
+  };
+  std::vector<Seen> seen;
+  m->set_grad_ready_hook([&](size_t off, size_t n) {
+    seen.push_back({off, n, std::vector<float>(m->grads() + off, m->grads() + off + n)});
+  });
+  m->zero_grad();
+  m->forward(ids.data(), ids.data() + 1, 9, 4, 8);
+  m->backward();
+  ASSERT_EQ(seen.size(), size_t(c.n_layers) + 2);
+  size_t end = m->num_params();
+  for (const auto& s : seen) {
+    EXPECT_EQ(s.offset + s.count, end) << "contiguous, from the end of the buffer";
+    EXPECT_EQ(s.grads, std::vector<float>(m->grads() + s.offset, m->grads() + s.offset + s.count))
+        << "the range at " << s.offset << " changed after it was reported";
+    end = s.offset;
+  }
+  EXPECT_EQ(end, 0u);
+  EXPECT_EQ(seen[1].offset, m->param("blocks.2.norm.weight").offset);
+  EXPECT_EQ(seen.back().count, m->param("embed.weight").size);
+}
+
+}  // namespace
+}  // namespace gmlp
