@@ -18,6 +18,7 @@ struct BenchOptions {
   int batch_size = 16;
   int warmup = 3, repeats = 10;
   int gen_tokens = 0;  // generate: tokens per run (0: 2n, so the context slides twice)
+  Device device = Device::cpu;
 };
 
 struct BenchResult {

@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "gmlp/config.h"
+#include "gmlp/device.h"
 #include "gmlp/rng.h"
 
 namespace gmlp {
 
+class Backend;
 struct BlockCall;
 struct BlockSaved;
 struct BlockScratch;
@@ -81,21 +83,40 @@ double forward_flops_per_token(const ModelConfig& c, int T);
 
 class Model {
  public:
-  explicit Model(const ModelConfig& config);
+  // On the CPU (the default) or a CUDA device (gmlp/device.h). Error when the device
+  // cannot be used.
+  explicit Model(const ModelConfig& config, Device device = Device::cpu);
+  // On a given backend (src/backend/backend.h), for tests and other backends.
+  Model(const ModelConfig& config, Backend& backend);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  Device device() const;
   const std::vector<ParamInfo>& params() const { return layout_; }
   const ParamInfo& param(const std::string& name) const;  // Error if unknown
   size_t num_params() const { return weights_.size(); }
-  float* weights() { return weights_.data(); }
-  const float* weights() const { return weights_.data(); }
-  // Named views of the weights, for readers such as the cached decoder.
-  const ParamViews& views() const { return w_; }
-  float* grads() { return grads_.data(); }
-  const float* grads() const { return grads_.data(); }
+
+  // Host access to the parameters and gradients, on every device. On the CPU these are
+  // the model's own buffers. On a device they are host mirrors that follow the device
+  // copy: every call brings the mirror up to date (a download when the device copy
+  // changed since), and the non-const forms mark the host copy as the newer one, so
+  // that the next forward, backward or optimizer step uploads what was written through
+  // them. Hold such a pointer only while nothing else runs on the model.
+  float* weights();
+  const float* weights() const;
+  // Named views of the host weights (the same rules), for readers such as the decoder.
+  const ParamViews& views() const;
+  float* grads();
+  const float* grads() const;
+
+  // The backend's copies, for the optimizer and clipping (gmlp/optimizer.h) and a
+  // gradient all-reduce: backend memory, up to date when returned; `write` marks the
+  // backend copy as the newer one. On the CPU the same buffers as weights()/grads().
+  Backend& backend() const { return *be_; }
+  float* device_weights(bool write);
+  float* device_grads(bool write);
 
   // docs/model.md §2 init: Linear U(+-1/sqrt(fan_in)); LayerNorm 1/0; embedding N(0,1);
   // spatial W ~ U(-spatial_init, spatial_init), b = 1.
@@ -144,26 +165,33 @@ class Model {
 
  private:
   struct Arena;
+  struct Mirror;  // a parameter-sized buffer on the device and which copy is newer
   void ensure_arena(int B, int T, int layers);
   BlockCall block_call(int l) const;  // the shape, padding and drop masks of the last forward, at layer l
   void embed_forward(const Batch& in, float* x);
   void embed_backward(const float* dx);
   double head_forward(const Batch& in, const float* xL);
   void head_backward(const float* xL);
+  const ParamViews& device_views();  // dw_, with the device weights up to date
 
   ModelConfig cfg_;
+  Backend* be_;
   std::vector<ParamInfo> layout_;
-  std::vector<float> weights_, grads_;
-  ParamViews w_, g_;
+  // Host buffers: the model's own on the CPU, mirrors of the device copies otherwise
+  // (mutable: a const read refreshes the mirror).
+  mutable std::vector<float> weights_, grads_;
+  std::unique_ptr<Mirror> dw_mirror_, dg_mirror_;  // null on the CPU
+  ParamViews w_, g_;    // views of the host buffers
+  ParamViews dw_, dg_;  // views of the backend's buffers (w_ and g_ on the CPU)
   std::vector<float> pe_;  // sinusoidal table [T, d] when enabled (grown for longer T)
   std::unique_ptr<Arena> arena_;
+  mutable std::vector<float> logits_host_;  // a device model's logits, read back by logits()
   int B_ = 0, T_ = 0;
   bool grad_enabled_ = true;
   bool backward_ready_ = false;  // the last forward kept what backward needs
   bool last_lengths_ = false, last_keep_ = false;  // the last forward had padding / drop masks
   bool sparse_head_ = false, last_sparse_ = false;
   std::vector<int32_t> head_rows_, sel_targets_;   // sparse head: chosen rows and their targets
-  std::vector<float> h_sel_;                       // sparse head: the final-norm rows it read
   GradReadyHook grad_ready_;
 };
 

@@ -2,6 +2,7 @@
 // AdamW over the model's single parameter buffer, in PyTorch's exact formulation, its
 // learning-rate schedules, and global-norm gradient clipping.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gmlp/config.h"
@@ -11,19 +12,31 @@ namespace gmlp {
 
 class AdamW {
  public:
+  // Moments in host memory, for step(params, grads, lr).
   AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConfig& cfg);
+  // Moments on the model's device, for step(model, lr).
+  AdamW(const Model& model, const TrainConfig& cfg);
+  ~AdamW();
   // One update with learning rate lr: decoupled decay p *= 1 - lr*wd (decay tensors
   // only), then the Adam moments and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
   void step(float* params, const float* grads, float lr);
+  // The same on the model's own buffers, on its device (no host copies).
+  void step(Model& model, float lr);
   int64_t steps_taken() const { return t_; }
-  // The moments, for checkpoints: m and v, each `total` floats.
-  std::vector<float>& m() { return m_; }
-  std::vector<float>& v() { return v_; }
+  // The moments, for checkpoints: m and v, each `total` floats, in host memory. With
+  // moments on a device these are mirrors, refreshed by the call; what is written
+  // through them is uploaded at the next step.
+  std::vector<float>& m();
+  std::vector<float>& v();
   void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
+  struct Moments;  // device moments, null for host ones
+  void update(Backend& be, float* params, const float* grads, float* m, float* v, float lr);
   std::vector<std::pair<size_t, size_t>> decay_ranges_, plain_ranges_;  // [offset, size)
   std::vector<float> m_, v_;
+  std::unique_ptr<Moments> dev_;
+  Backend* be_ = nullptr;
   float b1_, b2_, eps_, wd_;
   int64_t t_ = 0;
 };
@@ -37,5 +50,7 @@ double grad_norm(const float* grads, size_t n);
 // PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1.
 // Returns the norm before clipping.
 double clip_grad_norm(float* grads, size_t n, float max_norm);
+// The same over the model's gradients on its device (one scalar read back).
+double clip_grad_norm(Model& model, float max_norm);
 
 }  // namespace gmlp

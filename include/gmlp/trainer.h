@@ -45,6 +45,7 @@ struct TrainOptions {
   // after it is written; returning false stops the run as an interruption does
   // (checkpoint, then return with interrupted set). Exceptions propagate.
   std::function<bool(const nlohmann::json& line)> on_log;
+  Device device = Device::cpu;  // where the model trains
 };
 
 struct TrainSummary {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "gmlp/error.h"
+#include "backend/backend.h"
 #include "model/block.h"
 #include "ops/fast_math.h"
 #include "ops/ops.h"
@@ -164,7 +165,7 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
       saved.O = O_.data();
     }
     call.gate = cfg_.has_sgu() ? gates_[size_t(l)].data() : nullptr;
-    block_forward(cfg_, w_.blocks[size_t(l)], call, saved, scratch, x);
+    block_forward(cpu_backend(), cfg_, w_.blocks[size_t(l)], call, saved, scratch, x);
   }
   len_ = T;
   const float* last = x + size_t(T - 1) * d;

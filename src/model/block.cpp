@@ -7,16 +7,14 @@
 // buffer and dZ is computed in place over Z.
 #include "model/block.h"
 
-#include <algorithm>
-
-#include "ops/ops.h"
+#include "backend/backend.h"
 
 namespace gmlp {
 namespace {
 
 // The SGU's op parameters for a call of length T. Toeplitz weights are expanded first
 // into Wd, dense [heads, T, T]; full weights are read in place as W[:T, :T].
-ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths) {
+ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths) {
   ops::SguParams sp;
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
@@ -30,7 +28,7 @@ ops::SguParams sgu_params(const ModelConfig& c, const BlockParams& p, int T, flo
   if (c.spatial == Spatial::toeplitz) {
     const int64_t wsz = c.spatial_weight_size();
     for (int k = 0; k < c.sgu_heads; ++k)
-      ops::toeplitz_materialize(p.spatial_w + k * wsz, c.seq_len, c.causal(), T, Wd + int64_t(k) * T * T);
+      be.toeplitz_materialize(p.spatial_w + k * wsz, c.seq_len, c.causal(), T, Wd + int64_t(k) * T * T);
     sp.W = Wd;
     sp.ldw = T;
     sp.w_head_stride = int64_t(T) * T;
@@ -49,42 +47,38 @@ ops::AttnParams attn_params(const ModelConfig& c, const BlockParams& p, const in
 
 }  // namespace
 
-void block_forward(const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
+void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
                    const BlockScratch& s, float* out) {
   const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, nb = c.branch_channels();
   const bool tanh_gelu = c.gelu == Gelu::tanh;
   const float* x = saved.x;
-  ops::layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
-  ops::gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
-  ops::bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
+  be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
+  be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
+  be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
   const float* branch = s.z;  // s(Z) = Z for "none"
   if (c.has_sgu()) {
     const float* extra = nullptr;
     if (c.d_attn > 0) {
-      ops::tiny_attention_forward(attn_params(c, p, call.lengths), s.h, T, B, saved.qkv, saved.P, saved.O, s.att);
+      be.tiny_attention_forward(attn_params(c, p, call.lengths), s.h, T, B, saved.qkv, saved.P, saved.O, s.att);
       extra = s.att;
     }
-    const auto sp = sgu_params(c, p, T, s.Wd, call.lengths);
-    ops::sgu_forward(sp, s.z, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S, extra);
+    const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
+    be.sgu_forward(sp, s.z, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S,
+                   extra);
     branch = s.S;
   }
   if (!call.keep) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < M; ++r)
-      for (int ch = 0; ch < d; ++ch) out[size_t(r) * d + ch] = x[size_t(r) * d + ch] + p.proj_out_b[ch];
-    ops::gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
+    be.residual_bias(x, p.proj_out_b, M, d, out);
+    be.gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
   } else {
     // Stochastic depth: x' = x + keep[b] (S V^T + v), the branch built in h.
-    ops::linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < M; ++r)
-      for (int ch = 0; ch < d; ++ch)
-        out[size_t(r) * d + ch] = x[size_t(r) * d + ch] + call.keep[r % B] * s.h[size_t(r) * d + ch];
+    be.linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
+    be.residual_keep(x, call.keep, s.h, M, B, d, out);
   }
 }
 
-void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
+void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
                     const BlockSaved& saved, const BlockScratch& s, float* dx) {
   const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, g = c.gate_channels(),
             nb = c.branch_channels();
@@ -94,42 +88,40 @@ void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParam
   // branch's contribution is added by the block LayerNorm's backward at the end.
   const float* dY = dx;
   if (call.keep) {
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < M; ++r)
-      for (int ch = 0; ch < d; ++ch) s.dh[size_t(r) * d + ch] = call.keep[r % B] * dx[size_t(r) * d + ch];
+    be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
-  ops::gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
+  be.gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
   const float* branch = s.z;
   if (c.has_sgu()) {
     // S from Z and F again (the forward did not keep it).
-    ops::sgu_combine(c.sgu, s.z, f, saved.F, M, g, s.S);
+    be.sgu_combine(c.sgu, s.z, f, saved.F, M, g, s.S);
     branch = s.S;
   }
-  ops::linear_backward(dY, branch, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
+  be.linear_backward(dY, branch, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
-    const auto sp = sgu_params(c, p, T, s.Wd, call.lengths);
-    if (toeplitz) std::fill(s.dWd, s.dWd + size_t(c.sgu_heads) * T * T, 0.f);
+    const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
+    if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
     // In place: dZ over Z, G in S's buffer (S is dead once proj_out's backward ran).
-    ops::sgu_backward(sp, sg, s.dS, s.z, T, B, f, saved.g_mean, saved.g_rstd, saved.F, s.z, s.S, s.dF, s.dG);
+    be.sgu_backward(sp, sg, s.dS, s.z, T, B, f, saved.g_mean, saved.g_rstd, saved.F, s.z, s.S, s.dF, s.dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)
-        ops::toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
+        be.toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
                            gp.spatial_w + k * c.spatial_weight_size());
   } else {
-    std::copy(s.dS, s.dS + size_t(M) * f, s.z);
+    be.copy(s.z, s.dS, sizeof(float) * size_t(M) * f);
   }
-  ops::gelu_backward(saved.u, s.z, s.z, int64_t(M) * f, tanh_gelu);
-  ops::layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
-  ops::linear_backward(s.z, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w, gp.proj_in_b);
+  be.gelu_backward(saved.u, s.z, s.z, int64_t(M) * f, tanh_gelu);
+  be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
+  be.linear_backward(s.z, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w, gp.proj_in_b);
   if (c.d_attn > 0) {
     const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
-    ops::tiny_attention_backward(attn_params(c, p, call.lengths), ag, s.dF, s.h, T, B, saved.qkv, saved.P, saved.O,
+    be.tiny_attention_backward(attn_params(c, p, call.lengths), ag, s.dF, s.h, T, B, saved.qkv, saved.P, saved.O,
                                  s.dh, s.dO, s.dP, s.dqkv);
   }
-  ops::layernorm_backward(s.dh, d, x, d, saved.ln_mean, saved.ln_rstd, p.norm_w, M, d, dx, d, true, gp.norm_w,
+  be.layernorm_backward(s.dh, d, x, d, saved.ln_mean, saved.ln_rstd, p.norm_w, M, d, dx, d, true, gp.norm_w,
                           gp.norm_b);
 }
 

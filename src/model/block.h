@@ -3,7 +3,8 @@
 // caller: the model's training and inference passes, the cached decoder's prefill and,
 // later, other backends. The caller owns the memory: per-layer tensors the backward
 // needs (BlockSaved) and scratch shared by every layer (BlockScratch), as pointers into
-// its own arena, in the spirit of llm.c's per-layer activation structs.
+// its own arena, in the spirit of llm.c's per-layer activation structs. Every op goes
+// through the backend (backend/backend.h), so every pointer here is that backend's memory.
 //
 // Rows are tokens in sequence-major order (row = t * B + b), M = T * B.
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include "gmlp/model.h"
 
 namespace gmlp {
+
+class Backend;
 
 // What one layer's forward keeps for its backward. With d = d_model, f = d_ffn,
 // g = gate channels (ModelConfig::gate_channels), da = d_attn:
@@ -49,12 +52,12 @@ struct BlockCall {
 
 // out[M, d] = x + block(x), with x = saved.x; out may be saved.x (in place) when no
 // backward follows. Fills the other BlockSaved tensors.
-void block_forward(const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
+void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
                    const BlockScratch& s, float* out);
 
 // dx [M, d] holds dL/d(out) on entry and dL/d(x) on return; parameter gradients are
 // accumulated into gp. Needs the BlockSaved of a forward with the same call.
-void block_backward(const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
+void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
                     const BlockSaved& saved, const BlockScratch& s, float* dx);
 
 }  // namespace gmlp

@@ -10,10 +10,13 @@
 #include "gmlp/error.h"
 #include "gmlp/model.h"
 #include "model/block.h"
-#include "ops/ops.h"
+#include "backend/backend.h"
 
 namespace gmlp {
 
+// The arena: every buffer is backend memory (device memory on a GPU, one arena there
+// as on the CPU). Ids, padding lengths and drop masks are assembled on the host and
+// uploaded (on the CPU the upload is a copy).
 struct Model::Arena {
   int B = 0, T = 0, layers = 0;  // capacity
   size_t d = 0, f = 0, g = 0, da = 0;
@@ -22,27 +25,36 @@ struct Model::Arena {
   BlockSaved layer(int l, bool grad, int B, int T);
   float* stream(int l, bool grad, int B, int T);
   BlockScratch scratch();
-  std::vector<int32_t> tokens, targets, lengths;        // [M] (or [B]) sequence-major
-  std::vector<float> keep;                              // [L, B]
-  std::vector<float> patches;                           // vision: [M, C*ph*pw]
-  std::vector<float> x;                                 // (L+1) x [M, d] (2 without grad)
-  std::vector<float> ln_mean, ln_rstd, g_mean, g_rstd;  // L x [M]
-  std::vector<float> u;                                 // L x [M, d_ffn]
-  std::vector<float> F;                                 // L x [M, g]
-  std::vector<float> qkv, P, O;                         // aMLP: L x [M, 3da], [B, T, T], [M, da]
-  std::vector<float> f_mean, f_rstd;                    // [M] final norm
-  std::vector<float> pooled;                            // [B, d] classify/vision
-  std::vector<float> logits, dlogits;                   // [M or B, out]
+  using F32 = DeviceBuffer<float>;
+  using I32 = DeviceBuffer<int32_t>;
+  std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
+  I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
+  F32 keep;                                  // [L, B]
+  F32 images, patches;                       // vision: [B, C*H*W], [M, C*ph*pw]
+  F32 pe;                                    // sinusoidal positions [T', d]
+  F32 x;                                     // (L+1) x [M, d] (2 without grad)
+  F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
+  F32 u;                                     // L x [M, d_ffn]
+  F32 F;                                     // L x [M, g]
+  F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
+  F32 f_mean, f_rstd;                        // [M] final norm
+  F32 pooled;                                // [B, d] classify/vision
+  F32 h_sel;                                 // [M, d] the sparse head's rows
+  F32 logits, dlogits;                       // [M or B, out]
   // Scratch reused by every layer.
-  std::vector<float> h, dh, dx;                         // [M, d]
-  std::vector<float> z;                                 // [M, d_ffn]: Z, then dZ in place
-  std::vector<float> S, dS;                             // [M, s]: S doubles as G
-  std::vector<float> dF, dG, att;                       // [M, g]; att: the attention's output
-  std::vector<float> dO, dP, dqkv;                      // aMLP backward
-  std::vector<float> Wd, dWd;                           // Toeplitz: dense [heads, T, T]
+  F32 h, dh, dx;                             // [M, d]
+  F32 z;                                     // [M, d_ffn]: Z, then dZ in place
+  F32 S, dS;                                 // [M, s]: S doubles as G
+  F32 dF, dG, att;                           // [M, g]; att: the attention's output
+  F32 dO, dP, dqkv;                          // aMLP backward
+  F32 Wd, dWd;                               // Toeplitz: dense [heads, T, T]
 };
 
-Model::Model(const ModelConfig& config) : cfg_(config) {
+struct Model::Mirror : HostMirror {};
+
+Model::Model(const ModelConfig& config, Device device) : Model(config, backend_for(device)) {}
+
+Model::Model(const ModelConfig& config, Backend& backend) : cfg_(config), be_(&backend) {
   cfg_.validate();
   layout_ = param_layout(cfg_);
   const size_t total = layout_.back().offset + layout_.back().size;
@@ -50,11 +62,74 @@ Model::Model(const ModelConfig& config) : cfg_(config) {
   grads_.assign(total, 0.f);
   w_ = param_views(cfg_, weights_.data());
   g_ = param_views(cfg_, grads_.data());
+  if (be_->host_memory()) {
+    dw_ = w_;
+    dg_ = g_;
+  } else {
+    dw_mirror_ = std::make_unique<Mirror>();
+    dg_mirror_ = std::make_unique<Mirror>();
+    dw_mirror_->dev = DeviceBuffer<float>(*be_, total);  // zero-filled, as the host vectors
+    dg_mirror_->dev = DeviceBuffer<float>(*be_, total);
+    dw_ = param_views(cfg_, dw_mirror_->dev.data());
+    dg_ = param_views(cfg_, dg_mirror_->dev.data());
+  }
 }
 
 Model::~Model() = default;
 
-void Model::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.f); }
+Device Model::device() const { return be_->device(); }
+
+float* Model::weights() {
+  if (dw_mirror_) {
+    dw_mirror_->to_host(*be_, weights_);
+    dw_mirror_->state = HostMirror::host_newer;
+  }
+  return weights_.data();
+}
+const float* Model::weights() const {
+  if (dw_mirror_) dw_mirror_->to_host(*be_, weights_);
+  return weights_.data();
+}
+const ParamViews& Model::views() const {
+  weights();
+  return w_;
+}
+float* Model::grads() {
+  if (dg_mirror_) {
+    dg_mirror_->to_host(*be_, grads_);
+    dg_mirror_->state = HostMirror::host_newer;
+  }
+  return grads_.data();
+}
+const float* Model::grads() const {
+  if (dg_mirror_) dg_mirror_->to_host(*be_, grads_);
+  return grads_.data();
+}
+float* Model::device_weights(bool write) {
+  if (!dw_mirror_) return weights_.data();
+  dw_mirror_->to_device(*be_, weights_);
+  if (write) dw_mirror_->state = HostMirror::device_newer;
+  return dw_mirror_->dev.data();
+}
+float* Model::device_grads(bool write) {
+  if (!dg_mirror_) return grads_.data();
+  dg_mirror_->to_device(*be_, grads_);
+  if (write) dg_mirror_->state = HostMirror::device_newer;
+  return dg_mirror_->dev.data();
+}
+const ParamViews& Model::device_views() {
+  device_weights(false);
+  return dw_;
+}
+
+void Model::zero_grad() {
+  if (!dg_mirror_) {
+    std::fill(grads_.begin(), grads_.end(), 0.f);
+    return;
+  }
+  be_->zero(dg_mirror_->dev.data(), grads_.size() * sizeof(float));
+  dg_mirror_->state = HostMirror::device_newer;
+}
 
 void Model::ensure_arena(int B, int T, int layers) {
   if (arena_ && B * T <= arena_->B * arena_->T && B <= arena_->B && T <= arena_->T && layers <= arena_->layers)
@@ -64,6 +139,8 @@ void Model::ensure_arena(int B, int T, int layers) {
                g = cfg_.gate_channels(), s = cfg_.branch_channels(), da = cfg_.d_attn, out = cfg_.out_dim();
   const bool grad = layers == cfg_.n_layers;
   auto a = std::make_unique<Arena>();
+  Backend& be = *be_;
+  auto f32 = [&](size_t n) { return DeviceBuffer<float>(be, n); };
   a->B = B;
   a->T = T;
   a->layers = layers;
@@ -71,52 +148,68 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->f = f;
   a->g = g;
   a->da = da;
-  a->tokens.resize(M);
-  a->targets.resize(M);
-  a->lengths.resize(size_t(B));
-  a->keep.resize(size_t(cfg_.n_layers) * B);
-  if (!cfg_.token_input()) a->patches.resize(M * size_t(cfg_.patch_dim()));
-  a->x.resize((grad ? L + 1 : 2) * M * d);  // one slot per layer input, plus the output
-  for (auto* v : {&a->ln_mean, &a->ln_rstd}) v->resize(L * M);
-  a->u.resize(L * M * f);
+  a->tokens_h.resize(M);
+  a->targets_h.resize(M);
+  a->tokens = DeviceBuffer<int32_t>(be, M);
+  a->targets = DeviceBuffer<int32_t>(be, M);
+  a->rows = DeviceBuffer<int32_t>(be, M);
+  a->lengths = DeviceBuffer<int32_t>(be, size_t(B));
+  a->keep = f32(size_t(cfg_.n_layers) * B);
+  if (!cfg_.token_input()) {
+    a->patches = f32(M * size_t(cfg_.patch_dim()));
+    if (!be.host_memory())
+      a->images = f32(size_t(B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width);
+  }
+  a->x = f32((grad ? L + 1 : 2) * M * d);  // one slot per layer input, plus the output
+  a->ln_mean = f32(L * M);
+  a->ln_rstd = f32(L * M);
+  a->u = f32(L * M * f);
   if (cfg_.has_sgu()) {
-    for (auto* v : {&a->g_mean, &a->g_rstd}) v->resize(L * M);
-    a->F.resize(L * M * g);
+    a->g_mean = f32(L * M);
+    a->g_rstd = f32(L * M);
+    a->F = f32(L * M * g);
   }
   if (da > 0) {
-    a->qkv.resize(L * M * 3 * da);
-    a->P.resize(L * size_t(B) * T * T);
-    a->O.resize(L * M * da);
-    a->att.resize(M * g);
+    a->qkv = f32(L * M * 3 * da);
+    a->P = f32(L * size_t(B) * T * T);
+    a->O = f32(L * M * da);
+    a->att = f32(M * g);
   }
-  a->f_mean.resize(M);
-  a->f_rstd.resize(M);
+  a->f_mean = f32(M);
+  a->f_rstd = f32(M);
   const size_t rows_out = cfg_.per_token_output() ? M : size_t(B);
-  a->logits.resize(rows_out * out);
-  if (!cfg_.per_token_output()) a->pooled.resize(size_t(B) * d);
-  a->h.resize(M * d);
-  a->z.resize(M * f);
-  a->S.resize(M * s);
-  if (cfg_.spatial == Spatial::toeplitz) a->Wd.resize(size_t(cfg_.sgu_heads) * T * T);
+  a->logits = f32(rows_out * out);
+  if (!cfg_.per_token_output()) a->pooled = f32(size_t(B) * d);
+  if (cfg_.task == Task::mlm) a->h_sel = f32(M * d);
+  a->h = f32(M * d);
+  a->z = f32(M * f);
+  a->S = f32(M * s);
+  if (cfg_.spatial == Spatial::toeplitz) a->Wd = f32(size_t(cfg_.sgu_heads) * T * T);
   if (grad) {
-    a->dlogits.resize(rows_out * out);
-    for (auto* v : {&a->dh, &a->dx}) v->resize(M * d);
-    a->dS.resize(M * s);
-    if (cfg_.has_sgu())
-      for (auto* v : {&a->dF, &a->dG}) v->resize(M * g);
-    if (da > 0) {
-      a->dO.resize(M * da);
-      a->dP.resize(size_t(T) * T);
-      a->dqkv.resize(M * 3 * da);
+    a->dlogits = f32(rows_out * out);
+    a->dh = f32(M * d);
+    a->dx = f32(M * d);
+    a->dS = f32(M * s);
+    if (cfg_.has_sgu()) {
+      a->dF = f32(M * g);
+      a->dG = f32(M * g);
     }
-    if (cfg_.spatial == Spatial::toeplitz) a->dWd.resize(size_t(cfg_.sgu_heads) * T * T);
+    if (da > 0) {
+      a->dO = f32(M * da);
+      a->dP = f32(size_t(T) * T);
+      a->dqkv = f32(M * 3 * da);
+    }
+    if (cfg_.spatial == Spatial::toeplitz) a->dWd = f32(size_t(cfg_.sgu_heads) * T * T);
   }
   arena_ = std::move(a);
 }
 
 const float* Model::logits() const {
   require(arena_ != nullptr, "Model::logits called before forward");
-  return arena_->logits.data();
+  if (be_->host_memory()) return arena_->logits.data();
+  logits_host_.resize(size_t(logit_rows()) * cfg_.out_dim());
+  be_->download(logits_host_.data(), arena_->logits.data(), logits_host_.size() * sizeof(float));
+  return logits_host_.data();
 }
 
 int Model::logit_rows() const {
@@ -128,7 +221,7 @@ int Model::logit_rows() const {
 // every layer reuses slot 0 and the residual stream alternates between two rows.
 BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
   const size_t M = size_t(B) * T, k = grad ? size_t(l) : 0;
-  auto at = [](std::vector<float>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
+  auto at = [](DeviceBuffer<float>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
   BlockSaved s;
   s.x = stream(l, grad, B, T);
   s.ln_mean = at(ln_mean, k * M);
@@ -149,7 +242,7 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 }
 
 BlockScratch Model::Arena::scratch() {
-  auto at = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  auto at = [](DeviceBuffer<float>& v) { return v.empty() ? nullptr : v.data(); };
   return {at(h), at(z), at(S), at(att), at(Wd), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
 }
 
@@ -178,20 +271,20 @@ double Model::forward(const Batch& in) {
 
   last_lengths_ = in.lengths != nullptr;
   if (in.lengths) {
-    for (int b = 0; b < B; ++b) {
+    for (int b = 0; b < B; ++b)
       require(in.lengths[b] >= 1 && in.lengths[b] <= T, "forward: row " + std::to_string(b) + " has length " +
                                                             std::to_string(in.lengths[b]) + ", outside [1, " +
                                                             std::to_string(T) + "]");
-      a.lengths[size_t(b)] = in.lengths[b];
-    }
+    be_->upload(a.lengths.data(), in.lengths, sizeof(int32_t) * size_t(B));
   }
   last_keep_ = in.keep != nullptr;
-  if (in.keep) std::copy(in.keep, in.keep + size_t(cfg_.n_layers) * B, a.keep.begin());
+  if (in.keep) be_->upload(a.keep.data(), in.keep, sizeof(float) * size_t(cfg_.n_layers) * B);
 
+  const ParamViews& W = device_views();
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
-    block_forward(cfg_, w_.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,
+    block_forward(*be_, cfg_, W.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,
                   a.stream(l + 1, grad_enabled_, B, T));
   backward_ready_ = grad_enabled_ && in.targets != nullptr;
   return head_forward(in, a.stream(cfg_.n_layers, grad_enabled_, B, T));
@@ -212,6 +305,7 @@ BlockCall Model::block_call(int l) const {
 void Model::embed_forward(const Batch& in, float* x) {
   Arena& a = *arena_;
   const int B = in.B, T = in.T, M = B * T, d = cfg_.d_model;
+  const ParamViews& W = dw_;
   if (cfg_.token_input()) {
     const int V = cfg_.vocab_size;
     for (int t = 0; t < T; ++t)
@@ -219,17 +313,28 @@ void Model::embed_forward(const Batch& in, float* x) {
         const int32_t id = in.tokens[int64_t(b) * in.stride + t];
         require(id >= 0 && id < V, "forward: token id " + std::to_string(id) + " outside the vocabulary of " +
                                        std::to_string(V));
-        a.tokens[size_t(t) * B + b] = id;
+        a.tokens_h[size_t(t) * B + b] = id;
       }
+    be_->upload(a.tokens.data(), a.tokens_h.data(), sizeof(int32_t) * size_t(M));
     if (cfg_.pos_embedding == PosEmbedding::sinusoidal && pe_.size() < size_t(T) * d) {
       pe_.resize(size_t(std::max(T, cfg_.seq_len)) * d);
       ops::sinusoidal_positions(std::max(T, cfg_.seq_len), d, pe_.data());
     }
-    ops::embedding_forward(w_.embed, d, a.tokens.data(), M, B, pe_.empty() ? nullptr : pe_.data(), x);
+    if (!pe_.empty() && a.pe.size() < pe_.size()) {
+      a.pe = DeviceBuffer<float>(*be_, pe_.size());
+      be_->upload(a.pe.data(), pe_.data(), sizeof(float) * pe_.size());
+    }
+    be_->embedding_forward(W.embed, d, a.tokens.data(), M, B, pe_.empty() ? nullptr : a.pe.data(), x);
   } else {
-    ops::extract_patches(in.images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,
+    const float* images = in.images;
+    if (!be_->host_memory()) {
+      be_->upload(a.images.data(), in.images,
+                  sizeof(float) * size_t(B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width);
+      images = a.images.data();
+    }
+    be_->extract_patches(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,
                          cfg_.patch_width, a.patches.data());
-    ops::linear_forward(a.patches.data(), M, cfg_.patch_dim(), w_.patch_w, w_.patch_b, d, x);
+    be_->linear_forward(a.patches.data(), M, cfg_.patch_dim(), W.patch_w, W.patch_b, d, x);
   }
 }
 
@@ -237,10 +342,10 @@ void Model::embed_backward(const float* dx) {
   Arena& a = *arena_;
   const int M = B_ * T_, d = cfg_.d_model;
   if (cfg_.token_input())
-    ops::embedding_backward(dx, d, a.tokens.data(), M, g_.embed);
+    be_->embedding_backward(dx, d, a.tokens.data(), M, dg_.embed);
   else
-    ops::linear_backward(dx, a.patches.data(), M, cfg_.patch_dim(), w_.patch_w, d, nullptr, false, g_.patch_w,
-                         g_.patch_b);
+    be_->linear_backward(dx, a.patches.data(), M, cfg_.patch_dim(), dw_.patch_w, d, nullptr, false, dg_.patch_w,
+                         dg_.patch_b);
 }
 
 // The final LayerNorm of xL [M, d] into h, then the task's head and, with targets, the
@@ -248,8 +353,9 @@ void Model::embed_backward(const float* dx) {
 // is computed once per step instead of once for the loss and again for the gradient.
 double Model::head_forward(const Batch& in, const float* xL) {
   Arena& a = *arena_;
+  const ParamViews& W = dw_;
   const int B = B_, T = T_, M = B * T, d = cfg_.d_model, out = cfg_.out_dim();
-  ops::layernorm_forward(xL, d, M, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
+  be_->layernorm_forward(xL, d, M, d, W.norm_w, W.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
                          a.f_rstd.data());
   float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
   last_sparse_ = sparse_head_ && cfg_.task == Task::mlm && in.targets != nullptr;
@@ -267,84 +373,70 @@ double Model::head_forward(const Batch& in, const float* xL) {
         sel_targets_.push_back(y);
       }
     const int K = int(head_rows_.size());
-    h_sel_.resize(size_t(K) * d);
-    for (int k = 0; k < K; ++k)
-      std::copy(a.h.begin() + size_t(head_rows_[size_t(k)]) * d, a.h.begin() + size_t(head_rows_[size_t(k)] + 1) * d,
-                h_sel_.begin() + size_t(k) * d);
     if (K == 0) return 0.0;
-    ops::linear_forward(h_sel_.data(), K, d, w_.head_w, w_.head_b, out, a.logits.data());
-    return ops::cross_entropy(a.logits.data(), K, out, sel_targets_.data(), dlogits, nullptr);
+    be_->upload(a.rows.data(), head_rows_.data(), sizeof(int32_t) * size_t(K));
+    be_->upload(a.targets.data(), sel_targets_.data(), sizeof(int32_t) * size_t(K));
+    be_->gather_rows(a.h.data(), a.rows.data(), K, d, a.h_sel.data());
+    be_->linear_forward(a.h_sel.data(), K, d, W.head_w, W.head_b, out, a.logits.data());
+    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits);
   }
   int rows = M;
   if (cfg_.per_token_output()) {
-    ops::linear_forward(a.h.data(), M, d, w_.head_w, w_.head_b, out, a.logits.data());
+    be_->linear_forward(a.h.data(), M, d, W.head_w, W.head_b, out, a.logits.data());
   } else {
     // Mean over the real positions of each row, then the classifier.
     rows = B;
-    const int32_t* lengths = block_call(0).lengths;
-    std::fill(a.pooled.begin(), a.pooled.begin() + size_t(B) * d, 0.f);
-    for (int b = 0; b < B; ++b) {
-      const int len = lengths ? lengths[b] : T;
-      float* pb = a.pooled.data() + size_t(b) * d;
-      for (int t = 0; t < len; ++t) {
-        const float* hr = a.h.data() + (size_t(t) * B + b) * d;
-        for (int c = 0; c < d; ++c) pb[c] += hr[c];
-      }
-      for (int c = 0; c < d; ++c) pb[c] /= float(len);
-    }
-    ops::linear_forward(a.pooled.data(), B, d, w_.head_w, w_.head_b, out, a.logits.data());
+    be_->mean_pool_forward(a.h.data(), T, B, d, block_call(0).lengths, a.pooled.data());
+    be_->linear_forward(a.pooled.data(), B, d, W.head_w, W.head_b, out, a.logits.data());
   }
   if (!in.targets) return 0.0;
   if (cfg_.per_token_output()) {
     for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) a.targets[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
+      for (int b = 0; b < B; ++b) a.targets_h[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
   } else {
-    std::copy(in.targets, in.targets + B, a.targets.begin());
+    std::copy(in.targets, in.targets + B, a.targets_h.begin());
   }
   for (int r = 0; r < rows; ++r)
-    require(a.targets[size_t(r)] < out, "forward: target " + std::to_string(a.targets[size_t(r)]) + " outside the " +
-                                            std::to_string(out) + (cfg_.per_token_output() ? " tokens" : " classes"));
-  return ops::cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, nullptr);
+    require(a.targets_h[size_t(r)] < out, "forward: target " + std::to_string(a.targets_h[size_t(r)]) +
+                                              " outside the " + std::to_string(out) +
+                                              (cfg_.per_token_output() ? " tokens" : " classes"));
+  be_->upload(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
+  return be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits);
 }
 
 // The head's and the final LayerNorm's backward: leaves dL/d(xL) in a.dx.
 void Model::head_backward(const float* xL) {
   Arena& a = *arena_;
+  const ParamViews& W = dw_;
   const int B = B_, T = T_, M = B * T, d = cfg_.d_model, out = cfg_.out_dim();
-  ops::layernorm_apply(xL, d, M, d, w_.norm_w, w_.norm_b, a.f_mean.data(), a.f_rstd.data(), a.h.data(), d);
+  be_->layernorm_apply(xL, d, M, d, W.norm_w, W.norm_b, a.f_mean.data(), a.f_rstd.data(), a.h.data(), d);
   if (last_sparse_) {
     // d(loss)/dh is zero at the rows the head did not read.
     const int K = int(head_rows_.size());
-    std::fill(a.dh.begin(), a.dh.begin() + size_t(M) * d, 0.f);
     float* dsel = a.dx.data();  // [K, d], dead until the final LayerNorm's backward
     if (K > 0)
-      ops::linear_backward(a.dlogits.data(), h_sel_.data(), K, d, w_.head_w, out, dsel, false, g_.head_w, g_.head_b);
-    for (int k = 0; k < K; ++k)
-      std::copy(dsel + size_t(k) * d, dsel + size_t(k + 1) * d, a.dh.begin() + size_t(head_rows_[size_t(k)]) * d);
+      be_->linear_backward(a.dlogits.data(), a.h_sel.data(), K, d, W.head_w, out, dsel, false, dg_.head_w,
+                           dg_.head_b);
+    be_->scatter_rows(dsel, a.rows.data(), K, M, d, a.dh.data());
   } else if (cfg_.per_token_output()) {
-    ops::linear_backward(a.dlogits.data(), a.h.data(), M, d, w_.head_w, out, a.dh.data(), false, g_.head_w,
-                         g_.head_b);
+    be_->linear_backward(a.dlogits.data(), a.h.data(), M, d, W.head_w, out, a.dh.data(), false, dg_.head_w,
+                         dg_.head_b);
   } else {
     float* dpooled = a.dx.data();  // [B, d], dead until the final LayerNorm's backward
-    ops::linear_backward(a.dlogits.data(), a.pooled.data(), B, d, w_.head_w, out, dpooled, false, g_.head_w,
-                         g_.head_b);
-    const int32_t* lengths = block_call(0).lengths;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) {
-        const int len = lengths ? lengths[b] : T;
-        float* dr = a.dh.data() + (size_t(t) * B + b) * d;
-        for (int c = 0; c < d; ++c) dr[c] = t < len ? dpooled[size_t(b) * d + c] / float(len) : 0.f;
-      }
+    be_->linear_backward(a.dlogits.data(), a.pooled.data(), B, d, W.head_w, out, dpooled, false, dg_.head_w,
+                         dg_.head_b);
+    be_->mean_pool_backward(dpooled, T, B, d, block_call(0).lengths, a.dh.data());
   }
-  ops::layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), w_.norm_w, M, d, a.dx.data(), d,
-                          false, g_.norm_w, g_.norm_b);
+  be_->layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), W.norm_w, M, d, a.dx.data(), d,
+                          false, dg_.norm_w, dg_.norm_b);
 }
 
 void Model::backward() {
   require(arena_ != nullptr && backward_ready_,
           "Model::backward needs a forward with targets, made with gradients enabled");
   Arena& a = *arena_;
+  const ParamViews& W = device_views();
+  device_grads(true);  // dg_ accumulates from here
   // The layout is [input layer][block 0]...[block L-1][final norm, head]; block l's
   // gradients start at its first tensor (its norm).
   auto start = [&](int l) {
@@ -357,7 +449,7 @@ void Model::backward() {
   ready(start(cfg_.n_layers), grads_.size());
   const BlockScratch scratch = a.scratch();
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
-    block_backward(cfg_, w_.blocks[size_t(l)], g_.blocks[size_t(l)], block_call(l), a.layer(l, true, B_, T_),
+    block_backward(*be_, cfg_, W.blocks[size_t(l)], dg_.blocks[size_t(l)], block_call(l), a.layer(l, true, B_, T_),
                    scratch, a.dx.data());
     ready(start(l), start(l + 1));
   }

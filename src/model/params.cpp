@@ -126,6 +126,7 @@ void Model::init(Rng& rng) {
     uniform(b, size_t(out_dim), 1.f / std::sqrt(float(in_dim)));
   };
   auto fill = [](float* p, size_t count, float v) { std::fill(p, p + count, v); };
+  weights();  // written through the host views: on a device model the host copy is now the newer
   if (cfg_.token_input())
     for (size_t i = 0; i < size_t(cfg_.vocab_size) * d; ++i) w_.embed[i] = rng.normal();
   else

@@ -4,6 +4,7 @@
 // (row = t * B + b), so every channel projection is one GEMM with M = T * B.
 // Backward functions ACCUMULATE into parameter gradients (dW, db, ...) and, where
 // noted, into input gradients; they never allocate per call beyond thread scratch.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -150,5 +151,30 @@ void sinusoidal_positions(int T, int d, float* pe);
 // targets[r] < 0 are ignored (not counted in the mean). Returns the mean loss (nats);
 // when dlogits is non-null writes d(mean loss)/d logits. Also returns the count used.
 double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count);
+
+// ---- rows.cpp: the block's and heads' row-wise glue, M = T * B rows of d.
+// out = x + b (b broadcast over rows): the residual a GEMM then adds onto.
+void residual_bias(const float* x, const float* b, int M, int d, float* out);
+// out[r] = x[r] + keep[r % B] * h[r]: the stochastic-depth residual.
+void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out);
+// out[r] = keep[r % B] * dx[r].
+void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out);
+// pooled[b] = mean over t < lengths[b] (or T) of h[t * B + b]; the backward overwrites
+// dh [M, d], zero at padded rows.
+void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled);
+void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t* lengths, float* dh);
+// dst[k] = src[rows[k]] for k < K; scatter: dst [M, d] zeroed, then dst[rows[k]] = src[k].
+void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst);
+void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst);
+
+// ---- adamw.cpp: one AdamW update over n values (PyTorch's formulation): p *= decay,
+// m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, p -= step_size * m / (sqrt(v)/bc2_sqrt + eps).
+struct AdamWStep {
+  float b1, b2, eps, step_size, bc2_sqrt, decay;
+};
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s);
+// Sum of x[i]^2 in double, in an order fixed by the thread count; x *= c.
+double sum_squares(const float* x, size_t n);
+void scale(float* x, size_t n, float c);
 
 }  // namespace gmlp::ops

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/backend.h"
 #include "gmlp/error.h"
 #include "gmlp/generate.h"
 #include "gmlp/optimizer.h"
@@ -107,7 +108,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
           "bench: generation needs a causal LM config; this one is \"" + name_of(mc.task) + "\"");
   BenchResult r;
   r.sgemm_peak_gflops = sgemm_peak_gflops();
-  Model model(mc);
+  Model model(mc, o.device);
   Rng rng(rc.train.seed, 1);
   model.init(rng);
   r.params = model.num_params();
@@ -118,18 +119,22 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   double flops = 0;  // per timed unit
   Stats s;
   if (mode == BenchMode::train) {
-    AdamW opt(model.params(), model.num_params(), rc.train);
+    AdamW opt(model, rc.train);
     s = time_it(o.warmup, o.repeats, [&] {
       model.zero_grad();
       model.forward(batch);
       model.backward();
-      clip_grad_norm(model.grads(), model.num_params(), 1.f);
-      opt.step(model.weights(), model.grads(), 1e-4f);
+      clip_grad_norm(model, 1.f);
+      opt.step(model, 1e-4f);
+      model.backend().synchronize();  // a device runs ahead of the host otherwise
     });
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
   } else if (mode == BenchMode::infer) {
     NoGrad no_grad(model);
-    s = time_it(o.warmup, o.repeats, [&] { model.forward(batch); });
+    s = time_it(o.warmup, o.repeats, [&] {
+      model.forward(batch);
+      model.backend().synchronize();
+    });
     flops = forward_flops_per_token(mc, n) * B * n;
   } else {
     // Steady-state generation: from a half-window prompt, 2n tokens (two slides of the

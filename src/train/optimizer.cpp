@@ -1,58 +1,102 @@
 // AdamW, the learning-rate schedules and clipping. The arithmetic follows torch.optim.AdamW (single-tensor path)
 // step for step, so a run here and the PyTorch reference stay within float rounding.
+// The element-wise work is the backend's (ops/adamw.cpp on the CPU), so a model on a
+// device is updated where it lives.
 #include "gmlp/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "ops/reduce.h"
+#include "backend/backend.h"
+#include "gmlp/error.h"
 
 namespace gmlp {
 
+struct AdamW::Moments {
+  HostMirror m, v;
+};
+
 AdamW::AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConfig& cfg)
-    : m_(total, 0.f), v_(total, 0.f), b1_(cfg.beta1), b2_(cfg.beta2), eps_(cfg.eps), wd_(cfg.weight_decay) {
+    : m_(total, 0.f), v_(total, 0.f), be_(&cpu_backend()), b1_(cfg.beta1), b2_(cfg.beta2), eps_(cfg.eps),
+      wd_(cfg.weight_decay) {
   for (const auto& p : layout) (p.decay ? decay_ranges_ : plain_ranges_).push_back({p.offset, p.size});
 }
 
-void AdamW::step(float* params, const float* grads, float lr) {
+AdamW::AdamW(const Model& model, const TrainConfig& cfg) : AdamW(model.params(), model.num_params(), cfg) {
+  be_ = &model.backend();
+  if (!be_->host_memory()) {
+    dev_ = std::make_unique<Moments>();
+    dev_->m.dev = DeviceBuffer<float>(*be_, m_.size());  // zero-filled, as m_ and v_
+    dev_->v.dev = DeviceBuffer<float>(*be_, v_.size());
+  }
+}
+
+AdamW::~AdamW() = default;
+
+std::vector<float>& AdamW::m() {
+  if (dev_) {
+    dev_->m.to_host(*be_, m_);
+    dev_->m.state = HostMirror::host_newer;
+  }
+  return m_;
+}
+
+std::vector<float>& AdamW::v() {
+  if (dev_) {
+    dev_->v.to_host(*be_, v_);
+    dev_->v.state = HostMirror::host_newer;
+  }
+  return v_;
+}
+
+void AdamW::update(Backend& be, float* params, const float* grads, float* m, float* v, float lr) {
   ++t_;
   const double bc1 = 1.0 - std::pow(double(b1_), double(t_));
   const double bc2 = 1.0 - std::pow(double(b2_), double(t_));
-  const float step_size = float(double(lr) / bc1);
-  const float bc2_sqrt = float(std::sqrt(bc2));
-  const float b1 = b1_, b2 = b2_, eps = eps_;
+  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f};
+  s.decay = 1.f - lr * wd_;
+  for (auto [off, n] : decay_ranges_) be.adamw_update(params + off, grads + off, m + off, v + off, n, s);
+  s.decay = 1.f;
+  for (auto [off, n] : plain_ranges_) be.adamw_update(params + off, grads + off, m + off, v + off, n, s);
+}
+
+void AdamW::step(float* params, const float* grads, float lr) {
+  update(cpu_backend(), params, grads, m().data(), v().data(), lr);
+}
+
+void AdamW::step(Model& model, float lr) {
+  Backend& be = model.backend();
+  require(&be == be_, "AdamW::step: the optimizer's moments are on " + name_of(be_->device()) +
+                          ", the model is on " + name_of(be.device()));
   float* m = m_.data();
   float* v = v_.data();
-  auto update = [&](size_t off, size_t n, float decay) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = off; i < off + n; ++i) {
-      const float g = grads[i];
-      float p = params[i] * decay;
-      m[i] = b1 * m[i] + (1.f - b1) * g;
-      v[i] = b2 * v[i] + (1.f - b2) * g * g;
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      params[i] = p - step_size * (m[i] / denom);
-    }
-  };
-  for (auto [off, n] : decay_ranges_) update(off, n, 1.f - lr * wd_);
-  for (auto [off, n] : plain_ranges_) update(off, n, 1.f);
+  if (dev_) {
+    dev_->m.to_device(be, m_);
+    dev_->v.to_device(be, v_);
+    dev_->m.state = dev_->v.state = HostMirror::device_newer;
+    m = dev_->m.dev.data();
+    v = dev_->v.dev.data();
+  }
+  update(be, model.device_weights(true), model.device_grads(false), m, v, lr);
 }
 
-double grad_norm(const float* grads, size_t n) {
-  return std::sqrt(ops::ordered_sum(int64_t(n), [&](int64_t i) { return double(grads[i]) * grads[i]; }));
-}
+double grad_norm(const float* grads, size_t n) { return std::sqrt(ops::sum_squares(grads, n)); }
 
-double clip_grad_norm(float* grads, size_t n, float max_norm) {
-  const double norm = grad_norm(grads, n);
+namespace {
+double clip(Backend& be, float* grads, size_t n, float max_norm) {
+  const double norm = std::sqrt(be.sum_squares(grads, n));
   if (max_norm > 0) {
     const double coef = double(max_norm) / (norm + 1e-6);
-    if (coef < 1.0) {
-      const float c = float(coef);
-#pragma omp parallel for simd schedule(static)
-      for (size_t i = 0; i < n; ++i) grads[i] *= c;
-    }
+    if (coef < 1.0) be.scale(grads, n, float(coef));
   }
   return norm;
+}
+}  // namespace
+
+double clip_grad_norm(float* grads, size_t n, float max_norm) { return clip(cpu_backend(), grads, n, max_norm); }
+
+double clip_grad_norm(Model& model, float max_norm) {
+  return clip(model.backend(), model.device_grads(true), model.num_params(), max_norm);
 }
 
 float learning_rate(const TrainConfig& t, int d_model, int64_t step) {
@@ -66,6 +110,5 @@ float learning_rate(const TrainConfig& t, int d_model, int64_t step) {
   const double c = 0.5 * (1.0 + std::cos(M_PI * std::min(p, 1.0)));
   return float(double(t.min_lr) + (double(t.lr) - double(t.min_lr)) * c);
 }
-
 
 }  // namespace gmlp

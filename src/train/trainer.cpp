@@ -161,7 +161,7 @@ TrainSummary train(const TrainOptions& opts) {
   }
 
   const auto lock = lead ? prepare_run_dir(opts.out_dir, opts.resume) : nullptr;
-  Model model(rc.model);
+  Model model(rc.model, opts.device);
   model.set_sparse_mlm_head(true);  // masked LM: the output layer only where there are targets
   Rng init_rng(tc.seed, 1);
   model.init(init_rng);
@@ -171,7 +171,7 @@ TrainSummary train(const TrainOptions& opts) {
       std::fprintf(stderr, "gmlp train: %zu of %zu tensors initialised from %s (new head)\n", copied,
                  model.params().size(), init_from.c_str());
   }
-  AdamW opt(model.params(), model.num_params(), tc);
+  AdamW opt(model, tc);
   TrainState st;
   st.rng.seed_with(tc.seed, 2);
   double log_sum = 0.0;
@@ -194,6 +194,11 @@ TrainSummary train(const TrainOptions& opts) {
     write_file_atomic((fs::path(opts.out_dir) / "config.json").string(), rc.to_json().dump(2) + "\n");
     log.emplace(metrics_file(opts.out_dir));
   }
+  // The all-reduce reads host gradients mid-backward: a device model needs a device
+  // communicator (NCCL over device_grads()), which does not exist yet.
+  require(comm.size() == 1 || model.device() == Device::cpu,
+          "data-parallel training (" + std::to_string(comm.size()) + " processes) runs on the CPU only for now; "
+          "use --device cpu");
   DataParallel dp(comm, model);
   dp.check_in_sync(st.step);  // every rank starts from the same weights
 
@@ -263,12 +268,12 @@ TrainSummary train(const TrainOptions& opts) {
     // last good state.
     require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +
                                      std::to_string(st.step + 1) + " (try a lower lr); the last checkpoint is kept");
-    const double gnorm = clip_grad_norm(model.grads(), model.num_params(), tc.clip);
+    const double gnorm = clip_grad_norm(model, tc.clip);
     require(std::isfinite(gnorm), "training diverged: the gradient of '" + first_non_finite_grad(model) +
                                       "' is not finite at step " + std::to_string(st.step + 1) +
                                       " (try a lower lr); the last checkpoint is kept");
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
-    opt.step(model.weights(), model.grads(), lr);
+    opt.step(model, lr);
     ++st.step;
     window_time += seconds_since(t0);
     window_units += task->units_per_batch();

@@ -1,0 +1,144 @@
+#pragma once
+// Where a model's memory lives and its ops run. The block (model/block.cpp), the model
+// around it (model/model.cpp) and the optimizer are written once over this interface;
+// the CPU backend (cpu_backend.cpp) forwards to the ops of src/ops/, the CUDA backend
+// (src/ops/cuda/) runs the same ops, with the same shapes, on device pointers.
+//
+// Every pointer a backend op takes is backend memory: host memory for the CPU, device
+// memory for CUDA (alloc() below). Only upload/download cross between the two. Shapes,
+// strides and the meaning of every argument are those of the op of the same name in
+// ops/ops.h, which documents them.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gmlp/device.h"
+#include "ops/ops.h"
+
+namespace gmlp {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  // True when backend memory is host memory (the CPU): then a model keeps no mirror.
+  virtual bool host_memory() const = 0;
+
+  // ---- memory. alloc returns zero-filled memory (nullptr for 0 bytes).
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  // Waits until the work queued so far has finished (timing; the CPU runs synchronously).
+  virtual void synchronize() = 0;
+
+  // ---- the ops of ops.h.
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                    const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  virtual void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) = 0;
+  virtual void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
+                               bool accumulate_dx, float* dW, float* db) = 0;
+  virtual void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps,
+                                 float* y, int ldy, float* mean, float* rstd) = 0;
+  virtual void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b,
+                               const float* mean, const float* rstd, float* y, int ldy) = 0;
+  virtual void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean,
+                                  const float* rstd, const float* w, int M, int C, float* dx, int lddx,
+                                  bool accumulate_dx, float* dw, float* db) = 0;
+  virtual void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) = 0;
+  virtual void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx) = 0;
+  virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) = 0;
+  virtual void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) = 0;
+  virtual void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) = 0;
+  virtual void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
+                           float* grstd, float* F, float* G, const float* extra) = 0;
+  virtual void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) = 0;
+  virtual void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T,
+                            int B, int f, const float* gmean, const float* grstd, const float* F, float* dZ,
+                            float* G, float* dF, float* dG) = 0;
+  virtual void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P,
+                                      float* O, float* A) = 0;
+  virtual void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA,
+                                       const float* H, int T, int B, const float* qkv, const float* P,
+                                       const float* O, float* dH, float* dO, float* dP, float* dqkv) = 0;
+  virtual void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) = 0;
+  virtual void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
+                                 float* x) = 0;
+  virtual void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) = 0;
+  // The mean loss over the targets >= 0 (a host scalar: the one value a step reads back).
+  virtual double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) = 0;
+
+  // ---- the glue of ops/rows.h: residuals, stochastic depth, pooling, row selection.
+  virtual void residual_bias(const float* x, const float* b, int M, int d, float* out) = 0;
+  virtual void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d,
+                             float* out) = 0;
+  virtual void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) = 0;
+  virtual void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) = 0;
+  virtual void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t* lengths, float* dh) = 0;
+  virtual void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) = 0;
+  virtual void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) = 0;
+
+  // ---- the optimizer (ops/adamw.h): one AdamW update of n values; sum of squares (a
+  // host scalar) and scaling, for global-norm clipping.
+  virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) = 0;
+  virtual double sum_squares(const float* x, size_t n) = 0;
+  virtual void scale(float* x, size_t n, float c) = 0;
+};
+
+// The process's backend for a device (one per device; they live until exit). Error
+// naming the reason when the device cannot be used.
+Backend& backend_for(Device device);
+Backend& cpu_backend();
+
+// A buffer of backend memory, freed with its owner.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, size_t n) : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(n * sizeof(T)))) {}
+  ~DeviceBuffer() {
+    if (be_ && p_) be_->release(p_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (be_ && p_) be_->release(p_);
+      be_ = o.be_;
+      n_ = o.n_;
+      p_ = o.p_;
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  T* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+
+ private:
+  Backend* be_ = nullptr;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+// A float buffer in backend memory with a host copy, and which of the two is newer: a
+// device model's weights and gradients, the optimizer's moments. to_host/to_device
+// copy only when the other side is newer; writers set `state` after writing.
+struct HostMirror {
+  DeviceBuffer<float> dev;
+  enum State { same, host_newer, device_newer } state = same;
+  void to_host(Backend& be, std::vector<float>& host) {
+    if (state != device_newer) return;
+    be.download(host.data(), dev.data(), host.size() * sizeof(float));
+    state = same;
+  }
+  void to_device(Backend& be, const std::vector<float>& host) {
+    if (state != host_newer) return;
+    be.upload(dev.data(), host.data(), host.size() * sizeof(float));
+    state = same;
+  }
+};
+
+}  // namespace gmlp

@@ -1,0 +1,32 @@
+// AdamW's update and the sums of global-norm clipping, over raw buffers: the
+// arithmetic of torch.optim.AdamW (single-tensor path), step for step.
+#include <cmath>
+
+#include "ops/ops.h"
+#include "ops/reduce.h"
+
+namespace gmlp::ops {
+
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
+  const float b1 = s.b1, b2 = s.b2, eps = s.eps, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, decay = s.decay;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    const float g = grads[i];
+    float p = params[i] * decay;
+    m[i] = b1 * m[i] + (1.f - b1) * g;
+    v[i] = b2 * v[i] + (1.f - b2) * g * g;
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    params[i] = p - step_size * (m[i] / denom);
+  }
+}
+
+double sum_squares(const float* x, size_t n) {
+  return ordered_sum(int64_t(n), [&](int64_t i) { return double(x[i]) * x[i]; });
+}
+
+void scale(float* x, size_t n, float c) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] *= c;
+}
+
+}  // namespace gmlp::ops
