@@ -1,0 +1,163 @@
+// The CUDA backend: device memory from cudaMalloc, and the ops of ops/cuda/, which
+// take the same shapes as the CPU ops. Everything runs on the default stream, in issue
+// order; reading a result back (a download, the loss, the gradient norm) waits for it.
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "gmlp/error.h"
+#include "ops/cuda/cuda_ops.h"
+
+namespace gmlp {
+
+int cuda_runtime_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error here, just none
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+using cuda::check;
+
+class CudaBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cuda; }
+  bool host_memory() const override { return false; }
+
+  void* alloc(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+      throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB on the device: " +
+                  cudaGetErrorString(e));
+    check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
+    return p;
+  }
+  void release(void* p) override {
+    if (p) cudaFree(p);  // never throws: called from destructors
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)), "download");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)), "device copy");
+  }
+  void zero(void* p, size_t bytes) override {
+    if (bytes) check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
+  }
+  void synchronize() override { check(int(cudaDeviceSynchronize()), "synchronize"); }
+
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc) override {
+    cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) override {
+    cuda::linear_forward(x, M, in, W, b, out, y);
+  }
+  void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx, bool acc,
+                       float* dW, float* db) override {
+    cuda::linear_backward(dy, x, M, in, W, out, dx, acc, dW, db);
+  }
+  void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
+                         int ldy, float* mean, float* rstd) override {
+    cuda::layernorm_forward(x, ldx, M, C, w, b, eps, y, ldy, mean, rstd);
+  }
+  void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                       const float* rstd, float* y, int ldy) override {
+    cuda::layernorm_apply(x, ldx, M, C, w, b, mean, rstd, y, ldy);
+  }
+  void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
+                          const float* w, int M, int C, float* dx, int lddx, bool acc, float* dw,
+                          float* db) override {
+    cuda::layernorm_backward(dy, lddy, x, ldx, mean, rstd, w, M, C, dx, lddx, acc, dw, db);
+  }
+  void gelu_forward(const float* x, float* y, int64_t n, bool t) override { cuda::gelu_forward(x, y, n, t); }
+  void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool t) override {
+    cuda::bias_gelu_forward(u, b, M, n, y, t);
+  }
+  void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t) override {
+    cuda::gelu_backward(x, dy, dx, n, t);
+  }
+  void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) override {
+    cuda::toeplitz_materialize(w, n, causal, T, W);
+  }
+  void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) override {
+    cuda::toeplitz_fold(dW, T, n, causal, dw);
+  }
+  void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
+                   float* grstd, float* F, float* G, const float* extra) override {
+    cuda::sgu_forward(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
+  }
+  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
+    cuda::sgu_combine(kind, Z, ldz, F, M, g, S);
+  }
+  void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
+                    int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                    float* dG) override {
+    cuda::sgu_backward(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
+  }
+  void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
+                              float* A) override {
+    cuda::tiny_attention_forward(p, H, T, B, qkv, P, O, A);
+  }
+  void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA, const float* H,
+                               int T, int B, const float* qkv, const float* P, const float* O, float* dH, float* dO,
+                               float* dP, float* dqkv) override {
+    cuda::tiny_attention_backward(p, g, dA, H, T, B, qkv, P, O, dH, dO, dP, dqkv);
+  }
+  void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
+    cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
+  }
+  void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
+                         float* x) override {
+    cuda::embedding_forward(E, d, tokens, M, B, pe, x);
+  }
+  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) override {
+    cuda::embedding_backward(dx, d, tokens, M, dE);
+  }
+  double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
+    return cuda::cross_entropy(logits, M, V, targets, dlogits);
+  }
+  void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
+    cuda::residual_bias(x, b, M, d, out);
+  }
+  void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) override {
+    cuda::residual_keep(x, keep, h, M, B, d, out);
+  }
+  void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) override {
+    cuda::scale_rows(keep, dx, M, B, d, out);
+  }
+  void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) override {
+    cuda::mean_pool_forward(h, T, B, d, lengths, pooled);
+  }
+  void mean_pool_backward(const float* dp, int T, int B, int d, const int32_t* lengths, float* dh) override {
+    cuda::mean_pool_backward(dp, T, B, d, lengths, dh);
+  }
+  void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) override {
+    cuda::gather_rows(src, rows, K, d, dst);
+  }
+  void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) override {
+    cuda::scatter_rows(src, rows, K, M, d, dst);
+  }
+  void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
+    cuda::adamw_update(p, g, m, v, n, s);
+  }
+  double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(x, n); }
+  void scale(float* x, size_t n, float c) override { cuda::scale(x, n, c); }
+};
+
+}  // namespace
+
+Backend& cuda_backend() {
+  static CudaBackend be;
+  return be;
+}
+
+}  // namespace gmlp

@@ -1,0 +1,89 @@
+#pragma once
+// The CUDA forms of the ops of ops/ops.h: the same names, shapes and contracts, over
+// device pointers, each in the .cu file named like its CPU file. Every launch goes on
+// the legacy default stream, so work runs in the order it is issued and a copy back to
+// the host waits for what came before it. cuda_backend.cpp wraps these as a Backend.
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/ops.h"
+
+namespace gmlp::cuda {
+
+// Throws gmlp::Error naming `what` when the last CUDA call or launch failed.
+void check(int status, const char* what);
+void check_launch(const char* what);
+// A scratch area of device memory reused by every op (grown, never shrunk).
+void* scratch(size_t bytes);
+
+// gemm.cu (cuBLAS, fp32: no TF32, so results stay within float rounding of the CPU).
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc);
+// C[m, n] = alpha * op(L) * B with L the lower triangle of the m x m block at A (row-major).
+void trmm_lower(bool trans, int m, int n, float alpha, const float* A, int lda, const float* B, int ldb, float* C,
+                int ldc);
+
+// linear.cu
+void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);
+void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
+                     bool accumulate_dx, float* dW, float* db);
+void colsum_add(const float* x, int M, int N, int ld, float* out);  // out[c] += sum_r x[r * ld + c]
+
+// layernorm.cu
+void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
+                       int ldy, float* mean, float* rstd);
+void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                     const float* rstd, float* y, int ldy);
+void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
+                        const float* w, int M, int C, float* dx, int lddx, bool accumulate_dx, float* dw, float* db);
+
+// gelu.cu
+void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx);
+void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
+
+// spatial.cu
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F);
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
+                          int ld, float* dG, float* dW);
+void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
+void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
+
+// sgu.cu
+void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra);
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
+void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
+                  const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF, float* dG);
+
+// tiny_attention.cu
+void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
+                            float* A);
+void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA, const float* H, int T,
+                             int B, const float* qkv, const float* P, const float* O, float* dH, float* dO, float* dP,
+                             float* dqkv);
+
+// embedding.cu (token embedding and patches)
+void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe, float* x);
+void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE);
+void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
+
+// cross_entropy.cu: the mean loss, read back (the one host copy of a step besides the norm).
+double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits);
+
+// rows.cu
+void residual_bias(const float* x, const float* b, int M, int d, float* out);
+void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out);
+void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out);
+void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled);
+void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t* lengths, float* dh);
+void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst);
+void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst);
+void zero_padding(const int32_t* lengths, int T, int B, int C, float* X);
+
+// adamw.cu
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s);
+double sum_squares(const float* x, size_t n);
+void scale(float* x, size_t n, float c);
+
+}  // namespace gmlp::cuda

@@ -1,0 +1,56 @@
+// y = x W^T + b on the device: the bias seeds y, then the GEMM adds (as linear.cpp).
+#include "ops/cuda/common.cuh"
+
+namespace gmlp::cuda {
+namespace {
+
+__global__ void seed_rows(float* y, const float* b, int M, int out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(M) * out) return;
+  y[i] = b ? b[i % out] : 0.f;
+}
+
+// out[c] += sum over rows of x[r, c]: a thread per column, rows in a fixed order.
+// Rows are split across blockIdx.y into partial sums when there are many.
+__global__ void colsum_partial(const float* x, int M, int N, int ld, int rows_per, float* part) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= N) return;
+  const int r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
+  float s = 0.f;
+  for (int r = r0; r < r1; ++r) s += x[int64_t(r) * ld + c];
+  part[int64_t(blockIdx.y) * N + c] = s;
+}
+
+__global__ void colsum_finish(const float* part, int chunks, int N, float* out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= N) return;
+  float s = 0.f;
+  for (int k = 0; k < chunks; ++k) s += part[int64_t(k) * N + c];
+  out[c] += s;
+}
+
+}  // namespace
+
+void colsum_add(const float* x, int M, int N, int ld, float* out) {
+  if (M <= 0 || N <= 0) return;
+  const int rows_per = 256, chunks = (M + rows_per - 1) / rows_per;
+  float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
+  colsum_partial<<<dim3(blocks_for(N), unsigned(chunks)), kThreads>>>(x, M, N, ld, rows_per, part);
+  colsum_finish<<<blocks_for(N), kThreads>>>(part, chunks, N, out);
+  check_launch("colsum");
+}
+
+void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) {
+  seed_rows<<<blocks_for(int64_t(M) * out), kThreads>>>(y, b, M, out);
+  check_launch("linear bias");
+  gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
+}
+
+void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
+                     bool accumulate_dx, float* dW, float* db) {
+  if (dx) gemm(false, false, M, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  gemm(true, false, out, in, M, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (db) colsum_add(dy, M, out, out, db);
+}
+
+}  // namespace gmlp::cuda
