@@ -17,6 +17,7 @@ struct BenchArgs {
   std::vector<std::string> sets;
   int batch_size = 0, warmup = 3, repeats = 10, gen_tokens = 0, threads = 0;
   bool json = false;
+  std::string device = "auto";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -45,11 +46,13 @@ int run_bench(const BenchArgs& a) {
   o.warmup = a.warmup;
   o.repeats = a.repeats;
   o.gen_tokens = a.gen_tokens;
+  o.device = parse_device(a.device);
   const BenchResult r = bench_model(rc, mode, o);
 
   nlohmann::json out = {{"impl", "gmlp"},
                         {"config", a.config.empty() ? "default" : std::filesystem::path(a.config).stem().string()},
                         {"mode", a.mode},
+                        {"device", name_of(o.device)},
                         {"threads", a.threads},
                         {"batch_size", mode == BenchMode::generate ? 1 : B},
                         {"seq_len", n},
@@ -100,6 +103,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   c->add_option("--warmup", a->warmup, "Untimed runs first")->capture_default_str();
   c->add_option("--repeats", a->repeats, "Timed runs; the median is reported")->capture_default_str();
   c->add_option("--gen-tokens", a->gen_tokens, "generate: tokens per run (default 2n)");
+  add_device_option(c, a->device);
   c->add_flag("--json", a->json, "One JSON object on stdout");
   c->callback([a, &exit_code] {
     a->threads = omp_get_max_threads();  // what --threads (or the default) put in force

@@ -46,10 +46,11 @@ struct ClassifyArgs {
   std::string model = "runs/finetune", file;
   std::vector<std::string> texts;
   int top = 3;
+  std::string device = "auto";
 };
 
 int run_classify(const ClassifyArgs& a) {
-  auto model = load_model(resolve_model_path(a.model));
+  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
   const ModelConfig& c = model->config();
   require(c.task == Task::classify, "'" + a.model + "' is a \"" + name_of(c.task) + "\" model, not a sentence classifier");
   require(a.top >= 1, "--top must be >= 1");
@@ -77,10 +78,11 @@ struct ImageArgs {
   std::string model = "runs/mnist";
   std::vector<std::string> images;
   int top = 3;
+  std::string device = "auto";
 };
 
 int run_classify_image(const ImageArgs& a) {
-  auto model = load_model(resolve_model_path(a.model));
+  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
   const ModelConfig& c = model->config();
   require(c.task == Task::vision, "'" + a.model + "' is a \"" + name_of(c.task) + "\" model, not an image classifier");
   require(a.top >= 1, "--top must be >= 1");
@@ -130,6 +132,7 @@ void add_classify(CLI::App& app, int& exit_code) {
   c->add_option("--text", a->texts, "A sentence to classify (repeatable)");
   c->add_option("--file", a->file, "A file of sentences, one a line");
   c->add_option("--top", a->top, "Classes to show per sentence")->capture_default_str();
+  add_device_option(c, a->device);
   c->callback([a, &exit_code] { exit_code = run_classify(*a); });
 
   auto b = std::make_shared<ImageArgs>();
@@ -137,6 +140,7 @@ void add_classify(CLI::App& app, int& exit_code) {
   ci->add_option("--model", b->model, "Checkpoint file or run directory")->capture_default_str();
   ci->add_option("images,--image", b->images, "Image files (resized and converted to the model's input)")->required();
   ci->add_option("--top", b->top, "Classes to show per image")->capture_default_str();
+  add_device_option(ci, b->device);
   ci->callback([b, &exit_code] { exit_code = run_classify_image(*b); });
 }
 

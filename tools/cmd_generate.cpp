@@ -19,12 +19,13 @@ struct GenerateArgs {
   int max_tokens = 200;
   int64_t seed = 1;
   SamplingOptions sampling;
+  std::string device = "auto";
 };
 
 int run_generate(const GenerateArgs& a) {
   a.sampling.validate();  // before anything is printed
   require(a.max_tokens >= 0, "--max-tokens must be >= 0, got " + std::to_string(a.max_tokens));
-  auto model = load_model(resolve_model_path(a.model));
+  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
   auto tok = tokenizer_from_json(model->config().tokenizer);
   const auto prompt = tok->encode(a.prompt);
   Rng rng(uint64_t(a.seed), 3);
@@ -44,10 +45,11 @@ struct EvalArgs {
   std::string model = "runs/default", data;
   int batch_size = 16;
   bool json = false;
+  std::string device = "auto";
 };
 
 int run_eval(const EvalArgs& a) {
-  auto model = load_model(resolve_model_path(a.model));
+  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
   const Task task = model->config().task;
   if (task == Task::classify || task == Task::vision) return run_classifier_eval(*model, a.data, a.batch_size, a.json);
   if (task == Task::mlm) {
@@ -92,6 +94,7 @@ void add_generate(CLI::App& app, int& exit_code) {
   c->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();
   c->add_option("--top-p", a->sampling.top_p, "Nucleus sampling: smallest set with probability >= p")->capture_default_str();
   c->add_option("--seed", a->seed, "Random seed (same seed, same text)")->capture_default_str();
+  add_device_option(c, a->device);
   c->callback([a, &exit_code] { exit_code = run_generate(*a); });
 }
 
@@ -104,6 +107,7 @@ void add_eval(CLI::App& app, int& exit_code) {
   c->add_option("--data", a->data, "Text file (LM, MLM), label<TAB>text file (classify) or IDX folder (vision)")
       ->required();
   c->add_option("--batch-size", a->batch_size, "Windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  add_device_option(c, a->device);
   c->add_flag("--json", a->json, "Print the result as JSON");
   c->callback([a, &exit_code] { exit_code = run_eval(*a); });
 }

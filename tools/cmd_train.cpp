@@ -30,6 +30,7 @@ struct TrainArgs {
   std::string batch_size, lr, seed, eval_every, ckpt_every, log_every;
   int64_t steps = 0, stop_after = 0;
   bool resume = false, overwrite = false, no_progress = false;
+  std::string device = "auto";
 };
 
 std::atomic<int> g_signal{0};
@@ -149,6 +150,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   o.extend_to = a.resume && cmd.get_option("--steps")->count() ? a.steps : 0;
   o.stop_after = a.stop_after;
   o.progress_bar = !a.no_progress;
+  o.device = parse_device(a.device);
 
   namespace fs = std::filesystem;
   if (a.resume) {
@@ -204,6 +206,7 @@ void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, c
   c->add_option("--set", a.sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
   c->add_flag("--resume", a.resume, "Continue the run saved in --out exactly where it stopped");
   c->add_flag("--overwrite", a.overwrite, "Start a new run even if --out already holds one");
+  add_device_option(c, a.device);
   c->add_option("--stop-after", a.stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
   c->add_flag("--no-progress", a.no_progress, "Plain log lines instead of a live progress bar");
 }
@@ -307,6 +310,11 @@ void apply_set(nlohmann::json& j, const std::string& kv) {
     v = val;
   }
   j[section][key] = v;
+}
+
+void add_device_option(CLI::App* c, std::string& device) {
+  c->add_option("--device", device, "cpu, cuda or auto (cuda when built with CUDA and a GPU is visible)")
+      ->capture_default_str();
 }
 
 }  // namespace gmlp::cli

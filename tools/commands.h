@@ -29,4 +29,8 @@ int run_classifier_eval(Model& model, const std::string& data, int batch, bool j
 // "model.d_model=256" into a RunConfig JSON; the value is parsed as JSON when it can be.
 void apply_set(nlohmann::json& j, const std::string& kv);
 
+// --device on a command that runs a model: cpu, cuda or auto (the default: cuda when
+// this build has the CUDA backend and a device is visible, else cpu).
+void add_device_option(CLI::App* c, std::string& device);
+
 }  // namespace gmlp::cli

@@ -22,7 +22,8 @@ ModelConfig read_model_config(const SafeTensorsFile& file);
 // Copies every parameter from `file` (tensor names prefixed by `prefix`), insisting on
 // the exact set of names, F32 and the exact shapes.
 void load_weights(Model& model, const SafeTensorsFile& file, const std::string& prefix = "");
-std::unique_ptr<Model> load_model(const std::string& path);
+// The model of a checkpoint, on `device`.
+std::unique_ptr<Model> load_model(const std::string& path, Device device = Device::cpu);
 // A checkpoint argument may name the file or the run directory holding model.safetensors;
 // Error when neither exists.
 std::string resolve_model_path(const std::string& path);

@@ -50,7 +50,7 @@ void load_weights(Model& model, const SafeTensorsFile& file, const std::string& 
   read_params(model, file, prefix, model.weights());
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
+std::unique_ptr<Model> load_model(const std::string& path, Device device) {
   const auto file = SafeTensorsFile::load(path);
   const ModelConfig cfg = read_model_config(file);
   // Match names and shapes against the header before allocating: the model's size is
@@ -61,7 +61,7 @@ std::unique_ptr<Model> load_model(const std::string& path) {
                                                     shape_str(file.info(p.name).shape) + ", expected " +
                                                     shape_str(p.shape));
   }
-  auto model = std::make_unique<Model>(cfg);
+  auto model = std::make_unique<Model>(cfg, device);
   load_weights(*model, file, "");
   return model;
 }
