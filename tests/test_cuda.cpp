@@ -1,0 +1,453 @@
+// The device side of the engine.
+//  - Without a GPU: what --device means (auto falls back, cuda is a clear error), and a
+//    device model's host mirrors, uploads and read-backs, exercised through a backend
+//    whose memory is kept apart from the host's (results must equal the CPU bit for bit).
+//  - With a GPU (GTEST_SKIP otherwise): the CUDA backend's ops and every variant's
+//    forward, backward and AdamW steps against the CPU engine, and cached generation
+//    on a CUDA model against its full forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "gmlp/checkpoint.h"
+#include "gmlp/config.h"
+#include "gmlp/decoder.h"
+#include "gmlp/error.h"
+#include "gmlp/model.h"
+#include "gmlp/optimizer.h"
+#include "test_util.h"
+
+namespace gmlp {
+namespace {
+
+using Vec = std::vector<float>;
+using Ids = std::vector<int32_t>;
+
+bool have_gpu() { return cuda_built() && cuda_device_count() > 0; }
+
+#define REQUIRE_GPU()                                                                  \
+  if (!have_gpu())                                                                     \
+  GTEST_SKIP() << (cuda_built() ? "no CUDA device on this machine"                     \
+                                : "this build has no CUDA backend (nvcc not found)")
+
+// The CPU backend with its memory kept apart from the host's: alloc'd buffers are
+// reached only through upload/download, as on a device.
+class SeparateMemoryBackend final : public CpuBackend {
+ public:
+  bool host_memory() const override { return false; }
+};
+
+SeparateMemoryBackend& separate_backend() {
+  static SeparateMemoryBackend be;
+  return be;
+}
+
+// ---- the variants every model-level test runs
+
+struct Variant {
+  std::string name;
+  std::function<void(ModelConfig&)> edit;
+};
+
+ModelConfig tiny(Task task) {
+  ModelConfig c;
+  c.task = task;
+  c.d_model = 16;
+  c.d_ffn = 32;
+  c.n_layers = 2;
+  c.seq_len = 24;
+  c.spatial_init = 0.5f;  // large, so that mixing errors show
+  if (task == Task::classify) c.n_classes = 3;
+  if (task == Task::vision) {
+    c.vocab_size = 0;
+    c.tokenizer = nullptr;
+    c.n_classes = 3;
+    c.image_channels = 2;
+    c.image_height = 8;
+    c.image_width = 12;
+    c.patch_height = 4;
+    c.patch_width = 3;
+    c.seq_len = 8;
+  }
+  return c;
+}
+
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> v = {
+      {"lm", [](ModelConfig&) {}},
+      {"lm_tanh_sinusoidal", [](ModelConfig& c) { c.gelu = Gelu::tanh; c.pos_embedding = PosEmbedding::sinusoidal; }},
+      {"lm_long", [](ModelConfig& c) { c.seq_len = 200; }},  // several causal row blocks
+      {"lm_toeplitz", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; }},
+      {"lm_heads", [](ModelConfig& c) { c.sgu_heads = 2; }},
+      {"lm_amlp", [](ModelConfig& c) { c.d_attn = 8; }},
+      {"lm_none", [](ModelConfig& c) { c.sgu = Sgu::none; }},
+      {"lm_linear", [](ModelConfig& c) { c.sgu = Sgu::linear; }},
+      {"lm_additive", [](ModelConfig& c) { c.sgu = Sgu::additive; }},
+      {"lm_multiplicative", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; }},
+      {"mlm", [](ModelConfig& c) { c.task = Task::mlm; }},
+      {"mlm_amlp_heads", [](ModelConfig& c) { c.task = Task::mlm; c.d_attn = 8; c.sgu_heads = 2; }},
+      {"classify_padded", [](ModelConfig& c) { c = tiny(Task::classify); c.d_attn = 8; }},
+      {"vision_stochastic_depth", [](ModelConfig& c) { c = tiny(Task::vision); c.survival_prob = 0.5f; }},
+  };
+  return v;
+}
+
+ModelConfig config_of(const Variant& v) {
+  ModelConfig c = tiny(Task::causal_lm);
+  v.edit(c);
+  return c;
+}
+
+// One batch of the config's task with random content; owns its buffers.
+struct TestBatch {
+  Ids tokens, targets, lengths;
+  Vec images, keep;
+  Batch batch;
+  TestBatch(const ModelConfig& c, int B, uint64_t seed) {
+    std::mt19937 rng{uint32_t(seed)};
+    const int T = c.seq_len;
+    batch.B = B;
+    batch.T = T;
+    if (c.token_input()) {
+      std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
+      tokens.resize(size_t(B) * T);
+      for (auto& x : tokens) x = tok(rng);
+      batch.tokens = tokens.data();
+      batch.stride = T;
+    } else {
+      std::normal_distribution<float> px(0.f, 1.f);
+      images.resize(size_t(B) * c.image_channels * c.image_height * c.image_width);
+      for (auto& x : images) x = px(rng);
+      batch.images = images.data();
+    }
+    if (c.per_token_output()) {
+      std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
+      targets.resize(size_t(B) * T);
+      for (size_t i = 0; i < targets.size(); ++i)
+        targets[i] = c.task == Task::mlm && i % 3 != 0 ? -1 : tok(rng);  // MLM: a third have targets
+    } else {
+      std::uniform_int_distribution<int> cls(0, c.n_classes - 1);
+      targets.resize(size_t(B));
+      for (auto& x : targets) x = cls(rng);
+    }
+    batch.targets = targets.data();
+    if (c.task == Task::classify) {
+      lengths.resize(size_t(B));
+      for (int b = 0; b < B; ++b) lengths[size_t(b)] = T - (b * 7) % (T - 1);  // padded rows of several lengths
+      batch.lengths = lengths.data();
+    }
+    if (c.survival_prob < 1.f) {
+      keep.resize(size_t(c.n_layers) * B);
+      Rng r(seed, 4);
+      draw_keep(c, B, r, keep.data());
+      batch.keep = keep.data();
+    }
+  }
+};
+
+std::unique_ptr<Model> make(const ModelConfig& c, Backend& be) {
+  auto m = std::make_unique<Model>(c, be);
+  Rng rng(11);
+  m->init(rng);
+  m->set_sparse_mlm_head(true);
+  return m;
+}
+
+TrainConfig train_config() {
+  TrainConfig tc;
+  tc.lr = 1e-2f;
+  tc.clip = 0.5f;  // small, so that clipping acts
+  return tc;
+}
+
+// `steps` training steps (forward, backward, clipping, AdamW); returns the losses.
+std::vector<double> train_steps(Model& m, AdamW& opt, const Batch& b, int steps) {
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    m.zero_grad();
+    losses.push_back(m.forward(b));
+    m.backward();
+    clip_grad_norm(m, 0.5f);
+    opt.step(m, learning_rate(train_config(), m.config().d_model, s + 1));
+  }
+  return losses;
+}
+
+// ---- --device
+
+TEST(DeviceChoice, AutoIsTheCpuWithoutAUsableDevice) {
+  if (have_gpu()) {
+    EXPECT_EQ(parse_device("auto"), Device::cuda);
+    return;
+  }
+  EXPECT_EQ(parse_device("auto"), Device::cpu);
+  EXPECT_EQ(parse_device("cpu"), Device::cpu);
+}
+
+TEST(DeviceChoice, OtherWordsAreRefused) {
+  EXPECT_NE(test::error_of([] { parse_device("gpu"); }).find("'gpu' is not one of cpu, cuda, auto"), std::string::npos);
+}
+
+TEST(DeviceChoice, CudaWithoutADeviceIsAClearErrorAndWritesNothing) {
+  if (have_gpu()) GTEST_SKIP() << "a CUDA device is present: --device cuda is valid here";
+  test::TempDir dir("device");
+  const std::string out = dir.file("run");
+  const auto r = test::run_command(test::gmlp_exe() + " train --device cuda --steps 1 --data " + test::kGplText +
+                                   " --out " + out + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string why = cuda_built() ? "no CUDA device is visible" : "built without the CUDA backend";
+  EXPECT_NE(r.output.find("gmlp: error: --device cuda: " + why), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // Every command that runs a model has the option.
+  for (const char* cmd : {"finetune", "eval", "generate", "classify", "classify-image", "bench", "ablate"}) {
+    const auto h = test::run_command(test::gmlp_exe() + " " + cmd + " --help 2>&1");
+    EXPECT_NE(h.output.find("--device"), std::string::npos) << cmd;
+  }
+}
+
+// ---- a device model's mirrors, without a device
+
+class SeparateMemory : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(SeparateMemory, TrainingEqualsTheCpuBitForBit) {
+  const ModelConfig c = config_of(GetParam());
+  auto cpu = make(c, cpu_backend());
+  auto dev = make(c, separate_backend());
+  EXPECT_EQ(std::memcmp(cpu->weights(), dev->weights(), cpu->num_params() * sizeof(float)), 0);
+  TestBatch tb(c, 3, 5);
+  AdamW ocpu(*cpu, train_config()), odev(*dev, train_config());
+  const auto lc = train_steps(*cpu, ocpu, tb.batch, 3);
+  const auto ld = train_steps(*dev, odev, tb.batch, 3);
+  EXPECT_EQ(lc, ld);
+  // Read back through the host mirrors: weights, gradients, moments, logits.
+  EXPECT_EQ(std::memcmp(cpu->weights(), dev->weights(), cpu->num_params() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(cpu->grads(), dev->grads(), cpu->num_params() * sizeof(float)), 0);
+  EXPECT_EQ(ocpu.m(), odev.m());
+  EXPECT_EQ(ocpu.v(), odev.v());
+  EXPECT_EQ(cpu->logit_rows(), dev->logit_rows());
+  EXPECT_EQ(std::memcmp(cpu->logits(), dev->logits(), size_t(cpu->logit_rows()) * c.out_dim() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, SeparateMemory, ::testing::ValuesIn(variants()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(SeparateMemoryMirror, HostWritesReachTheDeviceAndCheckpointsRoundTrip) {
+  const ModelConfig c = tiny(Task::causal_lm);
+  auto cpu = make(c, cpu_backend());
+  auto dev = make(c, separate_backend());
+  TestBatch tb(c, 2, 8);
+  AdamW ocpu(*cpu, train_config()), odev(*dev, train_config());
+  train_steps(*cpu, ocpu, tb.batch, 2);
+  train_steps(*dev, odev, tb.batch, 2);
+  // A write through weights() after device updates must be seen by the next forward.
+  const ParamInfo& p = cpu->param("head.bias");
+  cpu->weights()[p.offset] += 1.f;
+  dev->weights()[p.offset] += 1.f;
+  EXPECT_EQ(cpu->forward(tb.batch), dev->forward(tb.batch));
+  // Moments written through m()/v() (a resumed state) are uploaded at the next step.
+  odev.m()[0] = ocpu.m()[0] = 0.25f;
+  EXPECT_EQ(train_steps(*cpu, ocpu, tb.batch, 1), train_steps(*dev, odev, tb.batch, 1));
+  // A device model's checkpoint is the host mirror: it loads on the CPU unchanged.
+  test::TempDir dir("mirror");
+  save_model(*dev, dir.file("m.safetensors"));
+  auto back = load_model(dir.file("m.safetensors"));
+  EXPECT_EQ(std::memcmp(back->weights(), cpu->weights(), cpu->num_params() * sizeof(float)), 0);
+}
+
+// ---- the CUDA backend against the CPU engine
+
+// Uploads host vectors to the device and reads them back.
+struct OnDevice {
+  Backend& be = backend_for(Device::cuda);
+  std::vector<DeviceBuffer<float>> bufs;
+  std::vector<DeviceBuffer<int32_t>> ibufs;
+  float* up(const Vec& v) {
+    bufs.emplace_back(be, v.size());
+    be.upload(bufs.back().data(), v.data(), v.size() * sizeof(float));
+    return bufs.back().data();
+  }
+  int32_t* up(const Ids& v) {
+    ibufs.emplace_back(be, v.size());
+    be.upload(ibufs.back().data(), v.data(), v.size() * sizeof(int32_t));
+    return ibufs.back().data();
+  }
+  Vec down(const float* p, size_t n) {
+    Vec v(n);
+    be.download(v.data(), p, n * sizeof(float));
+    return v;
+  }
+};
+
+Vec randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  Vec v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+constexpr float kAtol = 1e-5f, kRtol = 1e-5f;
+
+TEST(CudaOps, GemmEveryTransposeAndAnOffsetView) {
+  REQUIRE_GPU();
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int M = 37, N = 53, K = 71;
+      const Vec A = randn(size_t(M) * K, 1), B = randn(size_t(K) * N, 2), C0 = randn(size_t(M) * N, 3);
+      Vec C = C0;
+      const int lda = ta ? M : K, ldb = tb ? K : N;
+      cpu_backend().gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, C.data(), N);
+      OnDevice d;
+      float* dC = d.up(C0);
+      d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A), lda, d.up(B), ldb, 0.3f, dC, N);
+      EXPECT_TRUE(test::all_close(d.down(dC, C.size()).data(), C.data(), C.size(), 1e-4f, kRtol, "gemm"));
+    }
+}
+
+TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
+  REQUIRE_GPU();
+  const int M = 45, C = 300, ld = 310;
+  const Vec x = randn(size_t(M) * ld, 4, 2.f), w = randn(C, 5), b = randn(C, 6), dy = randn(size_t(M) * C, 7);
+  Vec y(size_t(M) * C), mean(M), rstd(M), dx(size_t(M) * ld, 0.5f), dw(C, 0.1f), db(C, 0.2f), ya(y.size());
+  Backend& cb = cpu_backend();
+  cb.layernorm_forward(x.data(), ld, M, C, w.data(), b.data(), 1e-5f, y.data(), C, mean.data(), rstd.data());
+  cb.layernorm_apply(x.data(), ld, M, C, w.data(), b.data(), mean.data(), rstd.data(), ya.data(), C);
+  cb.layernorm_backward(dy.data(), C, x.data(), ld, mean.data(), rstd.data(), w.data(), M, C, dx.data(), ld, true,
+                        dw.data(), db.data());
+  OnDevice d;
+  float *dX = d.up(x), *dW = d.up(w), *dB = d.up(b), *dY = d.up(Vec(y.size())), *dYa = d.up(Vec(y.size()));
+  float *dM = d.up(Vec(M)), *dR = d.up(Vec(M)), *dDx = d.up(Vec(dx.size(), 0.5f)), *dDw = d.up(Vec(C, 0.1f)),
+        *dDb = d.up(Vec(C, 0.2f));
+  d.be.layernorm_forward(dX, ld, M, C, dW, dB, 1e-5f, dY, C, dM, dR);
+  d.be.layernorm_apply(dX, ld, M, C, dW, dB, dM, dR, dYa, C);
+  d.be.layernorm_backward(d.up(dy), C, dX, ld, dM, dR, dW, M, C, dDx, ld, true, dDw, dDb);
+  EXPECT_TRUE(test::all_close(d.down(dY, y.size()).data(), y.data(), y.size(), kAtol, kRtol, "y"));
+  EXPECT_TRUE(test::all_close(d.down(dYa, y.size()).data(), ya.data(), y.size(), kAtol, kRtol, "apply"));
+  EXPECT_TRUE(test::all_close(d.down(dDx, dx.size()).data(), dx.data(), dx.size(), kAtol, 1e-4f, "dx"));
+  EXPECT_TRUE(test::all_close(d.down(dDw, C).data(), dw.data(), C, 1e-4f, 1e-4f, "dw"));
+  EXPECT_TRUE(test::all_close(d.down(dDb, C).data(), db.data(), C, 1e-4f, 1e-4f, "db"));
+}
+
+TEST(CudaOps, GeluBothFormsForwardAndBackward) {
+  REQUIRE_GPU();
+  for (bool t : {false, true}) {
+    const int M = 33, n = 70;
+    const Vec u0 = randn(size_t(M) * n, 8, 3.f), b = randn(n, 9), dy = randn(u0.size(), 10);
+    Vec u = u0, y(u0.size()), dx(u0.size());
+    cpu_backend().bias_gelu_forward(u.data(), b.data(), M, n, y.data(), t);
+    cpu_backend().gelu_backward(u.data(), dy.data(), dx.data(), int64_t(u.size()), t);
+    OnDevice d;
+    float *dU = d.up(u0), *dYy = d.up(Vec(u0.size())), *dDx = d.up(Vec(u0.size()));
+    d.be.bias_gelu_forward(dU, d.up(b), M, n, dYy, t);
+    d.be.gelu_backward(dU, d.up(dy), dDx, int64_t(u.size()), t);
+    EXPECT_TRUE(test::all_close(d.down(dU, u.size()).data(), u.data(), u.size(), kAtol, kRtol, "u + b"));
+    EXPECT_TRUE(test::all_close(d.down(dYy, y.size()).data(), y.data(), y.size(), 1e-6f, 1e-5f, "gelu"));
+    EXPECT_TRUE(test::all_close(d.down(dDx, dx.size()).data(), dx.data(), dx.size(), 1e-6f, 1e-5f, "gelu'"));
+  }
+}
+
+TEST(CudaOps, CrossEntropyWithIgnoredRows) {
+  REQUIRE_GPU();
+  const int M = 29, V = 1000;
+  const Vec logits = randn(size_t(M) * V, 11, 4.f);
+  Ids targets(M);
+  for (int r = 0; r < M; ++r) targets[size_t(r)] = r % 4 == 1 ? -1 : (r * 37) % V;
+  Vec dl(logits.size());
+  const double loss = cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data());
+  OnDevice d;
+  float* dDl = d.up(Vec(dl.size()));
+  const double got = d.be.cross_entropy(d.up(logits), M, V, d.up(targets), dDl);
+  EXPECT_NEAR(got, loss, 1e-5 * loss);
+  EXPECT_TRUE(test::all_close(d.down(dDl, dl.size()).data(), dl.data(), dl.size(), 1e-7f, 1e-4f, "dlogits"));
+}
+
+TEST(CudaOps, AdamWAndClippingSums) {
+  REQUIRE_GPU();
+  const size_t n = 100003;
+  const Vec p0 = randn(n, 12), g = randn(n, 13), m0 = randn(n, 14, 0.1f), v0 = randn(n, 15, 0.1f);
+  Vec p = p0, m = m0, v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = std::fabs(v0[i]);
+  const Vec vpos = v;
+  const ops::AdamWStep s{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.999f};
+  cpu_backend().adamw_update(p.data(), g.data(), m.data(), v.data(), n, s);
+  OnDevice d;
+  float *dP = d.up(p0), *dG = d.up(g), *dM = d.up(m0), *dV = d.up(vpos);
+  d.be.adamw_update(dP, dG, dM, dV, n, s);
+  EXPECT_TRUE(test::all_close(d.down(dP, n).data(), p.data(), n, 1e-6f, 1e-5f, "params"));
+  EXPECT_TRUE(test::all_close(d.down(dM, n).data(), m.data(), n, 1e-7f, 1e-5f, "m"));
+  EXPECT_NEAR(d.be.sum_squares(dG, n), cpu_backend().sum_squares(g.data(), n), 1e-9 * double(n));
+}
+
+// Every variant: one forward and backward, loss, logits and every gradient.
+class CudaModel : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CudaModel, ForwardAndBackwardMatchTheCpu) {
+  REQUIRE_GPU();
+  const ModelConfig c = config_of(GetParam());
+  auto cpu = make(c, cpu_backend());
+  auto gpu = make(c, backend_for(Device::cuda));
+  TestBatch tb(c, 3, 21);
+  const double lc = cpu->forward(tb.batch), lg = gpu->forward(tb.batch);
+  EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+  const size_t nl = size_t(cpu->logit_rows()) * c.out_dim();
+  EXPECT_TRUE(test::all_close(gpu->logits(), cpu->logits(), nl, 1e-5f, 1e-4f, "logits"));
+  cpu->zero_grad();
+  gpu->zero_grad();
+  cpu->forward(tb.batch);
+  gpu->forward(tb.batch);
+  cpu->backward();
+  gpu->backward();
+  for (const auto& p : cpu->params())
+    EXPECT_TRUE(test::all_close(gpu->grads() + p.offset, cpu->grads() + p.offset, p.size, 1e-5f, 1e-4f, p.name));
+}
+
+TEST_P(CudaModel, TenAdamWStepsMatchTheCpu) {
+  REQUIRE_GPU();
+  const ModelConfig c = config_of(GetParam());
+  auto cpu = make(c, cpu_backend());
+  auto gpu = make(c, backend_for(Device::cuda));
+  TestBatch tb(c, 3, 22);
+  AdamW ocpu(*cpu, train_config()), ogpu(*gpu, train_config());
+  const auto lc = train_steps(*cpu, ocpu, tb.batch, 10);
+  const auto lg = train_steps(*gpu, ogpu, tb.batch, 10);
+  for (size_t s = 0; s < lc.size(); ++s) EXPECT_NEAR(lg[s], lc[s], 1e-4 * std::fabs(lc[s])) << "step " << s + 1;
+  EXPECT_TRUE(test::all_close(gpu->weights(), cpu->weights(), cpu->num_params(), 1e-4f, 1e-3f, "weights"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaModel, ::testing::ValuesIn(variants()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {
+  REQUIRE_GPU();
+  for (const char* name : {"lm", "lm_toeplitz", "lm_amlp"}) {
+    ModelConfig c;
+    for (const auto& v : variants())
+      if (v.name == name) c = config_of(v);
+    auto gpu = make(c, backend_for(Device::cuda));
+    TestBatch tb(c, 1, 31);
+    NoGrad no_grad(*gpu);
+    Decoder dec(*gpu);
+    const int T = c.seq_len, V = c.vocab_size;
+    const float* first = dec.prefill(tb.tokens.data(), 4);
+    Vec got(first, first + V);
+    for (int t = 4; t < T; ++t) {
+      // The forward over positions [0, t) on the device: its last row is what the decoder saw.
+      gpu->forward(tb.tokens.data(), nullptr, T, 1, t);
+      const float* want = gpu->logits() + size_t(t - 1) * V;
+      EXPECT_TRUE(test::all_close(got.data(), want, size_t(V), 1e-4f, 1e-3f, std::string(name) + " t=" +
+                                                                                  std::to_string(t)));
+      const float* next = dec.step(tb.tokens[size_t(t)]);
+      got.assign(next, next + V);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gmlp
