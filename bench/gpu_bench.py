@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""GPU side-by-side: `gmlp bench --device cuda` against PyTorch (eager and torch.compile,
+fp32 and bf16 autocast) and, for the vision model, timm's gmlp_s16_224, in one run on
+one GPU (docs/gpu.md, results in docs/bench-gpu.md).
+
+  python3 bench/gpu_bench.py                      # the three workloads of issue 10
+  python3 bench/gpu_bench.py --workloads lm --repeats 5
+  python3 bench/gpu_bench.py --smoke              # tiny shapes on the CPU: checks the script runs
+
+Workloads (training steps: forward, loss, backward, clipping, AdamW):
+  lm      the annotated LM: d 512, d_ffn 2048, 6 layers, n 256, batch 32 (configs/annotated.json)
+  bert    a BERT-base-size masked LM: d 768, d_ffn 3072, 12 layers, n 512, batch 32 (byte vocabulary:
+          the blocks' GEMMs decide, as the issue intends)
+  vision  gMLP-S/16 at 224x224, batch 128 (configs/gmlp-s.json; timm's gmlp_s16_224 beside it)
+Per implementation: step time (median), tokens or images per second, MFU against the
+bf16 dense peak given by --peak-tflops (H100 SXM: 989), and peak GPU memory. The
+reference model is tests/reference/gmlp_ref.py, the one the parity tests hold the
+engine to, so both sides compute the same function.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
+import gmlp_ref  # noqa: E402
+
+WORKLOADS = {
+    "lm": {"config": "configs/annotated.json", "set": {}, "batch": 32},
+    "bert": {"config": "configs/mlm-kjv.json",
+             "set": {"model.task": "mlm", "model.d_model": 768, "model.d_ffn": 3072, "model.n_layers": 12,
+                     "model.seq_len": 512}, "batch": 32},
+    "vision": {"config": "configs/gmlp-s.json", "set": {}, "batch": 128},
+}
+SMOKE = {"model.d_model": 32, "model.d_ffn": 64, "model.n_layers": 2}
+
+
+def model_config(w: dict, smoke: bool) -> dict:
+    with open(ROOT / w["config"]) as f:
+        mc = json.load(f)["model"]
+    for k, v in {**w["set"], **(SMOKE if smoke else {})}.items():
+        mc[k.split(".", 1)[1]] = v
+    if mc.get("tokenizer", {}) and mc["tokenizer"].get("kind") == "char" and "vocab_size" not in mc:
+        mc["vocab_size"] = 65
+    if smoke and mc.get("task") == "vision":
+        mc.update(image_height=32, image_width=32, patch_height=8, patch_width=8, seq_len=16)
+    elif smoke:
+        mc["seq_len"] = 32
+    mc.pop("tokenizer", None)
+    return mc
+
+
+def flops_per_step(mc: dict, B: int) -> float:
+    """3x the forward's useful FLOPs (gmlp's forward_flops_per_token, in Python)."""
+    c = gmlp_ref.full_config(mc)
+    d, f, L, n = c["d_model"], c["d_ffn"], c["n_layers"], c["seq_len"]
+    g = f // 2
+    causal = c["task"] == "causal_lm"
+    mix = (n + 1) * g if causal else 2 * n * g
+    per_layer = 2 * d * f + 2 * g * d + mix
+    inp = 0 if c["task"] != "vision" else 2 * c["image_channels"] * c["patch_height"] * c["patch_width"] * d
+    out = c["vocab_size"] if c["task"] in ("causal_lm", "mlm") else c["n_classes"]
+    head = 2 * d * out if c["task"] in ("causal_lm", "mlm") else 2 * d * out / n
+    return 3.0 * (inp + L * per_layer + head) * B * n
+
+
+def batch_for(mc: dict, B: int, device: str):
+    c = gmlp_ref.full_config(mc)
+    if c["task"] == "vision":
+        x = torch.randn(B, c["image_channels"], c["image_height"], c["image_width"], device=device)
+        return {"images": x}, torch.randint(0, c["n_classes"], (B,), device=device)
+    tokens = torch.randint(0, c["vocab_size"], (B, c["seq_len"]), device=device)
+    targets = torch.randint(0, c["vocab_size"], (B, c["seq_len"]), device=device)
+    if c["task"] == "mlm":
+        targets[torch.rand(targets.shape, device=device) > 0.15] = -1
+    return {"tokens": tokens}, targets
+
+
+def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(**inputs), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    mem = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
+    return statistics.median(times), mem
+
+
+def run_gmlp(w: dict, mc: dict, B: int, args) -> dict:
+    cmd = [str(ROOT / "build" / "gmlp"), "bench", "--device", "cpu" if args.smoke else "cuda", "--config",
+           str(ROOT / w["config"]), "--mode", "train", "--batch-size", str(B), "--warmup", str(args.warmup),
+           "--repeats", str(args.repeats), "--json"]
+    for k in ("task", "d_model", "d_ffn", "n_layers", "seq_len", "vocab_size", "image_height", "image_width",
+              "patch_height", "patch_width"):
+        if k in mc:
+            cmd += ["--set", f"model.{k}={json.dumps(mc[k])}"]
+    print("  $", " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    # gmlp bench reports host RSS; its device peak is not measured yet (docs/gpu.md).
+    return {"step_s": rec["median_s"], "peak_mb": rec["peak_rss_mb"] if args.smoke else float("nan")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="lm,bert,vision")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of the GPU")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, eager fp32 only")
+    ap.add_argument("--json", default="", help="also write the records here")
+    args = ap.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    records = []
+    for name in args.workloads.split(","):
+        w = WORKLOADS[name]
+        mc = model_config(w, args.smoke)
+        B = 2 if args.smoke else w["batch"]
+        flops = flops_per_step(mc, B)
+        units = B if mc.get("task") == "vision" else B * mc["seq_len"]
+        impls = {"gmlp": lambda: run_gmlp(w, mc, B, args)}
+        torch.manual_seed(0)
+        inputs, targets = batch_for(mc, B, device)
+        variants = [("torch eager fp32", False, False)]
+        if not args.smoke:
+            variants += [("torch eager bf16", False, True), ("torch.compile bf16", True, True)]
+        for label, compiled, bf16 in variants:
+            def run(compiled=compiled, bf16=bf16):
+                model = gmlp_ref.GMLP(mc).to(device)
+                m = torch.compile(model) if compiled else model
+                s, mem = time_torch(m, gmlp_ref.GMLP.loss, inputs, targets, device, args.warmup, args.repeats, bf16)
+                return {"step_s": s, "peak_mb": mem}
+            impls[label] = run
+        if name == "vision" and not args.smoke:
+            def run_timm():
+                import timm
+                model = timm.create_model("gmlp_s16_224", num_classes=1000).to(device)
+                m = torch.compile(model)
+                s, mem = time_torch(m, torch.nn.functional.cross_entropy, {"x": inputs["images"]}, targets, device,
+                                    args.warmup, args.repeats, True)
+                return {"step_s": s, "peak_mb": mem}
+            impls["timm gmlp_s16_224 compile bf16"] = run_timm
+        for label, fn in impls.items():
+            try:
+                r = fn()
+            except Exception as e:  # one failing peer must not hide the others' figures
+                r = {"error": f"{type(e).__name__}: {e}"}
+            if "step_s" in r:
+                r["units_per_s"] = units / r["step_s"]
+                r["mfu"] = flops / r["step_s"] / (args.peak_tflops * 1e12)
+            records.append({"workload": name, "impl": label, "batch": B, **r})
+            print(json.dumps(records[-1]), file=sys.stderr, flush=True)
+    print("| workload | implementation | step (ms) | tokens or images/s | MFU | peak memory (MiB) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in records:
+        if "error" in r:
+            print(f"| {r['workload']} | {r['impl']} | failed: {r['error']} | | | |")
+        else:
+            print(f"| {r['workload']} | {r['impl']} | {r['step_s'] * 1e3:.1f} | {r['units_per_s']:.0f} | "
+                  f"{r['mfu'] * 100:.1f}% | {r['peak_mb']:.0f} |")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
