@@ -14,7 +14,7 @@ Workloads (training steps: forward, loss, backward, clipping, AdamW):
   vision  gMLP-S/16 at 224x224, batch 128 (configs/gmlp-s.json; timm's gmlp_s16_224 beside it)
 Per implementation: step time (median), tokens or images per second, MFU against the
 bf16 dense peak given by --peak-tflops (H100 SXM: 989), and peak GPU memory. The
-reference model is tests/reference/gmlp_ref.py, the one the parity tests hold the
+reference model is python/gmlp/reference.py, the one the parity tests hold the
 engine to, so both sides compute the same function.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ import time
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "reference"))
-import gmlp_ref  # noqa: E402
+sys.path.insert(0, str(ROOT / "python"))  # the gmlp package
+from gmlp import reference as gmlp_ref  # noqa: E402
 
 WORKLOADS = {
     "lm": {"config": "configs/annotated.json", "set": {}, "batch": 32},
