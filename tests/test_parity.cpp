@@ -31,7 +31,8 @@ std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<
 
 // Every case: a causal LM stores tokens [B, T+1] (targets are the shift); the other
 // tasks store inputs [B, T] and targets ([B, T] per token or [B] per row), and may add
-// lengths [B] (padding), keep [L, B] (stochastic depth) and images [B, C, H, W].
+// lengths [B] (padding), keep [L, B] (stochastic depth), drop [L, T, B, d] and
+// head_drop [B, d] (dropout masks) and images [B, C, H, W].
 void check_forward_and_gradients(const std::string& model_path, const SafeTensorsFile& cf) {
   auto model = load_model(model_path);
   const ModelConfig& c = model->config();
@@ -67,6 +68,16 @@ void check_forward_and_gradients(const std::string& model_path, const SafeTensor
   if (cf.has("keep")) {
     keep = cf.read_f32("keep");
     batch.keep = keep.data();
+  }
+  // Dropout masks [L, T, B, d] (sequence-major rows, as the engine holds them) and [B, d].
+  std::vector<float> drop, head_drop;
+  if (cf.has("drop")) {
+    drop = cf.read_f32("drop");
+    batch.drop = drop.data();
+  }
+  if (cf.has("head_drop")) {
+    head_drop = cf.read_f32("head_drop");
+    batch.head_drop = head_drop.data();
   }
   const int B = batch.B, T = batch.T, V = c.out_dim();
 
@@ -141,7 +152,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantParity,
                                            "toeplitz_causal", "toeplitz_bidir", "toeplitz_heads", "amlp_causal",
                                            "amlp_bidir_pad", "sgu_none", "sgu_linear", "sgu_additive",
                                            "sgu_multiplicative", "sgu_linear_bidir_pad", "vision", "vision_drop",
-                                           "vision_amlp_heads"));
+                                           "vision_amlp_heads", "classify_dropout", "mlm_dropout",
+                                           "vision_drop_dropout"));
 
 }  // namespace
 }  // namespace gmlp

@@ -43,9 +43,9 @@ void print_prediction(const ModelConfig& c, const std::vector<float>& p, int k, 
 }
 
 struct ClassifyArgs {
-  std::string model = "runs/finetune", file;
+  std::string model = "runs/finetune", file, format = "text";
   std::vector<std::string> texts;
-  int top = 3;
+  int top = 3, batch = 64;
   std::string device = "auto";
 };
 
@@ -63,13 +63,38 @@ int run_classify(const ClassifyArgs& a) {
       if (!line.empty()) texts.push_back(line);
   }
   require(!texts.empty(), "nothing to classify: give --text or --file");
-  for (const auto& t : texts) {
-    // Classification reads the first n tokens, as in training; say when that cuts.
-    const size_t len = tok->encode(t).size();
-    if (len > size_t(c.seq_len))
-      std::fprintf(stderr, "gmlp classify: note: a text of %zu tokens is cut to the model's window of %d\n", len,
-                   c.seq_len);
-    print_prediction(c, classify_text(*model, *tok, t), a.top, t);
+  require(a.format == "text" || a.format == "tsv" || a.format == "jsonl",
+          "--format must be text, tsv or jsonl, got '" + a.format + "'");
+  require(a.batch >= 1, "--batch-size must be >= 1");
+  int64_t longer = 0;
+  for (const auto& t : texts) longer += tok->encode(t).size() > size_t(c.window());
+  if (longer)
+    std::fprintf(stderr, "gmlp classify: note: %lld text(s) longer than the model's window of %d tokens, read as %s\n",
+                 (long long)longer, c.window(), name_of(c.long_text).c_str());
+  const int k = c.n_classes;
+  const std::vector<float> probs = classify_texts(*model, *tok, texts, a.batch);
+  if (a.format == "tsv") {
+    // One header line, then per text: the label, every class's probability, the text.
+    std::printf("label");
+    for (int j = 0; j < k; ++j) std::printf("\t%s", class_name(c, j).c_str());
+    std::printf("\ttext\n");
+  }
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<float> p(probs.begin() + ptrdiff_t(i * k), probs.begin() + ptrdiff_t((i + 1) * k));
+    const int best = top_classes(p, 1)[0];
+    if (a.format == "text") {
+      print_prediction(c, p, a.top, texts[i]);
+    } else if (a.format == "tsv") {
+      std::printf("%s", class_name(c, best).c_str());
+      for (float v : p) std::printf("\t%.6f", v);
+      std::printf("\t%s\n", texts[i].c_str());
+    } else {
+      nlohmann::json probs_j = nlohmann::json::object();
+      for (int j = 0; j < k; ++j) probs_j[class_name(c, j)] = p[size_t(j)];
+      std::printf("%s\n", nlohmann::json({{"label", class_name(c, best)}, {"probabilities", probs_j}, {"text", texts[i]}})
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                              .c_str());
+    }
   }
   return 0;
 }
@@ -113,14 +138,17 @@ int run_classifier_eval(Model& model, const std::string& data, int batch, bool j
     ev = evaluate_texts(model, *tok, test, batch);
     what = data;
   }
+  const nlohmann::json rep = class_report(ev.confusion, names_of(c));
   if (json) {
-    std::printf("%s\n", nlohmann::json({{"data", data}, {"examples", ev.examples}, {"loss", ev.loss},
-                                        {"accuracy", ev.accuracy}, {"confusion", confusion_json(ev.confusion, names_of(c))}})
-                            .dump()
-                            .c_str());
+    nlohmann::json j = {{"data", data}, {"examples", ev.examples}, {"loss", ev.loss}, {"accuracy", ev.accuracy},
+                        {"confusion", confusion_json(ev.confusion, names_of(c))}};
+    j["macro_f1"] = rep["macro_f1"];
+    j["per_class"] = rep["per_class"];
+    std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: top-1 accuracy %.4f (%lld examples), loss %.4f nats\n\n%s", what.c_str(), ev.accuracy,
-                (long long)ev.examples, ev.loss, format_confusion(ev.confusion, names_of(c)).c_str());
+    std::printf("%s: top-1 accuracy %.4f (%lld examples), macro-F1 %.4f, loss %.4f nats\n\n%s", what.c_str(),
+                ev.accuracy, (long long)ev.examples, rep["macro_f1"].get<double>(), ev.loss,
+                format_confusion(ev.confusion, names_of(c)).c_str());
   }
   return 0;
 }
@@ -131,7 +159,11 @@ void add_classify(CLI::App& app, int& exit_code) {
   c->add_option("--model", a->model, "Checkpoint file or run directory")->capture_default_str();
   c->add_option("--text", a->texts, "A sentence to classify (repeatable)");
   c->add_option("--file", a->file, "A file of sentences, one a line");
-  c->add_option("--top", a->top, "Classes to show per sentence")->capture_default_str();
+  c->add_option("--top", a->top, "Classes to show per sentence (--format text)")->capture_default_str();
+  c->add_option("--format", a->format,
+                "text (the top classes), tsv (a header, then label, every class's probability, text) or jsonl")
+      ->capture_default_str();
+  c->add_option("--batch-size", a->batch, "Text windows per forward pass")->capture_default_str();
   add_device_option(c, a->device);
   c->callback([a, &exit_code] { exit_code = run_classify(*a); });
 

@@ -24,10 +24,10 @@ namespace gmlp::cli {
 namespace {
 
 struct TrainArgs {
-  std::string config, data, test, out = "runs/default", tokenizer, task, init_from;
-  std::vector<std::string> sets;
+  std::string config, data, test, val, out = "runs/default", tokenizer, task, init_from;
+  std::vector<std::string> sets, grid;
   // Only read when given on the command line (see run_train).
-  std::string batch_size, lr, seed, eval_every, ckpt_every, log_every;
+  std::string batch_size, lr, seed, eval_every, ckpt_every, log_every, val_fraction, epochs, patience;
   int64_t steps = 0, stop_after = 0;
   bool resume = false, overwrite = false, no_progress = false;
   std::string device = "auto";
@@ -112,7 +112,8 @@ nlohmann::json assemble_config(const TrainArgs& a, const CLI::App& cmd, nlohmann
   auto& t = j["train"];
   for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{
            {"--steps", "steps"}, {"--batch-size", "batch_size"}, {"--lr", "lr"}, {"--seed", "seed"},
-           {"--eval-every", "eval_every"}, {"--ckpt-every", "ckpt_every"}, {"--log-every", "log_every"}}) {
+           {"--eval-every", "eval_every"}, {"--ckpt-every", "ckpt_every"}, {"--log-every", "log_every"},
+           {"--val-fraction", "val_fraction"}, {"--epochs", "epochs"}, {"--patience", "patience"}}) {
     const CLI::Option* o = cmd.get_option(flag);
     if (o->count() == 0) continue;
     const std::string v = o->as<std::string>();
@@ -127,6 +128,22 @@ nlohmann::json assemble_config(const TrainArgs& a, const CLI::App& cmd, nlohmann
     if (t[key].is_discarded()) t[key] = x;
   }
   return j;
+}
+
+// The test set's scores next to the baselines, from report.json.
+void print_test_report(const nlohmann::json& r) {
+  if (!r.is_object() || !r["test"].is_object()) return;
+  const auto& t = r["test"];
+  std::printf("test (%lld texts, scored once with the selected model): accuracy %.4f, macro-F1 %.4f; "
+              "naive Bayes %.4f / %.4f; majority class %.4f / %.4f\n",
+              (long long)t["examples"].get<int64_t>(), t["accuracy"].get<double>(), t["macro_f1"].get<double>(),
+              t["baselines"]["naive_bayes"]["accuracy"].get<double>(),
+              t["baselines"]["naive_bayes"]["macro_f1"].get<double>(),
+              t["baselines"]["majority"]["accuracy"].get<double>(), t["baselines"]["majority"]["macro_f1"].get<double>());
+  for (const auto& c : t["per_class"])
+    std::printf("  %-24s precision %.3f  recall %.3f  f1 %.3f  (%lld)\n", c["class"].get<std::string>().c_str(),
+                c["precision"].get<double>(), c["recall"].get<double>(), c["f1"].get<double>(),
+                (long long)c["support"].get<int64_t>());
 }
 
 int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
@@ -144,6 +161,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   o.run.train = TrainConfig::from_json(j["train"], where + " [train]");
   o.data_path = data;
   o.test_path = a.test.empty() && task == "classify" && a.data.empty() ? "data/kjv_groups/test.tsv" : a.test;
+  o.val_path = a.val;
   o.init_from = a.init_from.empty() ? "" : resolve_model_path(a.init_from);
   o.out_dir = a.out;
   o.resume = a.resume;
@@ -158,11 +176,13 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
     // than silently ignored (only --steps may extend it).
     for (const char* opt : {"--config", "--data", "--tokenizer", "--set", "--batch-size", "--lr", "--seed",
                             "--eval-every", "--ckpt-every", "--log-every", "--overwrite", "--task", "--test",
-                            "--init-from"})
+                            "--init-from", "--val", "--val-fraction", "--epochs", "--patience", "--grid"})
       require(cmd.get_option(opt)->count() == 0,
               std::string(opt) + " cannot be combined with --resume: the run continues with its saved settings");
     require(fs::exists(state_file(a.out)), "--resume: no training state in '" + a.out + "' (expected " +
                                                state_file(a.out) + ")");
+  } else if (!a.grid.empty()) {
+    return run_grid(a.grid, o, j, where, a.overwrite);
   } else {
     require(a.overwrite || !fs::exists(state_file(a.out)),
             "'" + a.out + "' already holds a training run; pass --resume to continue it, --overwrite to start over, "
@@ -180,10 +200,14 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
     std::printf(", val masked-token loss %.4f nats, perplexity %.3f", v["val_loss"].get<double>(),
                 v["val_ppl"].get<double>());
   } else if (v.contains("val_acc")) {
-    std::printf(", test loss %.4f, accuracy %.4f (%lld examples)", v["val_loss"].get<double>(),
-                v["val_acc"].get<double>(), (long long)v["val_examples"].get<int64_t>());
+    std::printf(", %s loss %.4f, accuracy %.4f (%lld examples)", task == "vision" ? "test" : "validation",
+                v["val_loss"].get<double>(), v["val_acc"].get<double>(), (long long)v["val_examples"].get<int64_t>());
   }
   std::printf(", %.0f %s/s\n", s.tokens_per_s, task == "vision" ? "images" : task == "classify" ? "sentences" : "tokens");
+  if (s.early_stopped) std::printf("stopped early: no better validation score in the last evaluations\n");
+  if (s.best_step > 0) std::printf("selected: %s (step %lld, by validation)\n", best_model_file(a.out).c_str(),
+                                   (long long)s.best_step);
+  print_test_report(s.report);
   if (fs::exists(model_file(a.out)))
     std::printf("checkpoint: %s (step %lld)\n", model_file(a.out).c_str(), (long long)s.steps);
   else
@@ -194,9 +218,16 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   return s.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
 }
 
-// The options every training command shares: budget, schedule, cadence, resumption.
+// The options every training command shares: budget, schedule, cadence, selection, resumption.
 void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, const std::string& seed_help) {
   c->add_option("--steps", a.steps, "Total training steps (with --resume: extend the run to this many)");
+  c->add_option("--epochs", a.epochs, "Budget in passes over the training examples (replaces --steps)");
+  c->add_option("--val-fraction", a.val_fraction,
+                "Share of the training data held out for validation (model selection, early stopping)");
+  c->add_option("--patience", a.patience, "Stop after this many evaluations without a better validation score");
+  c->add_option("--grid", a.grid,
+                "Search: KEY=V1,V2,... (repeatable; e.g. lr=1e-4,3e-4 epochs=3,5): every combination in its own "
+                "subdirectory of --out, chosen by validation, only the chosen one scored on the test set");
   c->add_option("--batch-size", a.batch_size, batch_help);
   c->add_option("--lr", a.lr, "Peak learning rate");
   c->add_option("--seed", a.seed, seed_help);
@@ -224,6 +255,7 @@ void add_train(CLI::App& app, int& exit_code) {
                 "data/kjv_groups/train.tsv, data/mnist");
   c->add_option("--test", a->test, "classify: the labelled test file (default with the default data: "
                                    "data/kjv_groups/test.tsv)");
+  c->add_option("--val", a->val, "classify: a labelled validation file (instead of --val-fraction of --data)");
   c->add_option("--init-from", a->init_from, "Initialise matching tensors from this checkpoint (a new head)");
   c->add_option("--out", a->out, "Run directory: checkpoints, metrics.jsonl, config.json")->capture_default_str();
   c->add_option("--tokenizer", a->tokenizer,
@@ -248,6 +280,11 @@ TrainConfig finetune_defaults() {
   t.eval_batches = 0;
   t.ckpt_every = 500;
   t.log_every = 50;
+  // Model selection on a tenth of the training file, evaluated often enough to stop
+  // early when the validation accuracy no longer improves.
+  t.val_fraction = 0.1f;
+  t.eval_every = 100;
+  t.patience = 5;
   return t;
 }
 }  // namespace
@@ -265,7 +302,9 @@ void add_finetune(CLI::App& app, int& exit_code) {
   c->add_option("--config", a->config, "JSON config instead of --init-from's architecture (a from-scratch run)")
       ->check(CLI::ExistingFile);
   c->add_option("--data", a->data, "label<TAB>text training file (default data/kjv_groups/train.tsv)");
-  c->add_option("--test", a->test, "label<TAB>text test file (default with the default data: data/kjv_groups/test.tsv)");
+  c->add_option("--test", a->test, "label<TAB>text test file, scored once at the end with the selected model "
+                                   "(default with the default data: data/kjv_groups/test.tsv)");
+  c->add_option("--val", a->val, "label<TAB>text validation file (default: --val-fraction of --data)");
   c->add_option("--out", a->out, "Run directory")->capture_default_str();
   add_run_options(c, *a, "Sentences per step", "Seed for the head's init and the data order");
   // Hidden so that run_train's option checks find them.
@@ -289,6 +328,9 @@ void add_finetune(CLI::App& app, int& exit_code) {
         m.erase("class_names");
         base["model"] = m;
       }
+      // BERT's fine-tuning dropout (0.1), which the gMLP paper's fine-tuning followed.
+      base["model"]["dropout"] = 0.1;
+      base["model"]["head_dropout"] = 0.1;
       if (*scratch) args.init_from.clear();
     }
     exit_code = run_train(args, *c, base);

@@ -7,6 +7,10 @@
 #include "gmlp/checkpoint.h"
 #include "gmlp/model.h"
 
+namespace gmlp {
+struct TrainOptions;
+}
+
 namespace gmlp::cli {
 
 // Each returns the process exit code of the command when it ran.
@@ -32,5 +36,9 @@ void apply_set(nlohmann::json& j, const std::string& kv);
 // --device on a command that runs a model: cpu, cuda or auto (the default: cuda when
 // this build has the CUDA backend and a device is visible, else cpu).
 void add_device_option(CLI::App* c, std::string& device);
+// --grid KEY=V1,V2 (repeatable): trains every combination under base.out_dir/NAME from
+// `config` (the run's config JSON), picks by validation, scores only that one on test.
+int run_grid(const std::vector<std::string>& specs, const gmlp::TrainOptions& base, const nlohmann::json& config,
+             const std::string& where, bool overwrite);
 
 }  // namespace gmlp::cli

@@ -23,7 +23,12 @@ struct PaddedBatcher {
 };
 
 // Class probabilities [n_classes] for one text / one image [C, H, W] (normalised).
+// Texts are read as the model's config says: windows of text_window (or seq_len) tokens,
+// a longer text by long_text (chunks: the mean of its windows' probabilities).
 std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::string& text);
+// The same for many texts, in batches of `batch` windows: probabilities [texts.size() * k].
+std::vector<float> classify_texts(Model& model, const Tokenizer& tok, const std::vector<std::string>& texts,
+                                  int batch);
 std::vector<float> classify_image(Model& model, const float* image);
 
 // Applies the model's stored normalisation (config "normalization") in place.

@@ -31,6 +31,10 @@ struct ModelConfig {
   Spatial spatial = Spatial::full;  // [n, n], or Toeplitz (W[i,j] = w[i-j])
   int d_attn = 0;                   // > 0: aMLP tiny attention of this size
   float survival_prob = 1.0f;       // stochastic depth p_L (1 = off)
+  float dropout = 0.0f;             // training only: dropout on every block's residual branch
+  float head_dropout = 0.0f;        // training only: dropout on the classifier's input (classify, vision)
+  LongText long_text = LongText::head;  // classify: a text longer than text_window (training and inference)
+  int text_window = 0;              // classify: tokens per text window (0 = seq_len; > seq_len: Toeplitz only)
   int image_channels = 0, image_height = 0, image_width = 0;  // vision
   int patch_height = 0, patch_width = 0;
   std::vector<std::string> class_names;  // optional display names, n_classes of them
@@ -55,6 +59,8 @@ struct ModelConfig {
   int patch_dim() const { return image_channels * patch_height * patch_width; }
   // Toeplitz models run on sequences longer than n; every other model needs T <= n.
   bool any_length() const { return spatial == Spatial::toeplitz && task != Task::vision; }
+  // Tokens a classifier reads per window of a text.
+  int window() const { return text_window > 0 ? text_window : seq_len; }
   // Parameters of the model this config describes, in double so that an absurd config
   // cannot overflow it (validate bounds it).
   double param_count() const;
@@ -82,6 +88,8 @@ struct TrainConfig {
   uint64_t seed = 1337;
   float mask_prob = 0.15f;          // mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
   int augment_shift = 0;            // vision: random shifts of up to this many pixels
+  int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
+  float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)
 
   void validate() const;
   nlohmann::json to_json() const;

@@ -15,6 +15,9 @@ enum class PosEmbedding { none, sinusoidal };
 enum class Sgu { none, split, linear, additive, multiplicative };
 enum class Spatial { full, toeplitz };
 enum class Schedule { cosine, noam, constant };
+// A text longer than a classifier's window: its first tokens, its first quarter and last
+// three quarters of a window (head+tail), or every window of it, probabilities averaged.
+enum class LongText { head, head_tail, chunks };
 
 // The name table of each enum: its JSON names in declaration order.
 template <typename E>
@@ -49,6 +52,12 @@ template <>
 struct EnumNames<Schedule> {
   static constexpr std::pair<Schedule, const char*> items[] = {
       {Schedule::cosine, "cosine"}, {Schedule::noam, "noam"}, {Schedule::constant, "constant"}};
+};
+
+template <>
+struct EnumNames<LongText> {
+  static constexpr std::pair<LongText, const char*> items[] = {
+      {LongText::head, "head"}, {LongText::head_tail, "head_tail"}, {LongText::chunks, "chunks"}};
 };
 
 template <typename E>

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gmlp/kinds.h"
 #include "gmlp/tokenizer.h"
 
 namespace gmlp {
@@ -33,16 +34,22 @@ LabelledSet make_labelled(std::vector<std::string> texts, const std::vector<std:
                           const std::vector<std::string>& class_names, const std::string& what);
 
 // Sentences tokenised and padded to a common length T: row i of tokens ([rows, T]) holds
-// the first lengths[i] tokens of text i, then pad ids.
+// lengths[i] tokens of text owner[i], then pad ids. A text longer than T becomes, by
+// `mode`: its first T tokens (head); its first T/4 and last T - T/4 tokens (head_tail,
+// as Sun et al. 2019 found best for BERT); or ceil(len / T) rows, the windows
+// [0, T), [T, 2T), ..., the last one the text's final T tokens (chunks). Every other
+// mode gives one row per text.
 struct PaddedTokens {
   int rows = 0, T = 0;
   std::vector<int32_t> tokens;   // [rows * T]
   std::vector<int32_t> lengths;  // [rows], each in [1, T]
-  int64_t truncated = 0;         // texts longer than T tokens, cut to their first T
+  std::vector<int32_t> owner;    // [rows]: the text each row comes from (ascending)
+  int64_t truncated = 0;         // texts longer than T tokens
 };
 // Error when the tokenizer has no [PAD] (naming the "specials" to add), when T < 1, or
 // when a text encodes to no tokens (naming its index); encoding errors name the index.
-PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenizer& tok, int T);
+PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenizer& tok, int T,
+                           LongText mode = LongText::head);
 // Copies rows idx[0..n) of p into tokens_out [n * T] and lengths_out [n] (a batch).
 void gather_rows(const PaddedTokens& p, const size_t* idx, int n, int32_t* tokens_out, int32_t* lengths_out);
 

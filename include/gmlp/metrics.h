@@ -21,6 +21,10 @@ double confusion_accuracy(const std::vector<int64_t>& m);
 //   law               1000       20  ...   1038   0.963
 // Error when m is not names.size() squared.
 std::string format_confusion(const std::vector<int64_t>& m, const std::vector<std::string>& names);
+// {"accuracy", "macro_f1", "per_class": [{"class", "precision", "recall", "f1", "support"}]}:
+// precision = tp / predicted, recall = tp / support, 0 where the denominator is 0; the
+// macro-F1 is the unweighted mean of the classes' F1.
+nlohmann::json class_report(const std::vector<int64_t>& m, const std::vector<std::string>& names);
 // {"classes": [...], "matrix": [[row of true class 0], ...]}
 nlohmann::json confusion_json(const std::vector<int64_t>& m, const std::vector<std::string>& names);
 

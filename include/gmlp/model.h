@@ -52,7 +52,10 @@ struct ParamViews {
 //  lengths [B]: real tokens per row (bidirectional token tasks; the rest is padding);
 //  targets: per token (same layout as tokens; < 0 ignored) for LM/MLM, per row [B] for
 //           classify/vision; without targets forward returns 0;
-//  keep [L, B]: stochastic-depth multipliers of each block's branch (0 or 1/p).
+//  keep [L, B]: stochastic-depth multipliers of each block's branch (0 or 1/p);
+//  drop [L, T, B, d]: dropout masks of each block's branch (0 or 1/(1-p)), layer l's
+//           rows sequence-major (row t * B + b) like the activations;
+//  head_drop [B, d]: dropout mask of the classifier's input, the pooled row (classify, vision).
 struct Batch {
   int B = 0, T = 0;
   const int32_t* tokens = nullptr;
@@ -61,6 +64,8 @@ struct Batch {
   const int32_t* lengths = nullptr;
   const int32_t* targets = nullptr;
   const float* keep = nullptr;
+  const float* drop = nullptr;
+  const float* head_drop = nullptr;
 };
 
 // The ordered tensor list of a config, and views of any buffer laid out by it.
@@ -70,6 +75,12 @@ ParamViews param_views(const ModelConfig& c, float* base);
 float survival_probability(const ModelConfig& c, int l);
 // Draws keep[L, B] for one training batch: 1/p_l with probability p_l, else 0.
 void draw_keep(const ModelConfig& c, int B, Rng& rng, float* keep);
+
+// Draws the dropout masks of one training batch of B x T (Batch::drop, Batch::head_drop):
+// each entry 0 with probability p (model.dropout, model.head_dropout), else 1/(1 - p).
+// Leaves a vector empty when its rate is 0.
+void draw_dropout(const ModelConfig& c, int B, int T, Rng& rng, std::vector<float>& drop,
+                  std::vector<float>& head_drop);
 
 // Head k of layer l's spatial weights as a dense [n, n] matrix, Toeplitz weights
 // expanded (docs/variants.md); a causal model's unused upper triangle reads 0.
@@ -189,7 +200,8 @@ class Model {
   int B_ = 0, T_ = 0;
   bool grad_enabled_ = true;
   bool backward_ready_ = false;  // the last forward kept what backward needs
-  bool last_lengths_ = false, last_keep_ = false;  // the last forward had padding / drop masks
+  bool last_lengths_ = false, last_keep_ = false;  // the last forward had padding / stochastic depth
+  bool last_drop_ = false, last_head_drop_ = false;  // the last forward had dropout masks
   bool sparse_head_ = false, last_sparse_ = false;
   std::vector<int32_t> head_rows_, sel_targets_;   // sparse head: chosen rows and their targets
   GradReadyHook grad_ready_;

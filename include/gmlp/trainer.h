@@ -33,6 +33,7 @@ struct TrainOptions {
   RunConfig run;
   std::string data_path;     // corpus (LM, MLM), labelled training file (classify), image folder (vision)
   std::string test_path;     // classify: labelled test file (optional)
+  std::string val_path;      // classify: labelled validation file (default: train.val_fraction of data_path)
   std::string init_from;     // a checkpoint whose matching tensors initialise the model (fine-tuning);
                              // the head is always new
   std::string out_dir;
@@ -46,6 +47,7 @@ struct TrainOptions {
   // (checkpoint, then return with interrupted set). Exceptions propagate.
   std::function<bool(const nlohmann::json& line)> on_log;
   Device device = Device::cpu;  // where the model trains
+  bool score_test = true;    // score the test set at the end (a search's trials leave it to the chosen one)
 };
 
 struct TrainSummary {
@@ -53,6 +55,9 @@ struct TrainSummary {
   bool interrupted = false;
   double last_loss = 0.0;
   nlohmann::json val_metrics;  // every task: the last evaluation's "val_*" metrics (null if none)
+  bool early_stopped = false;  // train.patience evaluations passed without a better validation score
+  int64_t best_step = 0;       // the step of best.safetensors (0: no validation, no best)
+  nlohmann::json report;       // report.json of a finished run: the selection and the test set's scores
   double elapsed_s = 0.0;
   double tokens_per_s = 0.0;
 };
@@ -64,6 +69,9 @@ extern std::atomic<bool> g_stop_requested;
 std::string model_file(const std::string& out_dir);
 std::string state_file(const std::string& out_dir);
 std::string metrics_file(const std::string& out_dir);
+// The checkpoint with the best validation score so far, and the finished run's report.
+std::string best_model_file(const std::string& out_dir);
+std::string report_file(const std::string& out_dir);
 
 TrainSummary train(const TrainOptions& opts);
 

@@ -94,6 +94,7 @@ CONFIG_DEFAULTS = {
     "d_model": 128, "d_ffn": 512, "n_layers": 4, "seq_len": 128,
     "gelu": "erf", "pos_embedding": "none", "spatial_init": 0.01, "norm_eps": 1e-5,
     "sgu_norm_eps": 1e-5, "sgu": "split", "sgu_heads": 1, "spatial": "full", "d_attn": 0, "survival_prob": 1.0,
+    "dropout": 0.0, "head_dropout": 0.0, "long_text": "head", "text_window": 0,
     "image_channels": 0, "image_height": 0, "image_width": 0,
     "patch_height": 0, "patch_width": 0,
     "tokenizer": {"kind": "byte"},
@@ -133,6 +134,10 @@ def full_config(cfg: dict) -> dict:
     need(c["d_attn"] >= 0, "d_attn", "must be >= 0")
     need(c["d_attn"] == 0 or c["sgu"] == "split", "d_attn", "tiny attention needs sgu split")
     need(0.0 < c["survival_prob"] <= 1.0, "survival_prob", "must be in (0, 1]")
+    need(0.0 <= c["dropout"] < 1.0, "dropout", "must be in [0, 1)")
+    need(0.0 <= c["head_dropout"] < 1.0, "head_dropout", "must be in [0, 1)")
+    need(c["head_dropout"] == 0 or c["task"] in ("classify", "vision"), "head_dropout",
+         "only a classifier has a head input to drop")
     if c["task"] in ("classify", "vision"):
         need(c["n_classes"] >= 2, "n_classes", f"task {c['task']} needs >= 2 classes")
     else:
@@ -197,6 +202,13 @@ def param_count(cfg: dict) -> int:
 def survival_probs(n_layers: int, p_last: float) -> list[float]:
     """Stochastic depth: block l = 1..L survives with p_l = 1 - (l/L)(1 - p_L)."""
     return [1.0 - (l / n_layers) * (1.0 - p_last) for l in range(1, n_layers + 1)]
+
+
+def draw_dropout(shape: tuple[int, ...], p: float,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """A dropout mask: 0 with probability p, else 1/(1-p) (float32, as the C++ side holds it)."""
+    return torch.where(torch.rand(shape, generator=generator) < p,
+                       torch.zeros(()), torch.full((), 1.0 / (1.0 - p)))
 
 
 def draw_keep(n_layers: int, batch: int, p_last: float,
@@ -351,12 +363,15 @@ class GMLPBlock(nn.Module):
         self.approximate = "tanh" if gelu == "tanh" else "none"
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None) -> torch.Tensor:  # x: [T, B, d]
+                keep: torch.Tensor | None = None,
+                drop: torch.Tensor | None = None) -> torch.Tensor:  # x: [T, B, d]
         h = self.norm(x)
         z = F.gelu(self.proj_in(h), approximate=self.approximate)
         a = self.attn(h, self.causal, key_mask) if self.attn is not None else None
         s = self.sgu(z, key_mask, a) if self.sgu is not None else z
         y = self.proj_out(s)
+        if drop is not None:
+            y = y * drop.to(y.dtype)  # dropout on the branch, drop: [T, B, d] of 0 or 1/(1-p)
         if keep is None:
             return x + y
         return x + keep[None, :, None].to(y.dtype) * y  # stochastic depth, keep: [B]
@@ -411,11 +426,15 @@ class GMLP(nn.Module):
 
     def forward(self, tokens: torch.Tensor | None = None, images: torch.Tensor | None = None,
                 lengths: torch.Tensor | None = None,
-                keep: torch.Tensor | None = None) -> torch.Tensor:
+                keep: torch.Tensor | None = None, drop: torch.Tensor | None = None,
+                head_drop: torch.Tensor | None = None) -> torch.Tensor:
         """tokens [B, T] int (token tasks) or images [B, C, H, W] float (vision);
         lengths [B] int: real lengths, positions t >= lengths[b] are padding (keys masked
         in the spatial product and the attention; classify pools real positions only);
-        keep [L, B] float: stochastic-depth multipliers (None = 1 everywhere).
+        keep [L, B] float: stochastic-depth multipliers (None = 1 everywhere);
+        drop [L, T, B, d] float: dropout masks of the blocks' branches, head_drop [B, d]:
+        of the classifier's pooled input (0 or 1/(1-p); None = no dropout, as at evaluation).
+        The masks are inputs, as in the C++ engine, whose trainer draws them from its RNG.
         Returns logits [B, T, vocab] (causal_lm, mlm) or [B, n_classes] (classify, vision)."""
         c = self.cfg
         if self.task == "vision":
@@ -440,7 +459,8 @@ class GMLP(nn.Module):
         if keep is not None and tuple(keep.shape) != (len(self.blocks), B):
             raise ValueError(f"keep {tuple(keep.shape)}: expected {(len(self.blocks), B)}")
         for l, block in enumerate(self.blocks):
-            x = block(x, key_mask, None if keep is None else keep[l])
+            x = block(x, key_mask, None if keep is None else keep[l],
+                      None if drop is None else drop[l])
         y = self.norm(x)  # [T, B, d]
         if self.task in ("causal_lm", "mlm"):
             return self.head(y).transpose(0, 1)
@@ -448,6 +468,8 @@ class GMLP(nn.Module):
             pooled = y.mean(dim=0)
         else:
             pooled = (y * key_mask[:, :, None]).sum(dim=0) / lengths[:, None].to(y.dtype)
+        if head_drop is not None:
+            pooled = pooled * head_drop.to(pooled.dtype)
         return self.head(pooled)
 
     @staticmethod

@@ -109,16 +109,19 @@ LabelledSet make_labelled(std::vector<std::string> texts, const std::vector<std:
   return b.take();
 }
 
-PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenizer& tok, int T) {
+PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenizer& tok, int T, LongText mode) {
   require(T >= 1, "encode_padded: length T must be at least 1, got " + std::to_string(T));
   const int32_t pad = tok.pad_id();
   require(pad >= 0, "encode_padded: the " + tok.kind() +
                         " tokenizer has no [PAD] token (give it \"specials\": [\"[PAD]\", \"[MASK]\"])");
   PaddedTokens p;
-  p.rows = int(texts.size());
   p.T = T;
-  p.tokens.assign(texts.size() * size_t(T), pad);
-  p.lengths.resize(texts.size());
+  auto add_row = [&](const int32_t* ids, size_t n, size_t text) {
+    p.tokens.insert(p.tokens.end(), ids, ids + n);
+    p.tokens.insert(p.tokens.end(), size_t(T) - n, pad);
+    p.lengths.push_back(int32_t(n));
+    p.owner.push_back(int32_t(text));
+  };
   for (size_t i = 0; i < texts.size(); ++i) {
     std::vector<int32_t> ids;
     try {
@@ -127,13 +130,23 @@ PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenize
       throw Error("encode_padded: text " + std::to_string(i) + ": " + e.what());
     }
     require(!ids.empty(), "encode_padded: text " + std::to_string(i) + " encodes to no tokens");
-    if (ids.size() > size_t(T)) {
-      ++p.truncated;
-      ids.resize(size_t(T));
+    const size_t len = ids.size(), t = size_t(T);
+    if (len <= t) {
+      add_row(ids.data(), len, i);
+      continue;
     }
-    std::copy(ids.begin(), ids.end(), p.tokens.begin() + ptrdiff_t(i * size_t(T)));
-    p.lengths[i] = int32_t(ids.size());
+    ++p.truncated;
+    if (mode == LongText::head) {
+      add_row(ids.data(), t, i);
+    } else if (mode == LongText::head_tail) {
+      const size_t head = t / 4;
+      std::copy(ids.end() - ptrdiff_t(t - head), ids.end(), ids.begin() + ptrdiff_t(head));
+      add_row(ids.data(), t, i);
+    } else {
+      for (size_t s = 0; s < len; s += t) add_row(ids.data() + std::min(s, len - t), t, i);
+    }
   }
+  p.rows = int(p.lengths.size());
   return p;
 }
 

@@ -41,16 +41,39 @@ std::vector<float> softmax_row(const float* logits, int k) {
 }
 }  // namespace
 
-std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::string& text) {
-  LabelledSet one;
-  one.texts = {text};
-  one.labels = {0};
+std::vector<float> classify_texts(Model& model, const Tokenizer& tok, const std::vector<std::string>& texts,
+                                  int batch) {
+  const ModelConfig& c = model.config();
+  require(c.task == Task::classify, "classify_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
+  require(batch >= 1, "classify_texts: batch must be >= 1");
+  const int k = c.n_classes;
   NoGrad no_grad(model);
   PaddedBatcher tb;
-  tb.p = encode_padded(one.texts, tok, model.config().seq_len);
-  const size_t idx = 0;
-  model.forward(tb.make(&idx, 1));
-  return softmax_row(model.logits(), model.config().n_classes);
+  tb.p = encode_padded(texts, tok, c.window(), c.long_text);
+  std::vector<float> probs(texts.size() * size_t(k), 0.f);
+  std::vector<int> windows(texts.size(), 0);
+  std::vector<size_t> idx;
+  for (size_t s = 0; s < size_t(tb.p.rows); s += size_t(batch)) {
+    const int n = int(std::min(size_t(tb.p.rows) - s, size_t(batch)));
+    idx.resize(size_t(n));
+    for (int i = 0; i < n; ++i) idx[size_t(i)] = s + size_t(i);
+    model.forward(tb.make(idx.data(), n));
+    for (int i = 0; i < n; ++i) {
+      const size_t text = size_t(tb.p.owner[s + size_t(i)]);
+      const auto p = softmax_row(model.logits() + size_t(i) * k, k);
+      for (int j = 0; j < k; ++j) probs[text * k + size_t(j)] += p[size_t(j)];
+      ++windows[text];
+    }
+  }
+  // A chunked text's probabilities are the mean over its windows.
+  for (size_t t = 0; t < texts.size(); ++t)
+    if (windows[t] > 1)
+      for (int j = 0; j < k; ++j) probs[t * k + size_t(j)] /= float(windows[t]);
+  return probs;
+}
+
+std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::string& text) {
+  return classify_texts(model, tok, {text}, 64);
 }
 
 std::vector<float> classify_image(Model& model, const float* image) {

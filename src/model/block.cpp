@@ -67,14 +67,17 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
                    extra);
     branch = s.S;
   }
-  if (!call.keep) {
+  if (!call.keep && !call.drop) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
     be.residual_bias(x, p.proj_out_b, M, d, out);
     be.gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
   } else {
-    // Stochastic depth: x' = x + keep[b] (S V^T + v), the branch built in h.
+    // Stochastic depth and dropout: x' = x + keep[b] * mask (S V^T + v), the branch built in h.
     be.linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
-    be.residual_keep(x, call.keep, s.h, M, B, d, out);
+    if (call.drop)
+      be.residual_dropout(x, s.h, call.keep, call.drop, M, B, d, out);
+    else
+      be.residual_keep(x, call.keep, s.h, M, B, d, out);
   }
 }
 
@@ -87,8 +90,11 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   // dx holds dL/d(block output); the residual passes it to the input unchanged, and the
   // branch's contribution is added by the block LayerNorm's backward at the end.
   const float* dY = dx;
-  if (call.keep) {
-    be.scale_rows(call.keep, dx, M, B, d, s.dh);
+  if (call.keep || call.drop) {
+    if (call.drop)
+      be.residual_dropout_backward(dx, call.keep, call.drop, M, B, d, s.dh);
+    else
+      be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
   be.gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);

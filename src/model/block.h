@@ -46,6 +46,7 @@ struct BlockCall {
   int T = 0, B = 0;
   const int32_t* lengths = nullptr;  // [B] real tokens per row (padded bidirectional batches), or null
   const float* keep = nullptr;       // [B] this layer's stochastic-depth multipliers (0 or 1/p), or null
+  const float* drop = nullptr;       // [M, d] this layer's dropout mask on the branch (0 or 1/(1-p)), or null
   float* gate = nullptr;             // [M, g] where the normalised gate goes (the decoder's cache), or
                                      // null for scratch.S
 };

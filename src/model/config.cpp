@@ -132,6 +132,10 @@ void model_fields(C& c, F&& f) {
   f("spatial", c.spatial, Write::always);
   f("d_attn", c.d_attn, Write::always);
   f("survival_prob", c.survival_prob, Write::always);
+  f("dropout", c.dropout, Write::always);
+  f("head_dropout", c.head_dropout, Write::always);
+  f("long_text", c.long_text, Write::always);
+  f("text_window", c.text_window, Write::always);
   f("image_channels", c.image_channels, Write::vision);
   f("image_height", c.image_height, Write::vision);
   f("image_width", c.image_width, Write::vision);
@@ -164,6 +168,8 @@ void train_fields(C& c, F&& f) {
   f("seed", c.seed, Write::always);
   f("mask_prob", c.mask_prob, Write::always);
   f("augment_shift", c.augment_shift, Write::always);
+  f("patience", c.patience, Write::always);
+  f("epochs", c.epochs, Write::always);
 }
 
 // Reads every key of the table present in j; any other key in j is an error.
@@ -253,6 +259,17 @@ void ModelConfig::validate(bool open) const {
               name_of(sgu) + "\"");
   require(std::isfinite(survival_prob) && survival_prob > 0 && survival_prob <= 1,
           "config: 'survival_prob' must be in (0, 1], got " + std::to_string(survival_prob));
+  require(std::isfinite(dropout) && dropout >= 0 && dropout < 1,
+          "config: 'dropout' must be in [0, 1), got " + std::to_string(dropout));
+  require(std::isfinite(head_dropout) && head_dropout >= 0 && head_dropout < 1,
+          "config: 'head_dropout' must be in [0, 1), got " + std::to_string(head_dropout));
+  require(text_window >= 0, "config: 'text_window' must be >= 0 (0 = seq_len), got " + std::to_string(text_window));
+  require(text_window <= seq_len || (any_length() && text_window <= 65536),
+          "config: 'text_window' = " + std::to_string(text_window) + " is longer than 'seq_len' = " +
+              std::to_string(seq_len) + "; only a Toeplitz model (spatial \"toeplitz\") runs longer (up to 65536)");
+  require(head_dropout == 0 || task == Task::classify || task == Task::vision,
+          "config: 'head_dropout' is dropout on a classifier's input; task \"" + name_of(task) +
+              "\" has none (use 'dropout')");
   // Each dimension is bounded above, but their product is not: an engine-sized bound
   // on the whole (2^32 parameters, 16 GiB of weights before gradients and moments).
   constexpr double kMaxParams = 4294967296.0;
@@ -360,6 +377,9 @@ void TrainConfig::validate() const {
           "config: 'mask_prob' must be in (0, 1), got " + std::to_string(mask_prob));
   require(augment_shift >= 0 && augment_shift <= 64,
           "config: 'augment_shift' must be in [0, 64] pixels, got " + std::to_string(augment_shift));
+  require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));
+  require(std::isfinite(epochs) && epochs >= 0 && epochs <= 1e6,
+          "config: 'epochs' must be in [0, 1e6] (0 = use 'steps'), got " + std::to_string(epochs));
   check_positive(ckpt_every, "ckpt_every");
   check_positive(log_every, "log_every");
 }

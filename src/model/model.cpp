@@ -30,6 +30,7 @@ struct Model::Arena {
   std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
+  F32 drop, head_drop;                       // [L, M, d], [B, d]: dropout masks (training)
   F32 images, patches;                       // vision: [B, C*H*W], [M, C*ph*pw]
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
@@ -155,6 +156,9 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->rows = DeviceBuffer<int32_t>(be, M);
   a->lengths = DeviceBuffer<int32_t>(be, size_t(B));
   a->keep = f32(size_t(cfg_.n_layers) * B);
+  // Dropout masks only where a training forward can carry them.
+  if (grad && cfg_.dropout > 0) a->drop = f32(L * M * d);
+  if (grad && cfg_.head_dropout > 0 && !cfg_.per_token_output()) a->head_drop = f32(size_t(B) * d);
   if (!cfg_.token_input()) {
     a->patches = f32(M * size_t(cfg_.patch_dim()));
     if (!be.host_memory())
@@ -279,6 +283,13 @@ double Model::forward(const Batch& in) {
   }
   last_keep_ = in.keep != nullptr;
   if (in.keep) be_->upload(a.keep.data(), in.keep, sizeof(float) * size_t(cfg_.n_layers) * B);
+  last_drop_ = in.drop != nullptr;
+  require(!in.drop || a.drop.size() > 0, "forward: dropout masks need model.dropout > 0 and a training forward");
+  if (in.drop) be_->upload(a.drop.data(), in.drop, sizeof(float) * size_t(cfg_.n_layers) * B * T * cfg_.d_model);
+  last_head_drop_ = in.head_drop != nullptr;
+  require(!in.head_drop || !cfg_.per_token_output(), "forward: head_drop is for classifier heads");
+  require(!in.head_drop || a.head_drop.size() > 0, "forward: a head dropout mask needs model.head_dropout > 0");
+  if (in.head_drop) be_->upload(a.head_drop.data(), in.head_drop, sizeof(float) * size_t(B) * cfg_.d_model);
 
   const ParamViews& W = device_views();
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
@@ -297,6 +308,7 @@ BlockCall Model::block_call(int l) const {
   // The arena's copies stay from earlier calls; only this forward's inputs count.
   call.lengths = last_lengths_ ? arena_->lengths.data() : nullptr;
   call.keep = last_keep_ ? arena_->keep.data() + size_t(l) * B_ : nullptr;
+  call.drop = last_drop_ ? arena_->drop.data() + size_t(l) * B_ * T_ * cfg_.d_model : nullptr;
   return call;
 }
 
@@ -387,6 +399,7 @@ double Model::head_forward(const Batch& in, const float* xL) {
     // Mean over the real positions of each row, then the classifier.
     rows = B;
     be_->mean_pool_forward(a.h.data(), T, B, d, block_call(0).lengths, a.pooled.data());
+    if (last_head_drop_) be_->dropout_apply(a.pooled.data(), a.head_drop.data(), int64_t(B) * d, a.pooled.data());
     be_->linear_forward(a.pooled.data(), B, d, W.head_w, W.head_b, out, a.logits.data());
   }
   if (!in.targets) return 0.0;
@@ -425,6 +438,7 @@ void Model::head_backward(const float* xL) {
     float* dpooled = a.dx.data();  // [B, d], dead until the final LayerNorm's backward
     be_->linear_backward(a.dlogits.data(), a.pooled.data(), B, d, W.head_w, out, dpooled, false, dg_.head_w,
                          dg_.head_b);
+    if (last_head_drop_) be_->dropout_apply(dpooled, a.head_drop.data(), int64_t(B) * d, dpooled);
     be_->mean_pool_backward(dpooled, T, B, d, block_call(0).lengths, a.dh.data());
   }
   be_->layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), W.norm_w, M, d, a.dx.data(), d,

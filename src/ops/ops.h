@@ -147,6 +147,18 @@ void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, fl
 // Sinusoidal table pe[T, d]: pe[t, 2i] = sin(t / 10000^(2i/d)), pe[t, 2i+1] = cos(...).
 void sinusoidal_positions(int T, int d, float* pe);
 
+// ---- dropout.cpp: masks are inputs (0 or 1/(1-p) per element), drawn by the caller.
+// y = x * mask over n values (the backward is the same product: dx = dy * mask; y may be x).
+void dropout_apply(const float* x, const float* mask, int64_t n, float* y);
+// The block's residual: out[r, c] = x[r, c] + keep[r % B] * mask[r, c] * y[r, c] over M
+// rows of d, keep [B] (stochastic depth) and mask [M, d] (dropout) each optional (null = 1).
+void residual_add(const float* x, const float* y, const float* keep, const float* mask, int M, int B, int d,
+                  float* out);
+// Its backward into the branch: dy = keep[r % B] * mask[r, c] * dout (the residual's own
+// path passes dout unchanged).
+void residual_branch_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
+                              float* dy);
+
 // ---- cross_entropy.cpp: mean softmax cross-entropy over M rows of V logits.
 // targets[r] < 0 are ignored (not counted in the mean). Returns the mean loss (nats);
 // when dlogits is non-null writes d(mean loss)/d logits. Also returns the count used.

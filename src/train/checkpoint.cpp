@@ -68,7 +68,9 @@ std::unique_ptr<Model> load_model(const std::string& path, Device device) {
 
 std::string resolve_model_path(const std::string& path) {
   namespace fs = std::filesystem;
-  if (fs::is_directory(path)) return model_file(path);
+  // A run directory means its selected model: the best validation score when the run
+  // kept one, else the last checkpoint.
+  if (fs::is_directory(path)) return fs::exists(best_model_file(path)) ? best_model_file(path) : model_file(path);
   require(fs::exists(path), "checkpoint '" + path + "' does not exist");
   return path;
 }

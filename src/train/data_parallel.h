@@ -55,6 +55,7 @@ class DataParallel {
   size_t pending_end_ = 0;  // grads [offset, pending_end_) scaled, not yet being reduced
   Batch shard_;
   std::vector<float> keep_;  // this rank's columns of the stochastic-depth masks
+  std::vector<float> drop_;  // this rank's rows of the dropout masks
 };
 
 }  // namespace gmlp

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "gmlp/classify.h"
 #include "gmlp/dataset.h"
@@ -39,8 +40,15 @@ void score_rows(const float* logits, int B, int k, const int32_t* labels, ClassE
   }
 }
 
-// The model's mean loss per batch, weighted by its size, gives the mean over the set.
-void finish(ClassEval& ev, double nats) {
+// The model's mean loss per batch, weighted by its size, gives the mean over the set;
+// with a communicator, over every rank's share of it.
+void finish(ClassEval& ev, double nats, Communicator* comm) {
+  if (comm && comm->size() > 1) {
+    double examples = double(ev.examples);
+    reduce_sums(comm, {&nats, &examples});
+    ev.examples = int64_t(examples);
+    comm->allreduce_sum(ev.confusion.data(), ev.confusion.size());
+  }
   ev.loss = ev.examples ? nats / double(ev.examples) : 0.0;
   ev.accuracy = confusion_accuracy(ev.confusion);
 }
@@ -148,13 +156,7 @@ ClassEval score_set(Model& model, const int32_t* labels, size_t count, int batch
     score_rows(model.logits(), n, k, labels + s, ev);
     ev.examples += n;
   }
-  if (comm && comm->size() > 1) {
-    double examples = double(ev.examples);
-    reduce_sums(comm, {&nats, &examples});
-    ev.examples = int64_t(examples);
-    comm->allreduce_sum(ev.confusion.data(), ev.confusion.size());
-  }
-  finish(ev, nats);
+  finish(ev, nats, comm);
   return ev;
 }
 }  // namespace
@@ -162,14 +164,35 @@ ClassEval score_set(Model& model, const int32_t* labels, size_t count, int batch
 ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& set, int batch, Communicator* comm) {
   const ModelConfig& c = model.config();
   require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
-  PaddedBatcher tb;
-  tb.p = encode_padded(set.texts, tok, c.seq_len);
-  std::vector<size_t> idx;
-  return score_set(model, set.labels.data(), set.size(), batch, comm, "evaluate_texts", [&](size_t s, int n) {
-    idx.resize(size_t(n));
-    for (int i = 0; i < n; ++i) idx[size_t(i)] = s + size_t(i);
-    return tb.make(idx.data(), n);
-  });
+  const int k = c.n_classes;
+  for (size_t i = 0; i < set.size(); ++i)
+    require(set.labels[i] >= 0 && set.labels[i] < k, "evaluate_texts: label " + std::to_string(set.labels[i]) +
+                                                         " outside the model's " + std::to_string(k) + " classes");
+  // This rank's batches of texts (every batch without a communicator), scored through
+  // the probabilities, so that a chunked text is scored as classify_text reads it.
+  std::vector<std::string> texts;
+  std::vector<int32_t> labels;
+  for (size_t s = 0; s < set.size(); s += size_t(batch)) {
+    if (!mine(comm, int64_t(s / size_t(batch)))) continue;
+    for (size_t i = s; i < std::min(set.size(), s + size_t(batch)); ++i) {
+      texts.push_back(set.texts[i]);
+      labels.push_back(set.labels[i]);
+    }
+  }
+  const std::vector<float> probs = texts.empty() ? std::vector<float>{} : classify_texts(model, tok, texts, batch);
+  ClassEval ev;
+  ev.confusion.assign(size_t(k) * k, 0);
+  double nats = 0.0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const float* p = probs.data() + i * size_t(k);
+    const int pred = argmax(p, k);
+    ev.predictions.push_back(pred);
+    ++ev.confusion[size_t(labels[i]) * k + size_t(pred)];
+    nats -= std::log(std::max(double(p[labels[i]]), 1e-30));
+  }
+  ev.examples = int64_t(texts.size());
+  finish(ev, nats, comm);
+  return ev;
 }
 
 ClassEval evaluate_images(Model& model, const ImageSet& set, int batch, Communicator* comm) {

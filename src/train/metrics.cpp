@@ -85,6 +85,26 @@ std::string format_confusion(const std::vector<int64_t>& m, const std::vector<st
   return out;
 }
 
+nlohmann::json class_report(const std::vector<int64_t>& m, const std::vector<std::string>& names) {
+  const int k = side_of(m, names.size());
+  nlohmann::json per_class = nlohmann::json::array();
+  double f1_sum = 0.0;
+  for (int c = 0; c < k; ++c) {
+    int64_t support = 0, predicted = 0;
+    for (int j = 0; j < k; ++j) {
+      support += m[size_t(c) * k + j];
+      predicted += m[size_t(j) * k + c];
+    }
+    const double tp = double(m[size_t(c) * k + c]);
+    const double precision = predicted ? tp / double(predicted) : 0.0, recall = support ? tp / double(support) : 0.0;
+    const double f1 = precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
+    f1_sum += f1;
+    per_class.push_back({{"class", names[size_t(c)]}, {"precision", precision}, {"recall", recall}, {"f1", f1},
+                         {"support", support}});
+  }
+  return {{"accuracy", confusion_accuracy(m)}, {"macro_f1", k ? f1_sum / k : 0.0}, {"per_class", per_class}};
+}
+
 nlohmann::json confusion_json(const std::vector<int64_t>& m, const std::vector<std::string>& names) {
   const int k = side_of(m, names.size());
   nlohmann::json rows = nlohmann::json::array();

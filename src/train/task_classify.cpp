@@ -11,6 +11,8 @@
 #include "gmlp/evaluate.h"
 #include "gmlp/labelled.h"
 #include "gmlp/trainer.h"
+#include "gmlp/metrics.h"
+#include "gmlp/naive_bayes.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -26,29 +28,88 @@ std::string eval_summary(const nlohmann::json& v) {
          std::to_string(v["val_acc"].get<double>());
 }
 
+// The test report of a classifier: its scores next to the majority class and naive
+// Bayes, both fitted on the same training texts.
+nlohmann::json test_report_json(const ClassEval& ev, const LabelledSet& train, const LabelledSet& test) {
+  const int k = int(train.class_names.size());
+  nlohmann::json r = class_report(ev.confusion, train.class_names);
+  r["examples"] = ev.examples;
+  r["loss"] = ev.loss;
+  r["confusion"] = confusion_json(ev.confusion, train.class_names);
+  std::vector<int64_t> count(size_t(k), 0);
+  for (int32_t y : train.labels) ++count[size_t(y)];
+  const int32_t majority = int32_t(std::max_element(count.begin(), count.end()) - count.begin());
+  NaiveBayes nb;
+  nb.fit(train);
+  std::vector<int32_t> nb_pred(test.size()), maj_pred(test.size(), majority);
+  for (size_t i = 0; i < test.size(); ++i) nb_pred[i] = nb.predict(test.texts[i]);
+  auto baseline = [&](const std::vector<int32_t>& pred) {
+    nlohmann::json b = class_report(confusion_matrix(test.labels, pred, k), train.class_names);
+    b.erase("per_class");
+    return b;
+  };
+  r["baselines"] = {{"majority", baseline(maj_pred)}, {"naive_bayes", baseline(nb_pred)}};
+  r["baselines"]["majority"]["class"] = train.class_names[size_t(majority)];
+  return r;
+}
+
+// Holds out round(fraction * n_c) examples of each class c (at least one of a class
+// with two or more), chosen by a fixed shuffle: the same split on every run and resume.
+void split_validation(LabelledSet& train, LabelledSet& val, float fraction) {
+  val.class_names = train.class_names;
+  if (fraction <= 0 || train.size() < 2) return;
+  const size_t k = train.class_names.size();
+  std::vector<std::vector<size_t>> by_class(k);
+  for (size_t i = 0; i < train.size(); ++i) by_class[size_t(train.labels[i])].push_back(i);
+  Rng rng(0x76616c6964, 5);
+  std::vector<char> held(train.size(), 0);
+  for (auto& idx : by_class) {
+    for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[size_t(rng.below(i))]);
+    size_t take = size_t(std::lround(double(fraction) * double(idx.size())));
+    if (take == 0 && idx.size() >= 2) take = 1;
+    for (size_t i = 0; i < take && i + 1 < idx.size(); ++i) held[idx[i]] = 1;
+  }
+  LabelledSet rest;
+  rest.class_names = train.class_names;
+  for (size_t i = 0; i < train.size(); ++i) {
+    LabelledSet& to = held[i] ? val : rest;
+    to.texts.push_back(std::move(train.texts[i]));
+    to.labels.push_back(train.labels[i]);
+  }
+  train = std::move(rest);
+}
+
 class TextClassifyTask : public TrainTask {
  public:
-  TextClassifyTask(std::unique_ptr<Tokenizer> tok, LabelledSet train, LabelledSet test, int n, int B)
-      : tok_(std::move(tok)), train_(std::move(train)), test_(std::move(test)), B_(B), idx_(size_t(B)),
-        labels_(size_t(B)) {
-    batcher_.p = encode_padded(train_.texts, *tok_, n);
+  TextClassifyTask(std::unique_ptr<Tokenizer> tok, LabelledSet train, LabelledSet val, LabelledSet test,
+                   const ModelConfig& cfg, int B)
+      : tok_(std::move(tok)), train_(std::move(train)), val_(std::move(val)), test_(std::move(test)), B_(B),
+        idx_(size_t(B)), labels_(size_t(B)) {
+    // Chunked long texts train on every window, each with its text's label.
+    batcher_.p = encode_padded(train_.texts, *tok_, cfg.window(), cfg.long_text);
   }
   std::string describe() const override {
-    return std::to_string(train_.size()) + " train / " + std::to_string(test_.size()) + " test sentences, " +
-           std::to_string(train_.class_names.size()) + " classes, window " + std::to_string(batcher_.p.T) +
-           (batcher_.p.truncated ? " (" + std::to_string(batcher_.p.truncated) + " training texts truncated)" : "");
+    const auto& p = batcher_.p;
+    return std::to_string(train_.size()) + " train / " + std::to_string(val_.size()) + " validation / " +
+           std::to_string(test_.size()) + " test texts, " + std::to_string(train_.class_names.size()) +
+           " classes, window " + std::to_string(p.T) +
+           (p.truncated ? " (" + std::to_string(p.truncated) + " training texts longer" +
+                              (p.rows > int(train_.size()) ? ", " + std::to_string(p.rows) + " windows)" : ")")
+                        : "");
   }
-  int64_t data_signature() const override { return int64_t(train_.size()) * 1000003 + int64_t(test_.size()); }
+  int64_t data_signature() const override {
+    return int64_t(train_.size()) * 1000003 + int64_t(test_.size()) + int64_t(val_.size()) * 7919;
+  }
   uint64_t data_fingerprint() const override {
-    uint64_t h = fnv1a(train_.labels, fnv1a(test_.labels));
-    for (const auto* set : {&train_, &test_})
+    uint64_t h = fnv1a(train_.labels, fnv1a(test_.labels, fnv1a(val_.labels)));
+    for (const auto* set : {&train_, &test_, &val_})
       for (const std::string& t : set->texts) h = fnv1a(t.data(), t.size() + 1, h);  // with its NUL: texts stay apart
     return h;
   }
   const Batch& next_batch(Rng& rng) override {
     for (int b = 0; b < B_; ++b) {
-      idx_[size_t(b)] = size_t(rng.below(train_.size()));
-      labels_[size_t(b)] = train_.labels[idx_[size_t(b)]];
+      idx_[size_t(b)] = size_t(rng.below(uint64_t(batcher_.p.rows)));
+      labels_[size_t(b)] = train_.labels[size_t(batcher_.p.owner[idx_[size_t(b)]])];
     }
     batch_ = batcher_.make(idx_.data(), B_);
     batch_.targets = labels_.data();
@@ -56,15 +117,23 @@ class TextClassifyTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "sentences"; }
+  int64_t examples() const override { return batcher_.p.rows; }
   nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
-    if (test_.size() == 0) return nullptr;
-    return eval_json(evaluate_texts(model, *tok_, test_, batch, &comm));
+    if (val_.size() == 0) return nullptr;
+    const ClassEval ev = evaluate_texts(model, *tok_, val_, batch, &comm);
+    nlohmann::json j = eval_json(ev);
+    j["val_macro_f1"] = class_report(ev.confusion, train_.class_names)["macro_f1"];
+    return j;
   }
   std::string summarize(const nlohmann::json& v) const override { return eval_summary(v); }
+  nlohmann::json test_report(Model& model, int batch) override {
+    if (test_.size() == 0) return nullptr;
+    return test_report_json(evaluate_texts(model, *tok_, test_, batch), train_, test_);
+  }
 
  private:
   std::unique_ptr<Tokenizer> tok_;
-  LabelledSet train_, test_;
+  LabelledSet train_, val_, test_;
   int B_;
   PaddedBatcher batcher_;
   std::vector<size_t> idx_;
@@ -106,6 +175,10 @@ class VisionTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "images"; }
+  int64_t examples() const override { return train_.n; }
+  // The image sets have no validation split: evaluate() reports the test split, which
+  // must not choose the model.
+  bool selects_on_validation() const override { return false; }
   nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (test_.n == 0) return nullptr;
     return eval_json(evaluate_images(model, test_, batch, &comm));
@@ -136,7 +209,7 @@ std::vector<std::string> read_class_names(const std::string& dir) {
 }  // namespace
 
 std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& in, std::unique_ptr<Tokenizer> tok) {
-  LabelledSet train, test;
+  LabelledSet train, test, val;
   if (in.memory) {
     train = in.memory->texts;
     test = in.memory->test_texts;
@@ -147,13 +220,17 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
     train = load_labelled(in.data_path);
     if (!in.test_path.empty()) test = load_labelled(in.test_path, train.class_names);
   }
+  if (!in.val_path.empty())
+    val = load_labelled(in.val_path, train.class_names);
+  else
+    split_validation(train, val, rc.train.val_fraction);
   if (rc.model.n_classes == 0) rc.model.n_classes = int(train.class_names.size());  // open: the data's
   require(int(train.class_names.size()) == rc.model.n_classes,
           "'" + in.data_name() + "' has " + std::to_string(train.class_names.size()) + " classes, but the model has " +
               "'n_classes' = " + std::to_string(rc.model.n_classes));
   rc.model.class_names = train.class_names;
-  return std::make_unique<TextClassifyTask>(std::move(tok), std::move(train), std::move(test), rc.model.seq_len,
-                                            rc.train.batch_size);
+  return std::make_unique<TextClassifyTask>(std::move(tok), std::move(train), std::move(val), std::move(test),
+                                            rc.model, rc.train.batch_size);
 }
 
 std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in) {

@@ -1,5 +1,6 @@
 // Text tasks: the causal LM (next-token windows, bits per byte) and the masked LM
 // (BERT masking of windows, perplexity on the chosen positions).
+#include <algorithm>
 #include <cmath>
 
 #include "gmlp/dataset.h"
@@ -36,6 +37,7 @@ class CausalLmTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return int64_t(B_) * n_; }
   const char* unit() const override { return "tokens"; }
+  int64_t examples() const override { return std::max<int64_t>(1, int64_t(corpus_.train.size()) / n_); }
   nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (corpus_.val.empty()) return nullptr;
     const EvalResult r = gmlp::evaluate(model, *tok_, corpus_.val, batch, max_batches, &comm);
@@ -80,6 +82,7 @@ class MaskedLmTask : public TrainTask {
   }
   int64_t units_per_batch() const override { return int64_t(B_) * n_; }
   const char* unit() const override { return "tokens"; }
+  int64_t examples() const override { return std::max<int64_t>(1, int64_t(corpus_.train.size()) / n_); }
   nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) override {
     if (corpus_.val.empty()) return nullptr;
     const MaskedLmEval r = evaluate_masked_lm(model, *tok_, corpus_.val, std::min(batch, B_), max_batches, mask_prob_, &comm);

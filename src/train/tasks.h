@@ -41,6 +41,15 @@ class TrainTask {
   virtual nlohmann::json evaluate(Model& model, int batch, int64_t max_batches, Communicator& comm) = 0;
   // A short human summary of evaluate()'s result.
   virtual std::string summarize(const nlohmann::json& val) const = 0;
+  // Training examples in one pass over the data (windows, sentences, images): the unit
+  // of train.epochs.
+  virtual int64_t examples() const = 0;
+  // Whether evaluate() scores data held out of the training file (not the test set), so
+  // that the run may select its best checkpoint by it.
+  virtual bool selects_on_validation() const { return true; }
+  // The final report on the test set, scored once with the selected model, or null when
+  // the task has no test set.
+  virtual nlohmann::json test_report(Model& model, int batch) { return nullptr; }
 };
 
 // BERT masking of `rows` windows of n ids (raw) into inputs and targets; returns how
@@ -65,6 +74,7 @@ struct TrainData;
 struct TaskInputs {
   std::string data_path;  // LM/MLM corpus, classification training file, or image folder
   std::string test_path;  // classification test file (vision: the folder's test split)
+  std::string val_path;   // classification validation file (default: train.val_fraction of data_path)
   const TrainData* memory = nullptr;  // in-memory data instead of the paths (gmlp/trainer.h)
   // What names the data in messages: the memory's name or the path.
   std::string data_name() const;

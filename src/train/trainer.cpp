@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "gmlp/safetensors.h"
 #include "gmlp/progress.h"
 #include "train/data_parallel.h"
+#include "train/selection.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -33,6 +35,8 @@ std::atomic<bool> g_stop_requested{false};
 std::string model_file(const std::string& d) { return (std::filesystem::path(d) / "model.safetensors").string(); }
 std::string state_file(const std::string& d) { return (std::filesystem::path(d) / "train_state.safetensors").string(); }
 std::string metrics_file(const std::string& d) { return (std::filesystem::path(d) / "metrics.jsonl").string(); }
+std::string best_model_file(const std::string& d) { return (std::filesystem::path(d) / "best.safetensors").string(); }
+std::string report_file(const std::string& d) { return (std::filesystem::path(d) / "report.json").string(); }
 
 
 
@@ -61,6 +65,7 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
             meta.contains("memory") ? "'" + opts.out_dir + "' was trained on data in memory; resume it with that data"
                                     : "'" + opts.out_dir + "' was trained on '" + in.data_path +
                                           "'; it resumes from that file, not from data in memory");
+    in.val_path = meta.value("val", std::string());
     (void)meta.at("data_tokens").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed training-state metadata: " + e.what());
@@ -85,7 +90,8 @@ constexpr const char* kReplacedSuffix = ".replaced";
 
 void drop_replaced(const std::string& out_dir) {
   std::error_code ec;
-  for (const std::string& f : {state_file(out_dir), model_file(out_dir)}) std::filesystem::remove(f + kReplacedSuffix, ec);
+  for (const std::string& f : {state_file(out_dir), model_file(out_dir), best_model_file(out_dir)})
+    std::filesystem::remove(f + kReplacedSuffix, ec);
 }
 
 // Creates and locks the run directory for the run's lifetime; a new run then clears
@@ -104,8 +110,9 @@ std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume
     // would continue the old weights under the new run's log. It is set aside, not
     // deleted, until the new run has a checkpoint of its own (drop_replaced).
     std::error_code ec;
-    for (const std::string& f : {state_file(out_dir), model_file(out_dir)})
+    for (const std::string& f : {state_file(out_dir), model_file(out_dir), best_model_file(out_dir)})
       if (!ec && fs::exists(f, ec)) fs::rename(f, f + kReplacedSuffix, ec);
+    fs::remove(report_file(out_dir), ec);
     if (ec) throw Error("cannot clear '" + out_dir + "' for a new run: " + ec.message());
   }
   return lock;
@@ -125,6 +132,23 @@ std::string first_non_finite_grad(const Model& model) {
   return "?";
 }
 
+// The end of a finished run: the selected model (the best validation score, else the
+// last) is scored once on the test set, and report.json says what was chosen and how
+// it did. The test set chooses nothing.
+nlohmann::json finish_report(Model& model, TrainTask& task, const Selection& sel, const std::string& out_dir, int B,
+                             int64_t steps, bool early_stopped, bool score_test) {
+  if (sel.has_best()) load_weights(model, SafeTensorsFile::load(best_model_file(out_dir)));
+  nlohmann::json r = {{"steps", steps},
+                      {"early_stopped", early_stopped},
+                      {"selected", {{"step", sel.has_best() ? sel.best_step() : steps},
+                                    {"checkpoint", sel.has_best() ? "best.safetensors" : "model.safetensors"},
+                                    {"by", sel.has_best() ? sel.to_json()["metric"] : nlohmann::json("last step")},
+                                    {"validation", sel.best_metrics()}}},
+                      {"test", score_test ? task.test_report(model, B) : nlohmann::json()}};
+  write_file_atomic(report_file(out_dir), r.dump(2) + "\n");
+  return r;
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& opts) {
@@ -132,13 +156,18 @@ TrainSummary train(const TrainOptions& opts) {
   Communicator& comm = world();
   const bool lead = comm.rank() == 0;  // prints, logs, checkpoints and holds the run directory
   RunConfig rc = opts.run;
-  TaskInputs in{opts.data_path, opts.test_path, opts.data.get()};
+  TaskInputs in{opts.data_path, opts.test_path, opts.val_path, opts.data.get()};
   std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
   if (opts.resume) resume_meta = read_resume(opts, rc, in);
   rc.model.validate(/*open=*/true);
   rc.train.validate();
   auto task = make_task(rc, in);  // completes and validates the model config
+  // Epochs are a budget over the training examples; the steps they make are saved with
+  // the run, so a resumed run keeps them.
+  if (!opts.resume && rc.train.epochs > 0)
+    rc.train.steps = std::max<int64_t>(
+        1, int64_t(std::ceil(double(rc.train.epochs) * double(task->examples()) / double(rc.train.batch_size))));
   const TrainConfig& tc = rc.train;
   const int B = tc.batch_size;
   require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
@@ -172,6 +201,7 @@ TrainSummary train(const TrainOptions& opts) {
                  model.params().size(), init_from.c_str());
   }
   AdamW opt(model, tc);
+  Selection selection = Selection::from_json(opts.resume ? resume_meta.value("selection", nlohmann::json()) : nullptr);
   TrainState st;
   st.rng.seed_with(tc.seed, 2);
   double log_sum = 0.0;
@@ -211,6 +241,8 @@ TrainSummary train(const TrainOptions& opts) {
     st.run = {{"config", rc.to_json()},
               {"data", absolute(in.data_path)},
               {"test", absolute(in.test_path)},
+              {"val", absolute(in.val_path)},
+              {"selection", selection.to_json()},
               {"data_tokens", signature},
               {"data_fingerprint", fingerprint},
               {"threads", omp_get_max_threads()},
@@ -241,6 +273,7 @@ TrainSummary train(const TrainOptions& opts) {
   double window_time = 0.0, window_wait = 0.0;
   int64_t window_units = 0;
   const std::string per_s = std::string(task->unit()) + "_per_s";
+  std::vector<float> drop_mask, head_drop_mask;
 
   bool stop = false;  // on_log asked to stop (rank 0's; the step vote carries it to the others)
   auto write_log = [&](const nlohmann::json& line) {
@@ -248,18 +281,28 @@ TrainSummary train(const TrainOptions& opts) {
     log->write(line);
     if (opts.on_log && !opts.on_log(line)) stop = true;
   };
-  while (st.step < tc.steps) {
+  // An early-stopped run stays stopped: resuming it only finishes it again.
+  sum.early_stopped = selection.exhausted(tc.patience);
+  while (st.step < tc.steps && !sum.early_stopped) {
     // With several ranks a stop request waits for the step's vote below, which every
-    // rank takes part in: they all stop after the same step.
+    // rank takes part in: they all stop after the same step. Early stopping needs no
+    // vote: every rank computes the same validation score (evaluation is reduced).
     if ((comm.size() == 1 && (stop || g_stop_requested.load())) ||
         (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
       sum.interrupted = true;
       break;
     }
     auto t0 = Clock::now();
-    const Batch& batch = dp.shard(task->next_batch(st.rng));
+    Batch batch = task->next_batch(st.rng);
+    // Dropout masks come from the run's RNG after the batch's draws, for the whole
+    // global batch on every rank: a resumed run, and any number of ranks, draw the same
+    // ones. Evaluation batches never carry any.
+    draw_dropout(rc.model, batch.B, batch.T, st.rng, drop_mask, head_drop_mask);
+    if (!drop_mask.empty()) batch.drop = drop_mask.data();
+    if (!head_drop_mask.empty()) batch.head_drop = head_drop_mask.data();
+    const Batch& shard = dp.shard(batch);
     model.zero_grad();
-    const double local_loss = model.forward(batch);
+    const double local_loss = model.forward(shard);
     model.backward();  // starts the gradients' reductions across ranks, layer by layer
     window_wait += dp.finish_backward();
     const DataParallel::Vote vote = dp.agree(local_loss, stop || g_stop_requested.load());
@@ -303,10 +346,20 @@ TrainSummary train(const TrainOptions& opts) {
         write_log(line);
         if (lead) bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
         sum.val_metrics = ev;
+        // Every rank keeps the same selection (the evaluation is reduced); rank 0 writes.
+        if (task->selects_on_validation() && selection.update(ev, st.step) && lead)
+          save_model(model, best_model_file(opts.out_dir));
+        sum.early_stopped = selection.exhausted(tc.patience);
       }
     }
     st.elapsed_s = elapsed_before + seconds_since(t_start);
-    if (st.step % tc.ckpt_every == 0 || st.step == tc.steps) checkpoint();
+    if (st.step % tc.ckpt_every == 0 || st.step == tc.steps || sum.early_stopped) checkpoint();
+    if (sum.early_stopped) {
+      if (lead)
+        bar.note("step " + std::to_string(st.step) + ": no better validation score in " + std::to_string(tc.patience) +
+                 " evaluations; stopping (best at step " + std::to_string(selection.best_step()) + ")");
+      break;
+    }
     if (vote.stop && st.step < tc.steps) {
       sum.interrupted = true;
       break;
@@ -315,6 +368,9 @@ TrainSummary train(const TrainOptions& opts) {
   st.elapsed_s = elapsed_before + seconds_since(t_start);
   if (sum.interrupted && st.step > first && saved_step != st.step) checkpoint();
   if (lead) bar.finish();
+  sum.best_step = selection.best_step();
+  if (!sum.interrupted && lead)
+    sum.report = finish_report(model, *task, selection, opts.out_dir, B, st.step, sum.early_stopped, opts.score_test);
   sum.steps = st.step;
   sum.elapsed_s = st.elapsed_s;
   const double run_s = seconds_since(t_start);

@@ -18,6 +18,8 @@ needs it):
   images        [B, C, H, W] (vision)
   lengths       I32 [B]: real lengths, positions t >= lengths[b] are padding
   keep          [L, B]: stochastic-depth multipliers, x += keep[l, b] * branch
+  drop          [L, T, B, d]: dropout masks of the branches, x += keep[l, b] * drop[l] * branch
+  head_drop     [B, d]: dropout mask of the classifier's pooled input
   logits        [B, T, V] (causal_lm, mlm; padded rows follow the contract: their keys
                 are masked, they are not) or [B, n_classes] (classify, vision)
   loss          [1]: mean cross entropy over targets >= 0, or over the B labels
@@ -44,7 +46,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
 from gmlp.reference import (GMLP, GMLPLanguageModel, full_config, load_safetensors,  # noqa: E402
-                     make_optimizer, param_dict, param_shapes, save_safetensors,
+                     draw_dropout, make_optimizer, param_dict, param_shapes, save_safetensors,
                      survival_probs, train_step)
 
 TRAIN_STEPS = 10
@@ -253,6 +255,14 @@ VARIANT_CASES = {
     "vision_drop": (5017, vision_cfg(3, survival_prob=0.6), 4, 8, None,
                     [[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]]),
     "vision_amlp_heads": (5018, vision_cfg(2, d_attn=8, sgu_heads=2), 3, 8, None, None),
+    # Dropout (masks drawn here, passed to both sides): on the branches and the pooled
+    # input of a padded classifier; on the branches of a masked LM; with stochastic depth.
+    "classify_dropout": (5019, vcfg("classify", 16, 40, 2, 20, n_classes=4, dropout=0.3,
+                                    head_dropout=0.5, tokenizer=CHAR_SPECIALS),
+                         4, 15, [15, 9, 4, 2], None),
+    "mlm_dropout": (5020, vcfg("mlm", 16, 32, 2, 12, dropout=0.2), 3, 12, [12, 7, 5], None),
+    "vision_drop_dropout": (5021, vision_cfg(3, survival_prob=0.6, dropout=0.25, head_dropout=0.1),
+                            4, 8, None, [[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]]),
 }
 
 MLM_RATE = 0.3  # fraction of real positions chosen as MLM targets (fixtures only)
@@ -296,6 +306,10 @@ def variant_inputs(name: str) -> tuple[GMLP, dict]:
         p = survival_probs(cfg["n_layers"], cfg["survival_prob"])
         keep = torch.tensor([[s / p[l] for s in row] for l, row in enumerate(survive)])
         inputs["keep"] = keep.to(torch.float32)
+    if cfg["dropout"] > 0:
+        inputs["drop"] = draw_dropout((cfg["n_layers"], T, B, cfg["d_model"]), cfg["dropout"], gen)
+    if cfg["head_dropout"] > 0:
+        inputs["head_drop"] = draw_dropout((B, cfg["d_model"]), cfg["head_dropout"], gen)
     return model, inputs
 
 
@@ -307,7 +321,8 @@ def variant_forward(model: GMLP, inputs: dict) -> tuple[torch.Tensor, torch.Tens
         tokens, targets = tokens[:, :-1], tokens[:, 1:]
     images = inputs["images"].to(dtype) if "images" in inputs else None
     keep = inputs["keep"].to(dtype) if "keep" in inputs else None
-    logits = model(tokens=tokens, images=images, lengths=inputs.get("lengths"), keep=keep)
+    drops = {k: inputs[k].to(dtype) for k in ("drop", "head_drop") if k in inputs}
+    logits = model(tokens=tokens, images=images, lengths=inputs.get("lengths"), keep=keep, **drops)
     return logits, model.loss(logits, targets)
 
 
@@ -352,7 +367,7 @@ def run_variant(name: str, out_dir: str) -> str:
     for k in ("tokens", "targets", "lengths"):
         if k in inputs:
             case[k] = inputs[k].to(torch.int32)
-    for k in ("keep", "images"):
+    for k in ("keep", "images", "drop", "head_drop"):
         if k in inputs:
             case[k] = f32(inputs[k])
     case["logits"] = f32(logits)
