@@ -18,6 +18,7 @@ case "$set_name" in
 esac
 [[ -x build/gmlp ]] || bash scripts/build.sh
 G=./build/gmlp
+mkdir -p runs
 R=runs/$set_name
 extra=()
 [[ -n "${LONG_TEXT:-}" ]] && extra+=(--set "model.long_text=\"$LONG_TEXT\"")

@@ -25,26 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::run_command;
+using test::write_sentences;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// Three classes told apart by keywords among shared filler words.
-void write_sentences(const std::string& path, int per_class, uint32_t seed, int words = 4) {
-  const std::vector<std::string> names = {"animals", "colours", "numbers"};
-  const std::vector<std::vector<std::string>> kw = {{"cat", "dog", "horse", "sheep", "goat", "bird"},
-                                                    {"red", "blue", "green", "yellow", "pink", "grey"},
-                                                    {"one", "two", "three", "seven", "nine", "ten"}};
-  const std::vector<std::string> filler = {"the", "and", "a", "of", "we", "saw"};
-  std::mt19937 rng(seed);
-  std::ofstream f(path);
-  for (int i = 0; i < per_class; ++i)
-    for (int k = 0; k < 3; ++k) {
-      std::string text;
-      for (int w = 0; w < words; ++w)
-        text += (w ? " " : "") + filler[rng() % filler.size()] + " " + kw[size_t(k)][rng() % kw[size_t(k)].size()];
-      f << names[size_t(k)] << "\t" << text << "\n";
-    }
-}
 
 const std::string kSizes =
     " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=48"

@@ -27,6 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::run_command;
+using test::write_sentences;
 
 const std::string kText = test::kGplText;
 // A model that trains a step in about a millisecond.
@@ -52,25 +53,6 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // ---- synthetic data
 
-// Three classes of sentences told apart by their keywords, with shared filler words.
-void write_sentences(const std::string& path, int per_class, uint32_t seed) {
-  const std::vector<std::string> names = {"animals", "colours", "numbers"};
-  const std::vector<std::vector<std::string>> words = {{"cat", "dog", "horse", "sheep", "goat", "bird"},
-                                                       {"red", "blue", "green", "yellow", "pink", "grey"},
-                                                       {"one", "two", "three", "seven", "nine", "ten"}};
-  const std::vector<std::string> filler = {"the", "and", "a", "of", "we", "saw"};
-  std::mt19937 rng(seed);
-  std::ofstream f(path);
-  for (int i = 0; i < per_class; ++i)
-    for (int k = 0; k < 3; ++k) {
-      std::string text;
-      for (int w = 0; w < 4; ++w) {
-        text += (w ? " " : "") + filler[rng() % filler.size()];
-        text += " " + words[size_t(k)][rng() % words[size_t(k)].size()];
-      }
-      f << names[size_t(k)] << "\t" << text << "\n";
-    }
-}
 
 using test::quadrant_image;
 using test::write_idx;

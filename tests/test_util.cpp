@@ -95,6 +95,25 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return out;
 }
 
+void write_sentences(const std::string& path, int per_class, uint32_t seed, int words) {
+  const std::vector<std::string> names = {"animals", "colours", "numbers"};
+  const std::vector<std::vector<std::string>> kw = {{"cat", "dog", "horse", "sheep", "goat", "bird"},
+                                                    {"red", "blue", "green", "yellow", "pink", "grey"},
+                                                    {"one", "two", "three", "seven", "nine", "ten"}};
+  const std::vector<std::string> filler = {"the", "and", "a", "of", "we", "saw"};
+  std::mt19937 rng(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < per_class; ++i)
+    for (int k = 0; k < 3; ++k) {
+      std::string text;
+      for (int w = 0; w < words; ++w) {
+        text += (w ? " " : "") + filler[rng() % filler.size()];
+        text += " " + kw[size_t(k)][rng() % kw[size_t(k)].size()];
+      }
+      f << names[size_t(k)] << "\t" << text << "\n";
+    }
+}
+
 std::vector<double> train_losses(const std::string& run_dir) {
   std::vector<double> out;
   for (const auto& j : read_jsonl(metrics_file(run_dir)))

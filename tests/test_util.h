@@ -47,6 +47,9 @@ inline const std::string kGplText = "/usr/share/common-licenses/GPL-3";
 // The JSON objects of a .jsonl file, and the training losses of a run's metrics log.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
 std::vector<double> train_losses(const std::string& run_dir);
+// A labelled file of three classes ("animals", "colours", "numbers") told apart by their
+// keywords among shared filler words: `words` (filler, keyword) pairs a line.
+void write_sentences(const std::string& path, int per_class, uint32_t seed, int words = 4);
 
 // Synthetic image data: an IDX file; an 8x8 grey image of class k (0..2: the bright
 // quadrant top-left, top-right, bottom-left, over dim noise); an MNIST-style folder of
