@@ -331,6 +331,9 @@ void add_finetune(CLI::App& app, int& exit_code) {
       // BERT's fine-tuning dropout (0.1), which the gMLP paper's fine-tuning followed.
       base["model"]["dropout"] = 0.1;
       base["model"]["head_dropout"] = 0.1;
+      // Long texts read window by window, probabilities averaged: the best of the three
+      // on validation in docs/nlp.md (spam, one epoch each).
+      base["model"]["long_text"] = "chunks";
       if (*scratch) args.init_from.clear();
     }
     exit_code = run_train(args, *c, base);
