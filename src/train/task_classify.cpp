@@ -90,12 +90,15 @@ class TextClassifyTask : public TrainTask {
   }
   std::string describe() const override {
     const auto& p = batcher_.p;
-    return std::to_string(train_.size()) + " train / " + std::to_string(val_.size()) + " validation / " +
-           std::to_string(test_.size()) + " test texts, " + std::to_string(train_.class_names.size()) +
-           " classes, window " + std::to_string(p.T) +
-           (p.truncated ? " (" + std::to_string(p.truncated) + " training texts longer" +
-                              (p.rows > int(train_.size()) ? ", " + std::to_string(p.rows) + " windows)" : ")")
-                        : "");
+    std::string d = std::to_string(train_.size()) + " train / " + std::to_string(val_.size()) + " validation / " +
+                    std::to_string(test_.size()) + " test texts, " + std::to_string(train_.class_names.size()) +
+                    " classes, window " + std::to_string(p.T);
+    if (p.truncated) {
+      d += " (" + std::to_string(p.truncated) + " training texts longer";
+      if (p.rows > int(train_.size())) d += ", " + std::to_string(p.rows) + " windows";
+      d += ")";
+    }
+    return d;
   }
   int64_t data_signature() const override {
     return int64_t(train_.size()) * 1000003 + int64_t(test_.size()) + int64_t(val_.size()) * 7919;
