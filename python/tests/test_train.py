@@ -76,9 +76,14 @@ def test_classify_from_labelled_texts(tmp_path):
     texts = [words[int(y)] + " " + words[int(y)].split()[int(r.integers(0, 3))] for y in labels]
     cfg = {"model": {"task": "classify", "d_model": 16, "d_ffn": 32, "n_layers": 1, "seq_len": 24},
            "train": {"batch_size": 8, "steps": 60, "log_every": 20, "eval_every": 60, "eval_batches": 0,
-                     "lr": 1e-2, "warmup": 5}}
+                     "lr": 1e-2, "warmup": 5, "val_fraction": 0.2}}
     s = gmlp.train(cfg, data=(texts, labels), test=(texts[:12], labels[:12]), out=tmp_path / "c")
-    assert s["val"]["val_examples"] == 12 and s["val"]["val_acc"] > 0.9
+    # validation is a fifth of each class held out of the training texts (the test set is
+    # scored once at the end, into report.json)
+    held = sum(int(c * 0.2 + 0.5) for c in np.bincount(labels))
+    assert s["val"]["val_examples"] == held and s["val"]["val_acc"] > 0.9
+    report = json.loads((tmp_path / "c" / "report.json").read_text())
+    assert report["test"]["examples"] == 12
     m = gmlp.Model.load(tmp_path / "c")
     assert m.class_names == ["0", "1", "2"]
     p = m.classify(["one two three two", "red green blue red"])
