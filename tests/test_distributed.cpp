@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,8 +78,10 @@ std::set<std::string> files_in(const std::string& dir) {
   return names;
 }
 
-// Trains the same run on one process and on two ranks; they must agree.
-void same_run_any_p(const std::string& args, const std::string& eval_key) {
+// Trains the same run on one process and on two ranks; they must agree. more(p1, p2)
+// checks what else the two run directories must share.
+void same_run_any_p(const std::string& args, const std::string& eval_key,
+                    const std::function<void(const std::string&, const std::string&)>& more = {}) {
   test::TempDir dir("dist_same");
   auto one = run_command(single() + " train" + args + " --out " + dir.file("p1"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -95,6 +98,7 @@ void same_run_any_p(const std::string& args, const std::string& eval_key) {
   expect_close_losses(train_losses(dir.file("p1")), train_losses(dir.file("p2")));
   expect_close_evals(dir.file("p1"), dir.file("p2"), eval_key);
   expect_close_weights(model_file(dir.file("p1")), model_file(dir.file("p2")));
+  if (more) more(dir.file("p1"), dir.file("p2"));
 }
 
 TEST(Distributed, CausalLmOnTwoRanksIsTheOneProcessRun) {
@@ -116,6 +120,27 @@ TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
                      " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
                      " --no-progress --steps 12 --log-every 1 --eval-every 6",
                  "val_acc");
+}
+
+TEST(Distributed, ClassifierWithDropoutAndValidationOnTwoRanksIsTheOneProcessRun) {
+  test::TempDir data("dist_classify_data");
+  test::write_sentences(data.file("train.tsv"), 20, 1);
+  test::write_sentences(data.file("test.tsv"), 4, 2);
+  // Dropout masks are drawn for the whole batch on every rank and sliced like its rows;
+  // the validation split selects the same best step, which rank 0 alone writes and
+  // scores on the test set.
+  same_run_any_p(" --task classify --data " + data.file("train.tsv") + " --test " + data.file("test.tsv") + kTiny +
+                     " --set model.dropout=0.3 --set model.head_dropout=0.2 --val-fraction 0.25 --patience 5"
+                     " --lr 1e-2 --steps 12 --log-every 1 --eval-every 4",
+                 "val_acc", [](const std::string& p1, const std::string& p2) {
+                   expect_close_weights((fs::path(p1) / "best.safetensors").string(),
+                                        (fs::path(p2) / "best.safetensors").string());
+                   const auto r1 = parse_json(read_file((fs::path(p1) / "report.json").string()), "report");
+                   const auto r2 = parse_json(read_file((fs::path(p2) / "report.json").string()), "report");
+                   EXPECT_EQ(r1["selected"]["step"], r2["selected"]["step"]);
+                   ASSERT_FALSE(r1["test"].is_null());
+                   EXPECT_NEAR(r1["test"]["macro_f1"].get<double>(), r2["test"]["macro_f1"].get<double>(), 1e-9);
+                 });
 }
 
 TEST(Distributed, ABatchThatDoesNotDivideIsRefused) {
