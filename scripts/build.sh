@@ -6,8 +6,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
+  # -march=native means another CPU on another machine: the compiler check hashes what
+  # it resolves to, so a cache shared across machines never hands out foreign code.
+  check='%compiler% -v -march=native -Q --help=target'
   l="env;CCACHE_BASEDIR=$PWD;CCACHE_NOHASHDIR=1;ccache"
-  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$l" "-DCMAKE_CUDA_COMPILER_LAUNCHER=$l")
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=${l/ccache/CCACHE_COMPILERCHECK=$check;ccache}"
+            "-DCMAKE_CUDA_COMPILER_LAUNCHER=$l")
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" > build.log 2>&1 || { cat build.log; exit 1; }
 cmake --build build -j"$(nproc)" >> build.log 2>&1 || { tail -50 build.log; exit 1; }
