@@ -212,6 +212,31 @@ TEST(DeviceChoice, CudaWithoutADeviceIsAClearErrorAndWritesNothing) {
   }
 }
 
+// The CUDA backend is a module opened on demand: a CPU run never maps it or the CUDA
+// libraries (they cost ~160 MB of resident memory and the start-up time of every run).
+// The dynamic loader's own trace (LD_DEBUG=files) lists every object a process loads.
+TEST(DeviceChoice, ACpuRunLoadsNoCudaLibrary) {
+  test::TempDir dir("device_libs");
+  const bool driver = std::filesystem::exists("/dev/nvidiactl");
+  // Without a driver even the default (--device auto) must not open the module.
+  for (const char* device : driver ? std::vector<const char*>{"cpu"} : std::vector<const char*>{"cpu", "auto"}) {
+    const std::string out = dir.file(std::string("run_") + device);
+    const auto r = test::run_command("LD_DEBUG=files " + test::gmlp_exe() + " --threads 1 train --device " + device +
+                                     " --steps 1 --data " + test::kGplText + " --out " + out + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output.substr(r.output.size() > 2000 ? r.output.size() - 2000 : 0);
+    ASSERT_NE(r.output.find("file=libopenblas"), std::string::npos) << "LD_DEBUG gave no trace";
+    for (const char* lib : {"libgmlp_cuda", "libcudart", "libcublas"})
+      EXPECT_EQ(r.output.find(lib), std::string::npos) << device << " loaded " << lib;
+  }
+  if (!cuda_built() || driver) return;
+  // And --device cuda on such a machine says why before loading anything.
+  const auto r = test::run_command("LD_DEBUG=files " + test::gmlp_exe() + " train --device cuda --steps 1 --data " +
+                                   test::kGplText + " --out " + dir.file("cuda") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no NVIDIA driver"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("libgmlp_cuda"), std::string::npos);
+}
+
 // ---- a device model's mirrors, without a device
 
 class SeparateMemory : public ::testing::TestWithParam<Variant> {};

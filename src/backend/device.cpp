@@ -1,15 +1,81 @@
 // Choosing a device: what --device means, and which backend serves it.
+//
+// The CUDA backend is a module of its own (libgmlp_cuda.so), opened the first time a
+// command asks about CUDA. Linking the CUDA runtime and cuBLAS into every process cost
+// each CPU run about 160 MB of resident memory and a tenth of a second at start, and a
+// machine without the CUDA libraries could not start gmlp at all.
 #include "backend/backend.h"
 #include "gmlp/error.h"
+
+#ifdef GMLP_HAVE_CUDA
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <string>
+#endif
 
 namespace gmlp {
 
 #ifdef GMLP_HAVE_CUDA
-// src/ops/cuda/cuda_backend.cpp.
-int cuda_runtime_device_count();
-Backend& cuda_backend();
+namespace {
+
+struct CudaModule {
+  int (*device_count)() = nullptr;
+  Backend* (*backend)() = nullptr;
+  std::string error;  // why it did not load
+};
+
+// Next to the object holding this code (the gmlp executable, or the Python extension in
+// its installed package), then where the build put it.
+std::vector<std::string> module_candidates() {
+  std::vector<std::string> out;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&module_candidates), &info) && info.dli_fname) {
+    std::string self = info.dli_fname;
+    const size_t slash = self.rfind('/');
+    out.push_back((slash == std::string::npos ? std::string(".") : self.substr(0, slash)) + "/libgmlp_cuda.so");
+  }
+  out.push_back(GMLP_CUDA_MODULE_PATH);
+  return out;
+}
+
+const CudaModule& cuda_module() {
+  static CudaModule m;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& path : module_candidates()) {
+      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        if (m.error.empty()) m.error = dlerror();
+        continue;
+      }
+      m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
+      m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
+      if (m.device_count && m.backend) {
+        m.error.clear();
+        return;
+      }
+      m.error = path + ": not a gmlp CUDA module";
+      m.device_count = nullptr;
+      m.backend = nullptr;
+    }
+  });
+  return m;
+}
+
+// Without the NVIDIA driver's control device no CUDA call can find a GPU; checking it
+// first keeps `--device auto` on a machine without one from loading the module at all.
+bool nvidia_driver_present() { return access("/dev/nvidiactl", F_OK) == 0; }
+
+}  // namespace
+
 bool cuda_built() { return true; }
-int cuda_device_count() { return cuda_runtime_device_count(); }
+int cuda_device_count() {
+  if (!nvidia_driver_present()) return 0;
+  const CudaModule& m = cuda_module();
+  return m.device_count ? m.device_count() : 0;
+}
 #else
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
@@ -23,6 +89,12 @@ Device parse_device(const std::string& s) {
   if (s == "cuda") {
     require(cuda_built(), "--device cuda: this gmlp was built without the CUDA backend (no nvcc at build time, or "
                           "-DGMLP_CUDA=OFF)");
+#ifdef GMLP_HAVE_CUDA
+    require(nvidia_driver_present(), "--device cuda: no CUDA device is visible on this machine (no NVIDIA driver: "
+                                     "/dev/nvidiactl does not exist)");
+    require(cuda_module().backend != nullptr,
+            "--device cuda: cannot load the CUDA backend module: " + cuda_module().error);
+#endif
     require(cuda_device_count() > 0, "--device cuda: no CUDA device is visible on this machine");
     return Device::cuda;
   }
@@ -33,7 +105,7 @@ Backend& backend_for(Device device) {
   if (device == Device::cpu) return cpu_backend();
 #ifdef GMLP_HAVE_CUDA
   require(cuda_device_count() > 0, "the CUDA backend needs a CUDA device; none is visible on this machine");
-  return cuda_backend();
+  return *cuda_module().backend();
 #else
   throw Error("this gmlp was built without the CUDA backend");
 #endif

@@ -1,5 +1,5 @@
-// The CUDA backend: device memory from cudaMalloc, and the ops of ops/cuda/, which
-// take the same shapes as the CPU ops. Everything runs on the default stream, in issue
+// The CUDA backend, built as the module libgmlp_cuda.so: device memory from cudaMalloc,
+// and the ops of ops/cuda/, which take the same shapes as the CPU ops. Everything runs on the default stream, in issue
 // order; reading a result back (a download, the loss, the gradient norm) waits for it.
 #include <cuda_runtime_api.h>
 
@@ -8,6 +8,7 @@
 #include "ops/cuda/cuda_ops.h"
 
 namespace gmlp {
+namespace {
 
 int cuda_runtime_device_count() {
   int n = 0;
@@ -17,8 +18,6 @@ int cuda_runtime_device_count() {
   }
   return n;
 }
-
-namespace {
 
 using cuda::check;
 
@@ -166,10 +165,14 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+}  // namespace gmlp
 
-Backend& cuda_backend() {
-  static CudaBackend be;
-  return be;
+// The module's two entry points, looked up by name (src/backend/device.cpp).
+extern "C" __attribute__((visibility("default"))) int gmlp_cuda_device_count() {
+  return gmlp::cuda_runtime_device_count();
 }
 
-}  // namespace gmlp
+extern "C" __attribute__((visibility("default"))) gmlp::Backend* gmlp_cuda_backend() {
+  static gmlp::CudaBackend be;
+  return &be;
+}
