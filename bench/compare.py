@@ -5,14 +5,16 @@
   /usr/bin/python3 bench/compare.py                       # tiny,small,annotated x 3 modes
   /usr/bin/python3 bench/compare.py --configs tiny --modes train --repeats 3
 
+  /usr/bin/python3 bench/compare.py --busy                # the same with a core taken
+
 Every (config, mode) runs each implementation in its own process, so peak RSS is per
-mode. Each implementation runs in two OpenMP environments, because on small virtual
-machines spinning OpenMP workers are faster on an idle machine and far slower on a busy
-one: PyTorch with the inherited environment (libgomp spins) and with
-OMP_WAIT_POLICY=PASSIVE; gmlp with its default (it sets PASSIVE itself) and with
-GOMP_SPINCOUNT=30000. The headline ratio is best against best; passive against passive
-is shown too. Prints a Markdown report and writes the raw records.
-See docs/bench.md.
+mode. Each implementation runs first as a user gets it (its defaults: gmlp chooses how
+OpenMP threads wait itself, PyTorch inherits libgomp's spinning), then in the other
+OpenMP environments (gmlp: forced passive, forced spin; PyTorch: OMP_WAIT_POLICY=PASSIVE),
+because on small virtual machines spinning workers are faster on an idle machine and far
+slower on a busy one. The headline ratio is default against default; best against best
+follows. With --busy, another process spins on one core during every run. Prints a
+Markdown report and writes the raw records. See docs/bench.md.
 """
 from __future__ import annotations
 
@@ -46,7 +48,10 @@ def machine() -> dict:
                   if line.startswith("Model name")), "unknown")
     rev = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-    return {"cpu": model, "nproc": os.cpu_count(), "date": datetime.datetime.now().astimezone()
+    flags = next((line.split(":", 1)[1].split() for line in sh(["lscpu"]).splitlines()
+                  if line.startswith("Flags")), [])
+    simd = [f for f in flags if f.startswith(("avx", "amx", "fma")) or f == "f16c"]
+    return {"cpu": model, "flags": " ".join(simd) or "no AVX", "nproc": os.cpu_count(), "date": datetime.datetime.now().astimezone()
             .isoformat(timespec="seconds"), "git": rev + ("-dirty" if dirty else ""),
             "command": shlex.join([PYTHON] + sys.argv)}
 
@@ -107,26 +112,27 @@ def best_of(*recs: dict | None) -> dict | None:
     return min((r for r in recs if ok(r)), key=lambda r: r["median_s"], default=None)
 
 
-def table(rows: list[tuple[dict | None, dict | None, dict, dict]]) -> str:
-    out = ["| config | mode | gmlp (passive) | gmlp (spin) | pytorch (default env) | pytorch (passive) "
-           "| speedup best vs best | speedup passive vs passive | peak RSS gmlp / pytorch (MB) "
-           "| RSS ratio | gmlp MFU |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for gp, gs, pd, pp in rows:
+def table(rows: list[tuple[dict | None, dict | None, dict | None, dict, dict]]) -> str:
+    out = ["| config | mode | gmlp (default) | gmlp (passive) | gmlp (spin) | pytorch (default) "
+           "| pytorch (passive) | speedup default vs default | speedup best vs best "
+           "| gmlp default / gmlp best | peak RSS gmlp / pytorch (MB) | RSS ratio | gmlp MFU |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for gd, gp, gs, pd, pp in rows:
         best = best_of(pd, pp)
-        g = best_of(gp, gs)
-        rss, ratio, mfu = "—", "—", "—"
-        if ok(g) and ok(best):
-            rss = f"{g['peak_rss_mb']:.0f} / {best['peak_rss_mb']:.0f}"
-            ratio = f"{g['peak_rss_mb'] / best['peak_rss_mb']:.2f}"
-        elif ok(best):
-            rss = f"— / {best['peak_rss_mb']:.0f}"
-        if ok(g) and g.get("mfu") is not None:
-            mfu = f"{100 * g['mfu']:.1f}%"
-        mark = lambda r, b, pair: fmt_time(r) + (" **best**" if r is b and all(map(ok, pair)) else "")
-        out.append(f"| {pd['config']} | {pd['mode']} | {mark(gp, g, (gp, gs))} | {mark(gs, g, (gp, gs))} | "
-                   f"{mark(pd, best, (pd, pp))} | {mark(pp, best, (pd, pp))} | {speedup(g, best)} | "
-                   f"{speedup(gp, pp)} | {rss} | {ratio} | {mfu} |")
+        g = best_of(gd, gp, gs)
+        rss, ratio, mfu, own = "—", "—", "—", "—"
+        if ok(gd) and ok(pd):
+            rss = f"{gd['peak_rss_mb']:.0f} / {pd['peak_rss_mb']:.0f}"
+            ratio = f"{gd['peak_rss_mb'] / pd['peak_rss_mb']:.2f}"
+        if ok(gd) and gd.get("mfu") is not None:
+            mfu = f"{100 * gd['mfu']:.1f}%"
+        if ok(gd) and ok(g):
+            own = f"{gd['median_s'] / g['median_s']:.2f}"
+        mark = lambda r, b, group: fmt_time(r) + (" **best**" if r is b and all(map(ok, group)) else "")
+        gmlp_group = (gd, gp, gs)
+        out.append(f"| {pd['config']} | {pd['mode']} | {mark(gd, g, gmlp_group)} | {mark(gp, g, gmlp_group)} | "
+                   f"{mark(gs, g, gmlp_group)} | {mark(pd, best, (pd, pp))} | {mark(pp, best, (pd, pp))} | "
+                   f"{speedup(gd, pd)} | {speedup(g, best)} | {own} | {rss} | {ratio} | {mfu} |")
     return "\n".join(out)
 
 
@@ -149,6 +155,8 @@ def main() -> None:
                          "run's wall time (0: no cap)")
     ap.add_argument("--out", default="bench/results.json")
     ap.add_argument("--skip-gmlp", action="store_true", help="PyTorch side only")
+    ap.add_argument("--busy", action="store_true",
+                    help="run another process spinning on one core during every run")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in ("train", "infer", "generate") for m in modes):
@@ -159,6 +167,10 @@ def main() -> None:
         gmlp = gmlp.resolve() if gmlp.exists() else ROOT / gmlp
     meta = machine()
     records, rows = [], []
+    hog = None
+    if args.busy:  # a plain spinning process: what "another job holds a core" means here
+        hog = subprocess.Popen([PYTHON, "-c", "while True: pass"])
+        time.sleep(0.5)
     for c in (c for c in args.configs.split(",") if c):
         path = pathlib.Path(c).resolve() if c.endswith(".json") else ROOT / "configs" / f"{c}.json"
         if not path.exists():
@@ -172,19 +184,22 @@ def main() -> None:
         for m in modes:
             print(f"[{path.stem} {m}]", file=sys.stderr, flush=True)
             tag = {"config": path.stem, "mode": m}
-            gp = gs = None
+            gd = gp = gs = None
             if not args.skip_gmlp:
                 # --threads is a global gmlp option. gmlp generates with its own default
                 # of 2n tokens from an n/2 prompt, so its recompute runs on (nearly) full
-                # windows like PyTorch's; it sets OMP_WAIT_POLICY=PASSIVE itself unless
-                # GOMP_SPINCOUNT or OMP_WAIT_POLICY is set.
+                # windows like PyTorch's. Its default chooses the OpenMP wait policy
+                # itself (include/gmlp/threads.h); the other two runs force one.
                 gmlp_cmd = [str(gmlp), "--threads", str(args.threads), "bench", "--mode", m] + common
-                base_env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-                gp = run_one(gmlp_cmd, base_env, args.timeout, {**tag, "impl": "gmlp", "env_label": "passive"})
+                base_env = {k: v for k, v in os.environ.items()
+                            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GMLP_OMP_WAIT")}
+                gd = run_one(gmlp_cmd, base_env, args.timeout, {**tag, "impl": "gmlp", "env_label": "default"})
                 cap = args.timeout
-                if args.slow_cap > 0 and ok(gp):
-                    cap = min(cap, max(30.0, args.slow_cap * gp["wall_s"]))
-                gs = run_one(gmlp_cmd, {**base_env, "GOMP_SPINCOUNT": "30000"}, cap,
+                if args.slow_cap > 0 and ok(gd):
+                    cap = min(cap, max(30.0, args.slow_cap * gd["wall_s"]))
+                gp = run_one(gmlp_cmd, {**base_env, "OMP_WAIT_POLICY": "PASSIVE"}, cap,
+                             {**tag, "impl": "gmlp", "env_label": "passive"})
+                gs = run_one(gmlp_cmd, {**base_env, "GOMP_SPINCOUNT": "300000"}, cap,
                              {**tag, "impl": "gmlp", "env_label": "spin"})
             torch_cmd = [PYTHON, str(ROOT / "bench" / "torch_bench.py"), "--mode", m,
                          "--threads", str(args.threads), "--gen-tokens", str(gen)] + common
@@ -195,28 +210,36 @@ def main() -> None:
             cap = args.timeout
             if args.slow_cap > 0 and ok(pp):
                 cap = min(cap, max(30.0, args.slow_cap * pp["wall_s"]))
-            pd = run_one(torch_cmd, dict(os.environ), cap,
+            pd = run_one(torch_cmd, {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}, cap,
                          {**tag, "impl": "pytorch", "env_label": "default"})
             if cap < args.timeout and pd.get("error", "").startswith("timed out"):
                 pd["error"] += f" (> {args.slow_cap:g}x the passive run)"
-            records += [r for r in (gp, gs, pd, pp) if r]
-            rows.append((gp, gs, pd, pp))
-            for r in (gp, gs, pd, pp):
+            records += [r for r in (gd, gp, gs, pd, pp) if r]
+            rows.append((gd, gp, gs, pd, pp))
+            for r in (gd, gp, gs, pd, pp):
                 if r:
                     label = r["impl"] + (f" ({r['env_label']})" if "env_label" in r else "")
                     print(f"    {label}: {fmt_time(r)}", file=sys.stderr, flush=True)
 
+    if hog:
+        hog.kill()
+        hog.wait()
     torch_version = next((r["torch_version"] for r in records if "torch_version" in r), "?")
     sgemm = next((r["sgemm_peak_gflops"] for r in records if r.get("sgemm_peak_gflops")), None)
     report = [f"# gmlp vs PyTorch ({meta['date']})", "",
-              f"- machine: {meta['cpu']}, nproc {meta['nproc']}; threads {args.threads}",
+              f"- machine: {meta['cpu']} ({meta['flags']}), nproc {meta['nproc']}; threads {args.threads}; "
+              + ("**busy**: another process spins on one core throughout" if args.busy
+                 else "idle (nothing else running)"),
               f"- PyTorch {torch_version} (fp32, python/gmlp/reference.py); "
               f"gmlp {args.gmlp} at git {meta['git'] or '?'}",
               f"- command: `{meta['command']}`"]
     if sgemm:
         report.append(f"- gmlp's measured SGEMM peak (MFU denominator): {sgemm:.1f} GFLOP/s")
+    gmlp_choice = next((r["omp_wait"] for r in records if r.get("env_label") == "default" and "omp_wait" in r), None)
+    if gmlp_choice:
+        report.append(f"- gmlp's own choice of OpenMP waiting (default column), e.g.: {gmlp_choice}")
     report += ["- times: median per training step / inference step / generated token; "
-               "speedup = best PyTorch time / gmlp time (> 1: gmlp faster)", "",
+               "speedup = PyTorch time / gmlp time (> 1: gmlp faster)", "",
                table(rows)]
     print("\n".join(report))
     out = ROOT / args.out if not os.path.isabs(args.out) else pathlib.Path(args.out)

@@ -4,7 +4,7 @@
 #include "gmlp/threads.h"
 
 int main(int argc, char** argv) {
-  gmlp::reexec_with_passive_omp_wait(argv);
+  gmlp::choose_omp_wait_policy(argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -19,6 +19,7 @@
 #include "gmlp/files.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
+#include "gmlp/threads.h"
 #include "gmlp/trainer.h"
 #include "test_util.h"
 
@@ -319,6 +320,35 @@ TEST(TasksCli, BenchEveryTask) {
   r = run_command(gmlp() + " bench --config " + src + "/configs/mnist.json --mode generate");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "needs a causal LM")) << r.output;
+}
+
+// How OpenMP threads wait: spinning only when every thread has a core nobody else runs on.
+TEST(ThreadWait, SpinOnlyWhenTheThreadsFitOnFreeCores) {
+  EXPECT_TRUE(spin_fits(2, 0, 2));
+  EXPECT_FALSE(spin_fits(2, 1, 2));  // another process holds a core
+  EXPECT_FALSE(spin_fits(3, 0, 2));  // more threads than cores
+  EXPECT_FALSE(spin_fits(1, 0, 2));  // one thread never waits for another
+  EXPECT_TRUE(spin_fits(4, 2, 8));
+  EXPECT_FALSE(spin_fits(4, 5, 8));
+}
+
+// The program reports what it chose, and the user's own variables always win. The
+// machine's load during the test decides spin or passive, so only the form is checked,
+// except with one thread, which always waits passively.
+TEST(ThreadWait, TheCliChoosesUnlessTheUserHas) {
+  const std::string cmd = " bench --config " + test::source_dir() + "/configs/tiny.json --mode infer --repeats 1 "
+                          "--warmup 0 --batch-size 1 --json";
+  const std::string clean = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u GMLP_OMP_WAIT ";
+  auto omp_wait = [&](const std::string& prefix) {
+    const auto r = run_command(prefix + gmlp() + cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output.substr(r.output.find('{')))["omp_wait"].get<std::string>();
+  };
+  const std::string two = omp_wait(clean + "OMP_NUM_THREADS=2 ");
+  EXPECT_TRUE(std::regex_match(two, std::regex("(spin|passive): 2 threads, [0-9]+ other running, [0-9]+ cores"))) << two;
+  EXPECT_TRUE(std::regex_match(omp_wait(clean + "OMP_NUM_THREADS=1 "), std::regex("passive: 1 threads, .*")));
+  EXPECT_EQ(omp_wait(clean + "OMP_WAIT_POLICY=ACTIVE "), "OMP_WAIT_POLICY=ACTIVE");
+  EXPECT_EQ(omp_wait(clean + "GOMP_SPINCOUNT=1000 "), "GOMP_SPINCOUNT=1000");
 }
 
 TEST(TasksCli, AblateTwoVariants) {

@@ -3,11 +3,13 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "commands.h"
 #include "gmlp/bench.h"
 #include "gmlp/error.h"
+#include "gmlp/threads.h"
 
 namespace gmlp::cli {
 namespace {
@@ -71,6 +73,13 @@ int run_bench(const BenchArgs& a) {
   out["gflops"] = r.gflops;
   out["mfu"] = r.gflops / r.sgemm_peak_gflops;
   out["peak_rss_mb"] = r.peak_rss_mb;
+  // How OpenMP's threads wait in this run: gmlp's own choice, or the user's variables.
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spins = std::getenv("GOMP_SPINCOUNT");
+  out["omp_wait"] = !omp_wait_choice().empty() ? omp_wait_choice()
+                    : policy                   ? std::string("OMP_WAIT_POLICY=") + policy
+                    : spins                    ? std::string("GOMP_SPINCOUNT=") + spins
+                                               : std::string("libgomp default");
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -85,6 +94,7 @@ int run_bench(const BenchArgs& a) {
                   r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats);
     std::printf("  %.1f GFLOP/s = %.1f%% of the measured sgemm peak %.1f GFLOP/s; peak RSS %.0f MB\n", r.gflops,
                 100 * out["mfu"].get<double>(), r.sgemm_peak_gflops, r.peak_rss_mb);
+    std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());
   }
   return 0;
 }

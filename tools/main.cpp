@@ -22,7 +22,7 @@ int fail(int code, const char* kind, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gmlp::reexec_with_passive_omp_wait(argv);
+  gmlp::choose_omp_wait_policy(argv);
   CLI::App app{"gmlp: gMLP (Pay Attention to MLPs) in C++ -- language models, masked LMs, classifiers and vision models: "
                 "train, finetune, generate, eval, classify, ablate, plot, inspect, bench, convert"};
   app.require_subcommand(1);

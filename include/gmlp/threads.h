@@ -1,15 +1,31 @@
 #pragma once
 // Thread setup shared by the gmlp program, the tests and the benchmarks.
+#include <string>
 
 namespace gmlp {
 
-// libgomp's default lets idle threads spin before sleeping. On small virtual machines a
-// spinning vCPU is descheduled by the hypervisor and a training step of the default
-// model took 1.1 s instead of 0.13 s. libgomp reads the policy once, when it loads, so
-// when the user has chosen none this sets OMP_WAIT_POLICY=PASSIVE and re-executes the
-// program (argv as given) before any thread exists. Returns only if nothing was done
-// or the re-exec failed.
-void reexec_with_passive_omp_wait(char** argv);
+// How OpenMP's idle threads wait, chosen once per process (libgomp reads the policy when
+// it loads, so this re-executes the program, argv as given, before any thread exists).
+//
+// A training step is dozens of parallel regions; on an idle machine, workers that spin
+// between them are 1.3-1.6x faster than sleeping ones (wake-up latency). When another
+// process holds a core, spinning workers take the time the working ones need and a step
+// takes 2x longer than with sleeping ones. So: unless the user has set OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT, count the other processes running right now (the kernel's
+// procs_running, sampled a few times over ~20 ms); if the threads asked for (--threads N,
+// else OMP_NUM_THREADS, else all cores) fit on the cores they leave free, spin
+// (GOMP_SPINCOUNT below), else wait passively. The choice and its reason are left in
+// GMLP_OMP_WAIT for `gmlp bench` to report. Returns only if nothing was done or the
+// re-exec failed.
+constexpr const char* kSpinCount = "300000";
+void choose_omp_wait_policy(char** argv);
+
+// What choose_omp_wait_policy decided in this process ("" if the user chose).
+std::string omp_wait_choice();
+
+// The pure rule, for tests: spin iff threads fit on the cores that other running
+// processes leave free, and there is more than one thread to wait.
+bool spin_fits(int threads, int others_running, int cores);
 
 // Sets the thread count of OpenMP and of OpenBLAS (one pool: the OpenMP build of
 // OpenBLAS runs on libgomp's threads). n <= 0 leaves the defaults.
