@@ -3,13 +3,18 @@
 // random model of every causal variant of docs/variants.md.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gmlp/checkpoint.h"
 #include "gmlp/decoder.h"
 #include "gmlp/error.h"
+#include "gmlp/files.h"
 #include "gmlp/generate.h"
 #include "test_util.h"
 
@@ -180,6 +185,84 @@ TEST_P(DecoderVariants, CachedAndUncachedGenerateTheSameTokensThroughSlides) {
   expect_cached_equals_recomputed(*model, prompt);
 }
 
+// Several streams in one decoder: prompts of different lengths, stepped in changing
+// subsets and orders, each stream's logits equal bit for bit to those of a one-stream
+// decoder fed the same tokens (the rows beside it change nothing).
+TEST_P(DecoderVariants, StreamsSteppedTogetherEqualOneStreamDecodersBitForBit) {
+  const ModelConfig c = variant_config(GetParam());
+  auto model = random_model(c, 9);
+  const int n = c.seq_len, V = c.vocab_size, S = 4;
+  Rng rng(13);
+  std::vector<std::vector<int32_t>> seq(S, std::vector<int32_t>(size_t(n)));
+  for (auto& s : seq)
+    for (auto& t : s) t = int32_t(rng.below(uint64_t(V)));
+  const int first[S] = {1, 4, 2, 7};
+  Decoder many(*model, S);
+  std::vector<std::unique_ptr<Decoder>> one;
+  for (int k = 0; k < S; ++k) {
+    one.push_back(std::make_unique<Decoder>(*model));
+    const float* a = many.prefill(seq[k].data(), first[k], k);
+    const float* b = one[k]->prefill(seq[k].data(), first[k]);
+    ASSERT_TRUE(std::equal(a, a + V, b)) << "prefill of stream " << k;
+  }
+  // Each round steps the streams not yet full, skipping one in turn, in reversed order
+  // every other round.
+  for (int round = 0; round < 2 * n; ++round) {
+    std::vector<int> which;
+    std::vector<int32_t> tokens;
+    for (int k = 0; k < S; ++k)
+      if (many.length(k) < n && k != round % S) which.push_back(k);
+    if (which.empty()) continue;
+    if (round % 2) std::reverse(which.begin(), which.end());
+    for (int k : which) tokens.push_back(seq[k][size_t(many.length(k))]);
+    const float* all = many.step(tokens.data(), which.data(), int(which.size()));
+    for (size_t r = 0; r < which.size(); ++r) {
+      const int k = which[r];
+      const float* want = one[size_t(k)]->step(tokens[r]);
+      ASSERT_TRUE(std::equal(want, want + V, all + size_t(k) * V)) << "stream " << k << " at length " << many.length(k);
+    }
+  }
+  for (int k = 0; k < S; ++k) EXPECT_EQ(many.length(k), n) << k;
+  const int32_t t = 0;
+  const int twice[2] = {0, 0};
+  const int32_t two[2] = {0, 0};
+  Decoder fresh(*model, 2);
+  fresh.prefill(&t, 1, 0);
+  fresh.prefill(&t, 1, 1);
+  EXPECT_THROW(fresh.step(two, twice, 2), Error) << "a stream given twice";
+  EXPECT_THROW(fresh.step(t), Error) << "step(token) on a decoder of two streams";
+}
+
+// generate_batch gives every prompt the tokens generate() gives it with the same
+// generator, greedy and sampled, through window slides that happen at different steps
+// for prompts of different lengths.
+TEST_P(DecoderVariants, BatchedGenerationEqualsOnePromptAtATime) {
+  const ModelConfig c = variant_config(GetParam());
+  auto model = random_model(c, 10);
+  const int n = c.seq_len;
+  const std::vector<std::vector<int32_t>> prompts = {{72}, {72, 101, 108, 108, 111}, {1, 2, 3}, {9}};
+  for (float temperature : {0.f, 1.f}) {
+    SamplingOptions opt;
+    opt.temperature = temperature;
+    std::vector<Rng> rngs;
+    for (size_t k = 0; k < prompts.size(); ++k) rngs.emplace_back(100 + k);
+    const auto got = generate_batch(*model, prompts, 5 * n / 2, opt, rngs);
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      Rng r(100 + k);
+      EXPECT_EQ(got[k], generate(*model, prompts[k], 5 * n / 2, opt, r)) << "prompt " << k << ", t " << temperature;
+    }
+  }
+  // A stream stopped by the callback ends; the others go on.
+  SamplingOptions greedy;
+  greedy.temperature = 0.f;
+  std::vector<Rng> rngs(2, Rng(1));
+  const auto got = generate_batch(*model, {{1}, {2}}, 6, greedy, rngs,
+                                  [](int k, int32_t) { return k != 0; });
+  EXPECT_EQ(got[0].size(), 1u);
+  EXPECT_EQ(got[1].size(), 6u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Decoder, DecoderVariants, ::testing::ValuesIn(causal_variants()),
                          [](const ::testing::TestParamInfo<Variant>& i) { return i.param.name; });
 
@@ -190,6 +273,51 @@ TEST(DecoderSupports, EveryCausalLmAndNothingElse) {
   EXPECT_FALSE(Decoder::supports(mlm));
   Model model(mlm);
   EXPECT_THROW(Decoder{model}, Error);
+}
+
+// gmlp generate --prompts: one JSON line per prompt, in order, each the text that
+// `--prompt` gives with seed + k (as UTF-8); a bad file is refused before anything is printed.
+TEST(GenerateCli, PromptsFileGivesWhatOnePromptAtATimeGives) {
+  test::TempDir dir("generate_prompts");
+  const std::string model = test::reference_fixture_dir() + "/tiny.model.safetensors";
+  const std::string file = dir.file("prompts.txt");
+  write_file_atomic(file, "Hello\n\nab\r\nthe end\n");
+  const std::string common = " generate --model " + model + " --max-tokens 20 --temperature 1 --seed 5";
+  const auto r = test::run_command(test::gmlp_exe() + common + " --prompts " + file + " --batch 2 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> lines;
+  size_t start = 0;
+  while (start < r.output.size()) {
+    const size_t end = r.output.find('\n', start);
+    lines.push_back(nlohmann::json::parse(r.output.substr(start, end - start)));
+    start = end + 1;
+  }
+  const std::vector<std::string> prompts = {"Hello", "ab", "the end"};
+  ASSERT_EQ(lines.size(), prompts.size()) << r.output;
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    EXPECT_EQ(lines[k]["prompt"], prompts[k]);
+    // Streamed output: the prompt, the text, a newline.
+    const auto one = test::run_command(test::gmlp_exe() + " generate --model " + model +
+                                       " --max-tokens 20 --temperature 1 --seed " + std::to_string(5 + k) +
+                                       " --prompt '" + prompts[k] + "'");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    // JSON carries text as UTF-8: bytes that are not (a random model's) become U+FFFD.
+    const std::string want = one.output.substr(prompts[k].size(), one.output.size() - prompts[k].size() - 1);
+    const auto as_json = nlohmann::json::parse(
+        nlohmann::json(want).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    EXPECT_EQ(lines[k]["text"], as_json) << "prompt " << k;
+  }
+  write_file_atomic(file, "\n\n");
+  auto bad = test::run_command(test::gmlp_exe() + common + " --prompts " + file + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("gmlp: error: --prompts " + file + ": no prompts"), std::string::npos) << bad.output;
+  write_file_atomic(file, "ok\n" + std::string(1000, 'x') + "\n");
+  bad = test::run_command(test::gmlp_exe() + common + " --prompts " + file + " 2>/dev/null");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.output, "") << "nothing is printed before every prompt is checked";
+  bad = test::run_command(test::gmlp_exe() + common + " --prompts " + dir.file("missing") + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("missing"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
-// gmlp generate: sample text from a checkpoint, streaming it as it is drawn.
+// gmlp generate: sample text from a checkpoint, streaming it as it is drawn, or from a
+// file of prompts, several at once (--prompts), one JSON line per prompt.
 // gmlp eval: loss and bits per byte of a checkpoint on a text file.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
 #include "gmlp/evaluate.h"
+#include "gmlp/files.h"
 #include "gmlp/generate.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/tokenizer.h"
@@ -15,18 +18,63 @@ namespace gmlp::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model = "runs/default", prompt = "\n";
-  int max_tokens = 200;
+  std::string model = "runs/default", prompt = "\n", prompts;
+  int max_tokens = 200, batch = 32;
   int64_t seed = 1;
   SamplingOptions sampling;
   std::string device = "auto";
 };
 
+// --prompts FILE: every prompt is read and checked before anything is generated; the
+// lines come out in the input's order, each batch as soon as it is done. Prompt k (from 0)
+// draws with seed + k, so it gets the text `--prompt` would with that seed.
+int run_generate_file(const GenerateArgs& a, Model& model, const Tokenizer& tok) {
+  std::vector<std::string> texts;
+  {
+    const std::string all = read_file(a.prompts);
+    size_t start = 0;
+    while (start < all.size()) {
+      size_t end = all.find('\n', start);
+      if (end == std::string::npos) end = all.size();
+      std::string line = all.substr(start, end - start);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) texts.push_back(line);
+      start = end + 1;
+    }
+  }
+  require(!texts.empty(), "--prompts " + a.prompts + ": no prompts (one per line; empty lines are skipped)");
+  const int n = model.config().seq_len;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t k = 0; k < texts.size(); ++k) {
+    prompts.push_back(tok.encode(texts[k]));
+    require(int(prompts.back().size()) <= n, "--prompts " + a.prompts + ": prompt " + std::to_string(k + 1) + " is " +
+                                                 std::to_string(prompts.back().size()) +
+                                                 " tokens, longer than the model's window of " + std::to_string(n));
+  }
+  for (size_t b0 = 0; b0 < prompts.size(); b0 += size_t(a.batch)) {
+    const size_t b1 = std::min(prompts.size(), b0 + size_t(a.batch));
+    const std::vector<std::vector<int32_t>> batch(prompts.begin() + long(b0), prompts.begin() + long(b1));
+    std::vector<Rng> rngs;
+    for (size_t k = b0; k < b1; ++k) rngs.emplace_back(uint64_t(a.seed) + k, 3);
+    const auto out = generate_batch(model, batch, a.max_tokens, a.sampling, rngs);
+    for (size_t k = b0; k < b1; ++k) {
+      std::string text;
+      for (int32_t id : out[k - b0]) text += tok.decode(id);
+      const nlohmann::json line = {{"prompt", texts[k]}, {"text", text}};
+      std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int run_generate(const GenerateArgs& a) {
   a.sampling.validate();  // before anything is printed
   require(a.max_tokens >= 0, "--max-tokens must be >= 0, got " + std::to_string(a.max_tokens));
+  require(a.batch >= 1 && a.batch <= 4096, "--batch must be 1 to 4096, got " + std::to_string(a.batch));
   auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
   auto tok = tokenizer_from_json(model->config().tokenizer);
+  if (!a.prompts.empty()) return run_generate_file(a, *model, *tok);
   const auto prompt = tok->encode(a.prompt);
   Rng rng(uint64_t(a.seed), 3);
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
@@ -89,6 +137,10 @@ void add_generate(CLI::App& app, int& exit_code) {
   auto* c = app.add_subcommand("generate", "Generate text from a checkpoint, streamed as it is sampled");
   c->add_option("--model", a->model, "Checkpoint file or run directory")->capture_default_str();
   c->add_option("--prompt", a->prompt, "Text to continue (at most the model's window in tokens)");
+  c->add_option("--prompts", a->prompts,
+                "File of prompts, one per line: generates for several at once and prints one JSON line "
+                "{\"prompt\", \"text\"} per prompt, in order (prompt k uses seed + k)");
+  c->add_option("--batch", a->batch, "With --prompts: prompts decoded together")->capture_default_str();
   c->add_option("--max-tokens", a->max_tokens, "Tokens to generate")->capture_default_str();
   c->add_option("--temperature", a->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   c->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();

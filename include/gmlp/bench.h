@@ -18,13 +18,14 @@ struct BenchOptions {
   int batch_size = 16;
   int warmup = 3, repeats = 10;
   int gen_tokens = 0;  // generate: tokens per run (0: 2n, so the context slides twice)
+  int streams = 1;     // generate: prompts decoded together (generate_batch when > 1)
   Device device = Device::cpu;
 };
 
 struct BenchResult {
   size_t params = 0;
   double median_s = 0, min_s = 0, max_s = 0;  // per step, or per generated token
-  double tokens_per_s = 0;                    // train and infer
+  double tokens_per_s = 0;                    // train and infer; generate: over all streams
   double recompute_s = 0;                     // generate: per token, recomputing the window
   double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token)
   double sgemm_peak_gflops = 0;

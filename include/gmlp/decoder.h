@@ -16,34 +16,48 @@
 
 namespace gmlp {
 
+//
+// A decoder holds one or more streams (independent contexts, each with its own caches).
+// step() advances several streams by one token each at once: the channel projections
+// then read each weight row once for all of them (a small matrix product instead of
+// one matrix-vector product per stream), which is where batched generation gains.
+// Every stream's arithmetic is that of a one-stream decoder, in the same order, so a
+// stream's logits do not depend on which others run beside it.
 class Decoder {
  public:
   // Reads the model's weights (not copied): the model must outlive the decoder and not
   // change while it is used.
-  explicit Decoder(const Model& model);
+  explicit Decoder(const Model& model, int streams = 1);
   // The configurations it handles: every causal LM (any sgu kind, heads, full or
   // Toeplitz W, aMLP). generate() recomputes the window for the others (there are none
   // among causal models today).
   static bool supports(const ModelConfig& c);
 
-  void reset();
-  int length() const { return len_; }  // tokens in the context (<= seq_len)
-  // Runs a whole context at once (batched, like training) and fills the caches;
-  // returns the logits [V] of its last token. 1 <= count <= seq_len; resets first.
-  const float* prefill(const int32_t* tokens, int count);
-  // Appends one token (length() < seq_len) and returns its logits [V].
+  int streams() const { return streams_; }
+  void reset();                                                // every stream
+  int length(int stream = 0) const { return len_.at(size_t(stream)); }  // tokens in its context (<= seq_len)
+  // Runs a whole context of one stream at once (batched, like training) and fills its
+  // caches; returns the logits [V] of its last token. 1 <= count <= seq_len; resets the
+  // stream first.
+  const float* prefill(const int32_t* tokens, int count, int stream = 0);
+  // Appends one token to a one-stream decoder (length() < seq_len); returns its logits [V].
   const float* step(int32_t token);
+  // Appends tokens[k] to stream which[k] for k < count (distinct streams, each shorter
+  // than seq_len). Returns logits [streams, V]: row s is stream s's latest logits
+  // (rows of streams not stepped keep what they had).
+  const float* step(const int32_t* tokens, const int* which, int count);
 
  private:
   ModelConfig cfg_;
   ParamViews w_;
+  int streams_ = 1;
   std::vector<float> pe_;
   int g_ = 0, s_ = 0, goff_ = 0, gh_ = 0;  // gate channels, branch channels, gate offset in Z, per head
-  std::vector<std::vector<float>> gates_;  // per layer [n, g]: the normalised gate rows (SGU models)
-  std::vector<std::vector<float>> qkv_;    // per layer [n, 3 d_attn]: the attention's q|k|v rows (aMLP)
-  int len_ = 0;
-  // Scratch: prefill uses [n, ...] buffers, step uses their first row.
-  std::vector<float> x_, h_, u_, z_, F_, S_, logits_;
+  std::vector<std::vector<float>> gates_;  // per layer [streams, n, g]: the normalised gate rows (SGU models)
+  std::vector<std::vector<float>> qkv_;    // per layer [streams, n, 3 d_attn]: the attention's q|k|v rows (aMLP)
+  std::vector<int> len_;                   // per stream
+  // Scratch: prefill uses [n, ...] buffers, step uses one row per stream stepped.
+  std::vector<float> x_, h_, u_, z_, F_, S_, logits_, out_;
   std::vector<float> gstats_;   // the gate LayerNorm's mean and rstd per row (unused after)
   std::vector<float> Wd_;       // Toeplitz prefill: dense [heads, T, T]; step: one row per head [heads, n]
   std::vector<float> P_, O_, A_;  // aMLP: probabilities [n, n], P.V [n, d_attn], attention output [n, g]

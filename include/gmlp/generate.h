@@ -29,4 +29,13 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
                               const SamplingOptions& opt, Rng& rng,
                               const std::function<bool(int32_t)>& on_token = nullptr, bool use_cache = true);
 
+// Several prompts at once, stream k drawing from rngs[k] (one per prompt): the same
+// tokens generate() gives for each prompt with that generator, but every step advances
+// all unfinished streams together (Decoder::step over several streams), so the weights
+// are read once per step instead of once per stream. on_token(k, id) may return false
+// to stop stream k. Returns each stream's new tokens.
+std::vector<std::vector<int32_t>> generate_batch(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                 int max_new, const SamplingOptions& opt, std::vector<Rng>& rngs,
+                                                 const std::function<bool(int, int32_t)>& on_token = nullptr);
+
 }  // namespace gmlp

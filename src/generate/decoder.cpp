@@ -32,15 +32,21 @@ void layernorm_row(const float* x, int C, const float* w, const float* b, float 
 // 0.06 ms on one thread).
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
-// y[out] = W[out, in] x + b (+ y when accumulate).
-void gemv(const float* W, int out, int in, const float* x, const float* b, float* y, bool accumulate) {
-#pragma omp parallel for schedule(static) if (int64_t(out) * in >= kParallelMacs)
+// Y[r, :out] = W[out, in] X[r, :in] + b (+ Y when accumulate) for the R rows of X: each
+// weight row is read once for every row of X. Each dot product is summed in the same
+// order whatever R is, so a row's result does not depend on the rows beside it.
+void gemv(const float* W, int out, int in, const float* X, int R, const float* b, float* Y, bool accumulate) {
+#pragma omp parallel for schedule(static) if (int64_t(out) * in * R >= kParallelMacs)
   for (int o = 0; o < out; ++o) {
     const float* w = W + size_t(o) * in;
-    float acc = 0.f;
+    for (int r = 0; r < R; ++r) {
+      const float* x = X + size_t(r) * in;
+      float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
-    for (int i = 0; i < in; ++i) acc += w[i] * x[i];
-    y[o] = (accumulate ? y[o] : 0.f) + b[o] + acc;
+      for (int i = 0; i < in; ++i) acc += w[i] * x[i];
+      float& y = Y[size_t(r) * out + o];
+      y = (accumulate ? y : 0.f) + b[o] + acc;
+    }
   }
 }
 
@@ -67,7 +73,7 @@ void attention_step(const BlockParams& p, int d, int da, int dout, int i, const 
                     float* P, float* O, float* A) {
   const int q3 = 3 * da;
   float* row = qkv + size_t(i) * q3;
-  gemv(p.attn_qkv_w, q3, d, h, p.attn_qkv_b, row, false);
+  gemv(p.attn_qkv_w, q3, d, h, 1, p.attn_qkv_b, row, false);
   const float scale = 1.f / std::sqrt(float(da));
   float mx = -std::numeric_limits<float>::infinity();
   for (int j = 0; j <= i; ++j) {
@@ -91,55 +97,61 @@ void attention_step(const BlockParams& p, int d, int da, int dout, int i, const 
 #pragma omp simd
     for (int c = 0; c < da; ++c) O[c] += pj * v[c];
   }
-  gemv(p.attn_out_w, dout, da, O, p.attn_out_b, A, false);
+  gemv(p.attn_out_w, dout, da, O, 1, p.attn_out_b, A, false);
 }
 
 }  // namespace
 
 bool Decoder::supports(const ModelConfig& c) { return c.task == Task::causal_lm; }
 
-Decoder::Decoder(const Model& model) : cfg_(model.config()), w_(model.views()) {
+Decoder::Decoder(const Model& model, int streams) : cfg_(model.config()), w_(model.views()), streams_(streams) {
   require(supports(cfg_), "the cached decoder needs a causal language model; this one is \"" + name_of(cfg_.task) + "\"");
+  require(streams >= 1 && streams <= 4096, "a decoder holds 1 to 4096 streams, not " + std::to_string(streams));
   const size_t n = size_t(cfg_.seq_len), d = size_t(cfg_.d_model), f = size_t(cfg_.d_ffn),
-               L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), H = size_t(cfg_.sgu_heads);
+               L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), H = size_t(cfg_.sgu_heads),
+               S = size_t(streams), rows = std::max(n, S);
   g_ = cfg_.gate_channels();
   s_ = cfg_.branch_channels();
   goff_ = cfg_.sgu == Sgu::split ? cfg_.d_ffn / 2 : 0;
   gh_ = g_ / cfg_.sgu_heads;
   const size_t g = size_t(g_), s = size_t(s_);
   if (cfg_.has_sgu()) {
-    gates_.assign(L, std::vector<float>(n * g));
-    F_.resize(n * g);
+    gates_.assign(L, std::vector<float>(S * n * g));
+    F_.resize(rows * g);
     gstats_.resize(2 * n);
     if (cfg_.spatial == Spatial::toeplitz) Wd_.resize(H * n);  // step's rows; prefill grows it to its T
   }
   if (da > 0) {
-    qkv_.assign(L, std::vector<float>(n * 3 * da));
+    qkv_.assign(L, std::vector<float>(S * n * 3 * da));
     P_.resize(n * n);
     O_.resize(n * da);
-    A_.resize(n * g);
+    A_.resize(rows * g);
   }
-  x_.resize(n * d);
-  h_.resize(n * d);
-  u_.resize(n * f);
-  z_.resize(n * f);
+  x_.resize(rows * d);
+  h_.resize(rows * d);
+  u_.resize(rows * f);
+  z_.resize(rows * f);
   S_.resize(n * s);
-  logits_.resize(size_t(cfg_.vocab_size));
+  logits_.resize(S * size_t(cfg_.vocab_size));
+  out_.resize(S * size_t(cfg_.vocab_size));
+  len_.assign(S, 0);
   if (cfg_.pos_embedding == PosEmbedding::sinusoidal) {
     pe_.resize(n * d);
     ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe_.data());
   }
 }
 
-void Decoder::reset() { len_ = 0; }
+void Decoder::reset() { std::fill(len_.begin(), len_.end(), 0); }
 
-const float* Decoder::prefill(const int32_t* tokens, int T) {
+const float* Decoder::prefill(const int32_t* tokens, int T, int stream) {
+  require(stream >= 0 && stream < streams_, "prefill: no stream " + std::to_string(stream));
   require(T >= 1 && T <= cfg_.seq_len, "prefill: " + std::to_string(T) + " tokens do not fit the window of " +
                                            std::to_string(cfg_.seq_len));
   const int n = cfg_.seq_len, d = cfg_.d_model, V = cfg_.vocab_size;
   for (int t = 0; t < T; ++t)
     require(tokens[t] >= 0 && tokens[t] < V, "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-  len_ = 0;
+  const size_t st = size_t(stream);
+  len_[st] = 0;
   float* x = x_.data();
   ops::embedding_forward(w_.embed, d, tokens, T, 1, pe_.empty() ? nullptr : pe_.data(), x);
   // Toeplitz weights are expanded for this prefill's T only, never for the whole window:
@@ -160,75 +172,108 @@ const float* Decoder::prefill(const int32_t* tokens, int T) {
     saved.g_rstd = gstats_.data() + n;
     saved.F = F_.data();
     if (cfg_.d_attn > 0) {
-      saved.qkv = qkv_[size_t(l)].data();
+      saved.qkv = qkv_[size_t(l)].data() + st * n * 3 * cfg_.d_attn;
       saved.P = P_.data();
       saved.O = O_.data();
     }
-    call.gate = cfg_.has_sgu() ? gates_[size_t(l)].data() : nullptr;
+    call.gate = cfg_.has_sgu() ? gates_[size_t(l)].data() + st * n * g_ : nullptr;
     block_forward(cpu_backend(), cfg_, w_.blocks[size_t(l)], call, saved, scratch, x);
   }
-  len_ = T;
+  len_[st] = T;
   const float* last = x + size_t(T - 1) * d;
   layernorm_row(last, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, h_.data());
-  gemv(w_.head_w, V, d, h_.data(), w_.head_b, logits_.data(), false);
-  return logits_.data();
+  float* row = logits_.data() + st * V;
+  gemv(w_.head_w, V, d, h_.data(), 1, w_.head_b, row, false);
+  return row;
 }
 
 const float* Decoder::step(int32_t token) {
-  require(len_ < cfg_.seq_len, "step: the context is full (" + std::to_string(cfg_.seq_len) + " tokens)");
-  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, g = g_, gh = gh_, V = cfg_.vocab_size, i = len_;
-  require(token >= 0 && token < V, "step: token id " + std::to_string(token) + " outside the vocabulary");
+  require(streams_ == 1, "step(token) is for a one-stream decoder; this one has " + std::to_string(streams_));
+  const int zero = 0;
+  return step(&token, &zero, 1);
+}
+
+const float* Decoder::step(const int32_t* tokens, const int* which, int R) {
+  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, g = g_, gh = gh_, V = cfg_.vocab_size;
+  require(R >= 1 && R <= streams_, "step: " + std::to_string(R) + " streams asked of " + std::to_string(streams_));
+  for (int r = 0; r < R; ++r) {
+    const int s = which[r];
+    require(s >= 0 && s < streams_, "step: no stream " + std::to_string(s));
+    require(len_[size_t(s)] < n, "step: the context of stream " + std::to_string(s) + " is full (" +
+                                     std::to_string(n) + " tokens)");
+    require(tokens[r] >= 0 && tokens[r] < V, "step: token id " + std::to_string(tokens[r]) + " outside the vocabulary");
+    for (int q = 0; q < r; ++q) require(which[q] != s, "step: stream " + std::to_string(s) + " given twice");
+  }
   const bool tanh_gelu = cfg_.gelu == Gelu::tanh, toeplitz = cfg_.spatial == Spatial::toeplitz;
   const Sgu kind = cfg_.sgu;
   const int heads = cfg_.sgu_heads;
   const int64_t wsz = cfg_.spatial_weight_size();
+  // Row r of every scratch buffer is stream which[r] at its position len_[which[r]].
   float* x = x_.data();
-  const float* e = w_.embed + size_t(token) * d;
-  for (int c = 0; c < d; ++c) x[c] = e[c] + (pe_.empty() ? 0.f : pe_[size_t(i) * d + c]);
+  for (int r = 0; r < R; ++r) {
+    const int i = len_[size_t(which[r])];
+    const float* e = w_.embed + size_t(tokens[r]) * d;
+    float* xr = x + size_t(r) * d;
+    for (int c = 0; c < d; ++c) xr[c] = e[c] + (pe_.empty() ? 0.f : pe_[size_t(i) * d + c]);
+  }
+  float* h = h_.data();
   float* u = u_.data();
   float* z = z_.data();
   float* F = F_.data();
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const BlockParams& p = w_.blocks[size_t(l)];
-    layernorm_row(x, d, p.norm_w, p.norm_b, cfg_.norm_eps, h_.data());
-    gemv(p.proj_in_w, f, d, h_.data(), p.proj_in_b, u, false);
+    for (int r = 0; r < R; ++r)
+      layernorm_row(x + size_t(r) * d, d, p.norm_w, p.norm_b, cfg_.norm_eps, h + size_t(r) * d);
+    gemv(p.proj_in_w, f, d, h, R, p.proj_in_b, u, false);
+    const int64_t fr = int64_t(f) * R;
     if (tanh_gelu) {
 #pragma omp simd
-      for (int c = 0; c < f; ++c) z[c] = ops::fast::gelu_tanh(u[c]);
+      for (int64_t c = 0; c < fr; ++c) z[c] = ops::fast::gelu_tanh(u[c]);
     } else {
 #pragma omp simd
-      for (int c = 0; c < f; ++c) z[c] = ops::fast::gelu_erf(u[c]);
+      for (int64_t c = 0; c < fr; ++c) z[c] = ops::fast::gelu_erf(u[c]);
     }
     if (!cfg_.has_sgu()) {
-      gemv(p.proj_out_w, d, f, z, p.proj_out_b, x, true);
+      gemv(p.proj_out_w, d, f, z, R, p.proj_out_b, x, true);
       continue;
     }
-    float* G = gates_[size_t(l)].data();
-    layernorm_row(z + goff_, g, p.sgu_norm_w, p.sgu_norm_b, cfg_.sgu_norm_eps, G + size_t(i) * g);
-    // F = b_k[i] + G[0..i]^T W_k[i, 0..i] per head k: the only place the history enters.
-    const int bi = std::min(i, n - 1);
-    for (int k = 0; k < heads; ++k) {
-      const float* wrow;
-      if (toeplitz) {
-        float* r = Wd_.data() + size_t(k) * n;
-        ops::toeplitz_row(p.spatial_w + k * wsz, n, true, i, i + 1, r);
-        wrow = r;
-      } else {
-        wrow = p.spatial_w + k * wsz + size_t(i) * n;
+    for (int r = 0; r < R; ++r) {
+      const size_t st = size_t(which[r]);
+      const int i = len_[st];
+      float* G = gates_[size_t(l)].data() + st * n * g;
+      float* zr = z + size_t(r) * f;
+      float* Fr = F + size_t(r) * g;
+      layernorm_row(zr + goff_, g, p.sgu_norm_w, p.sgu_norm_b, cfg_.sgu_norm_eps, G + size_t(i) * g);
+      // F = b_k[i] + G[0..i]^T W_k[i, 0..i] per head k: the only place the history enters.
+      const int bi = std::min(i, n - 1);
+      for (int k = 0; k < heads; ++k) {
+        const float* wrow;
+        if (toeplitz) {
+          float* row = Wd_.data() + size_t(k) * n;
+          ops::toeplitz_row(p.spatial_w + k * wsz, n, true, i, i + 1, row);
+          wrow = row;
+        } else {
+          wrow = p.spatial_w + k * wsz + size_t(i) * n;
+        }
+        mix_history(G + k * gh, g, i + 1, gh, wrow, p.spatial_b[size_t(k) * n + bi], Fr + k * gh);
       }
-      mix_history(G + k * gh, g, i + 1, gh, wrow, p.spatial_b[size_t(k) * n + bi], F + k * gh);
+      if (cfg_.d_attn > 0) {
+        float* Ar = A_.data() + size_t(r) * g;
+        attention_step(p, d, cfg_.d_attn, f / 2, i, h + size_t(r) * d,
+                       qkv_[size_t(l)].data() + st * n * 3 * cfg_.d_attn, P_.data(), O_.data(), Ar);
+        for (int c = 0; c < g; ++c) Fr[c] += Ar[size_t(c)];
+      }
+      ops::sgu_combine_row(kind, zr, Fr, Fr, g);  // split: Z1 = z[0, g)
     }
-    if (cfg_.d_attn > 0) {
-      attention_step(p, d, cfg_.d_attn, f / 2, i, h_.data(), qkv_[size_t(l)].data(), P_.data(), O_.data(),
-                     A_.data());
-      for (int c = 0; c < g; ++c) F[c] += A_[size_t(c)];
-    }
-    ops::sgu_combine_row(kind, z, F, F, g);  // split: Z1 = z[0, g)
-    gemv(p.proj_out_w, d, g, F, p.proj_out_b, x, true);
+    gemv(p.proj_out_w, d, g, F, R, p.proj_out_b, x, true);
   }
-  ++len_;
-  layernorm_row(x, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, h_.data());
-  gemv(w_.head_w, V, d, h_.data(), w_.head_b, logits_.data(), false);
+  for (int r = 0; r < R; ++r) {
+    ++len_[size_t(which[r])];
+    layernorm_row(x + size_t(r) * d, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, h + size_t(r) * d);
+  }
+  gemv(w_.head_w, V, d, h, R, w_.head_b, out_.data(), false);
+  for (int r = 0; r < R; ++r)
+    std::memcpy(logits_.data() + size_t(which[r]) * V, out_.data() + size_t(r) * V, sizeof(float) * size_t(V));
   return logits_.data();
 }
 

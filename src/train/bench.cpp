@@ -137,19 +137,31 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
     });
     flops = forward_flops_per_token(mc, n) * B * n;
   } else {
-    // Steady-state generation: from a half-window prompt, 2n tokens (two slides of the
-    // context included), greedy; per-token time = run time / tokens.
-    const int gen = o.gen_tokens > 0 ? o.gen_tokens : 2 * n;
-    const std::vector<int32_t> prompt(data.tokens.begin(), data.tokens.begin() + std::max(1, n / 2));
+    // Steady-state generation: from half-window prompts, 2n tokens per stream (two slides
+    // of the context included), greedy; per-token time = run time / all tokens drawn.
+    require(o.streams >= 1 && o.streams <= 4096, "bench: streams must be 1 to 4096, got " + std::to_string(o.streams));
+    const int gen = o.gen_tokens > 0 ? o.gen_tokens : 2 * n, S = o.streams;
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(S));
+    for (auto& p : prompts) {
+      p.resize(size_t(std::max(1, n / 2)));
+      for (auto& t : p) t = int32_t(rng.below(uint64_t(mc.vocab_size)));
+    }
     SamplingOptions greedy;
     greedy.temperature = 0;
     auto run = [&](bool cached) {
-      Rng g(1);
-      generate(model, prompt, gen, greedy, g, nullptr, cached);
+      if (S == 1 || !cached) {
+        Rng g(1);
+        generate(model, prompts[0], gen, greedy, g, nullptr, cached);
+      } else {
+        std::vector<Rng> g(static_cast<size_t>(S), Rng(1));
+        generate_batch(model, prompts, gen, greedy, g);
+      }
     };
     s = time_it(o.warmup > 0 ? 1 : 0, o.repeats, [&] { run(true); });
-    s = {s.median / gen, s.min / gen, s.max / gen};
-    r.recompute_s = time_it(0, 1, [&] { run(false); }).median / gen;
+    const double drawn = double(gen) * S;
+    s = {s.median / drawn, s.min / drawn, s.max / drawn};
+    r.tokens_per_s = 1.0 / s.median;
+    r.recompute_s = time_it(0, 1, [&] { run(false); }).median / gen;  // one stream
     flops = forward_flops_per_token(mc, n);
   }
   r.median_s = s.median;
