@@ -84,9 +84,11 @@ def fmt_time(rec: dict | None) -> str:
         return "—"
     if "error" in rec:
         return f"error ({rec['error']})"
-    if rec["mode"] == "generate":
+    if rec["mode"] in ("generate", "batchgen"):
         s = f"{rec['ms_per_token']:.2f} ms/tok"
-        if rec.get("ms_per_token_recompute") is not None:
+        if rec["mode"] == "batchgen":
+            s += f" ({rec['tokens_per_s']:,.0f} tok/s)"
+        elif rec.get("ms_per_token_recompute") is not None:
             s += f" (recompute {rec['ms_per_token_recompute']:.2f})"
         return s
     return f"{rec['median_s'] * 1e3:.1f} ms ({rec['tokens_per_s']:,.0f} tok/s)"
@@ -100,10 +102,10 @@ def speedup(g: dict | None, pt: dict | None) -> str:
     """Best PyTorch time / gmlp time (> 1: gmlp is faster)."""
     if not (ok(g) and ok(pt)):
         return "—"
-    if g["mode"] != "generate":
+    if g["mode"] not in ("generate", "batchgen"):
         return f"{pt['median_s'] / g['median_s']:.2f}x"
     s = f"{pt['ms_per_token'] / g['ms_per_token']:.2f}x"
-    if g.get("ms_per_token_recompute"):  # like for like: both recompute the window
+    if g["mode"] == "generate" and g.get("ms_per_token_recompute"):  # like for like: both recompute the window
         s += f" (recompute {pt['ms_per_token'] / g['ms_per_token_recompute']:.2f}x)"
     return s
 
@@ -141,7 +143,9 @@ def main() -> None:
                                  "side by side (see docs/bench.md)")
     ap.add_argument("--configs", default="tiny,small,annotated",
                     help="names under configs/ or paths to .json files")
-    ap.add_argument("--modes", default="train,infer,generate")
+    ap.add_argument("--modes", default="train,infer,generate,batchgen",
+                    help="train, infer, generate (one prompt), batchgen (--streams prompts at once)")
+    ap.add_argument("--streams", type=int, default=16, help="batchgen: prompts decoded together")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gmlp", default="build/gmlp")
     ap.add_argument("--warmup", type=int, help="untimed steps; per-config defaults of "
@@ -159,8 +163,8 @@ def main() -> None:
                     help="run another process spinning on one core during every run")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
-    if any(m not in ("train", "infer", "generate") for m in modes):
-        ap.error(f"--modes {args.modes}: expected train, infer and/or generate")
+    if any(m not in ("train", "infer", "generate", "batchgen") for m in modes):
+        ap.error(f"--modes {args.modes}: expected train, infer, generate and/or batchgen")
 
     gmlp = pathlib.Path(args.gmlp)
     if not gmlp.is_absolute():  # relative to the caller's directory, else to the repo
@@ -184,13 +188,16 @@ def main() -> None:
         for m in modes:
             print(f"[{path.stem} {m}]", file=sys.stderr, flush=True)
             tag = {"config": path.stem, "mode": m}
+            # batchgen: generation with --streams prompts decoded together by both
+            bench_mode = "generate" if m == "batchgen" else m
+            streams = ["--streams", str(args.streams)] if m == "batchgen" else []
             gd = gp = gs = None
             if not args.skip_gmlp:
                 # --threads is a global gmlp option. gmlp generates with its own default
                 # of 2n tokens from an n/2 prompt, so its recompute runs on (nearly) full
                 # windows like PyTorch's. Its default chooses the OpenMP wait policy
                 # itself (include/gmlp/threads.h); the other two runs force one.
-                gmlp_cmd = [str(gmlp), "--threads", str(args.threads), "bench", "--mode", m] + common
+                gmlp_cmd = [str(gmlp), "--threads", str(args.threads), "bench", "--mode", bench_mode] + common + streams
                 base_env = {k: v for k, v in os.environ.items()
                             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GMLP_OMP_WAIT")}
                 gd = run_one(gmlp_cmd, base_env, args.timeout, {**tag, "impl": "gmlp", "env_label": "default"})
@@ -201,8 +208,8 @@ def main() -> None:
                              {**tag, "impl": "gmlp", "env_label": "passive"})
                 gs = run_one(gmlp_cmd, {**base_env, "GOMP_SPINCOUNT": "300000"}, cap,
                              {**tag, "impl": "gmlp", "env_label": "spin"})
-            torch_cmd = [PYTHON, str(ROOT / "bench" / "torch_bench.py"), "--mode", m,
-                         "--threads", str(args.threads), "--gen-tokens", str(gen)] + common
+            torch_cmd = [PYTHON, str(ROOT / "bench" / "torch_bench.py"), "--mode", bench_mode,
+                         "--threads", str(args.threads), "--gen-tokens", str(gen)] + common + streams
             pp = run_one(torch_cmd, {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, args.timeout,
                          {**tag, "impl": "pytorch", "env_label": "passive"})
             # A default-environment run far slower than the passive one cannot be the best

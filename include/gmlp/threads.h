@@ -19,6 +19,10 @@ namespace gmlp {
 // re-exec failed.
 constexpr const char* kSpinCount = "300000";
 void choose_omp_wait_policy(char** argv);
+// The choice alone, for a process that cannot re-execute itself (the Python package
+// calls it before the engine loads): sets the variables and returns true, or returns
+// false when the user has set one. threads <= 0: OMP_NUM_THREADS, else all cores.
+bool choose_omp_wait_env(int threads);
 
 // What choose_omp_wait_policy decided in this process ("" if the user chose).
 std::string omp_wait_choice();

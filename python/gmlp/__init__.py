@@ -15,10 +15,17 @@ engine (gmlp._core); everything else needs it.
 """
 import os as _os
 
-# libgomp reads its wait policy once, when it loads: spinning idle threads slow the
-# engine badly on small virtual machines (see src/io/threads.h).
-if "GOMP_SPINCOUNT" not in _os.environ:
-    _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# libgomp reads its wait policy once, when it loads, so it is chosen before the engine
+# is imported, as the gmlp program chooses it (include/gmlp/threads.h): spinning threads
+# when they fit on cores no other process runs on, passive waiting otherwise. Without
+# the small _policy module, passive waiting, which never collapses.
+try:
+    from . import _policy
+    omp_wait = _policy.choose()
+except ImportError:
+    if "GOMP_SPINCOUNT" not in _os.environ:
+        _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    omp_wait = ""
 
 try:
     from . import _core

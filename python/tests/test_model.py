@@ -1,6 +1,7 @@
 """gmlp.Model: construction, checkpoints, logits, config, and parameters as views."""
 import gc
 import json
+import re
 
 import numpy as np
 import pytest
@@ -129,6 +130,27 @@ def test_threads_are_settable(lm):
         gmlp.set_threads(old)
     with pytest.raises(ValueError):
         gmlp.set_threads(0)
+
+
+def _import_in_a_fresh_interpreter(env_changes):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "GMLP_OMP_WAIT")}
+    env.update(env_changes)
+    code = "import os, gmlp; print(repr(gmlp.omp_wait)); print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def test_importing_chooses_how_openmp_threads_wait_unless_the_user_has():
+    """Before the engine loads, as the gmlp program does: the choice and why."""
+    choice, _ = _import_in_a_fresh_interpreter({"OMP_NUM_THREADS": "2"})
+    assert re.fullmatch(r"'(spin|passive): 2 threads, \d+ other running, \d+ cores'", choice), choice
+    choice, _ = _import_in_a_fresh_interpreter({"OMP_NUM_THREADS": "1"})
+    assert choice.startswith("'passive: 1 threads"), choice
+    choice, env = _import_in_a_fresh_interpreter({"OMP_WAIT_POLICY": "ACTIVE"})
+    assert choice == "''" and env == "ACTIVE None"
 
 
 def test_the_gil_is_released_during_inference(lm_run):
