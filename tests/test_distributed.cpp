@@ -178,6 +178,43 @@ TEST(Distributed, ResumesOnTheSameAndOnAnotherNumberOfRanks) {
   expect_close_weights(model_file(dir.file("straight")), model_file(dir.file("moved")));
 }
 
+// Every tensor of two safetensors files is bit-identical (their metadata may differ).
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  const auto fa = SafeTensorsFile::load(a), fb = SafeTensorsFile::load(b);
+  ASSERT_EQ(fa.names(), fb.names());
+  for (const auto& n : fa.names()) EXPECT_TRUE(fa.read_f32(n) == fb.read_f32(n)) << n;
+}
+
+// ZeRO-1 (--shard-optimizer): each rank keeps the moments of half the parameters, and
+// the run is bit for bit the unsharded one: weights, moments, losses; interrupted and
+// resumed sharded, it is still that run; resumed on one process, it goes on.
+TEST(Distributed, ShardedOptimizerStateChangesNoNumber) {
+  test::TempDir dir("dist_zero");
+  const std::string args = " train --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 5 --ckpt-every 4";
+  auto r = run_command(launch(2) + args + " --out " + dir.file("plain"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(launch(2) + args + " --shard-optimizer --out " + dir.file("zero"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t total = load_model(model_file(dir.file("zero")))->num_params();
+  EXPECT_TRUE(contains(r.output, "AdamW's moments for " + std::to_string(total / 2 + total % 2) + " of " +
+                                     std::to_string(total) + " parameters"))
+      << r.output;
+  EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("zero")));
+  expect_same_tensors(model_file(dir.file("plain")), model_file(dir.file("zero")));
+  expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("zero")));  // moments gathered whole
+  r = run_command(launch(2) + args + " --shard-optimizer --stop-after 5 --out " + dir.file("split"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(launch(2) + " train --resume --shard-optimizer --no-progress --out " + dir.file("split"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("split")));
+  expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("split")));
+  r = run_command(launch(2) + args + " --shard-optimizer --stop-after 5 --out " + dir.file("moved"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(single() + " train --resume --no-progress --out " + dir.file("moved"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_weights(model_file(dir.file("plain")), model_file(dir.file("moved")));
+}
+
 // Starts a long two-rank run in the background, waits for its first checkpoint, does
 // `act` (a shell snippet; $MPIRUN is the launcher's pid, $RANK1 rank 1's), and waits
 // for the launcher. Prints "launcher exit N after S s".

@@ -29,7 +29,7 @@ struct TrainArgs {
   // Only read when given on the command line (see run_train).
   std::string batch_size, lr, seed, eval_every, ckpt_every, log_every, val_fraction, epochs, patience;
   int64_t steps = 0, stop_after = 0;
-  bool resume = false, overwrite = false, no_progress = false;
+  bool resume = false, overwrite = false, no_progress = false, shard_optimizer = false;
   std::string device = "auto";
 };
 
@@ -169,6 +169,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   o.stop_after = a.stop_after;
   o.progress_bar = !a.no_progress;
   o.device = parse_device(a.device);
+  o.shard_optimizer = a.shard_optimizer;
 
   namespace fs = std::filesystem;
   if (a.resume) {
@@ -238,6 +239,8 @@ void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, c
   c->add_flag("--resume", a.resume, "Continue the run saved in --out exactly where it stopped");
   c->add_flag("--overwrite", a.overwrite, "Start a new run even if --out already holds one");
   add_device_option(c, a.device);
+  c->add_flag("--shard-optimizer", a.shard_optimizer,
+              "Under mpirun: each rank keeps AdamW's moments for 1/P of the parameters (ZeRO-1); the same results");
   c->add_option("--stop-after", a.stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
   c->add_flag("--no-progress", a.no_progress, "Plain log lines instead of a live progress bar");
 }

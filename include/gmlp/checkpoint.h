@@ -37,8 +37,12 @@ struct TrainState {
   double elapsed_s = 0.0;   // training wall time so far
 };
 void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path);
+// The same with the moments given whole (all parameters): a sharded optimizer's, gathered.
+void save_train_state(const Model& model, const float* adam_m, const float* adam_v, int64_t adam_steps,
+                      const TrainState& st, const std::string& path);
 // Restores weights, optimizer moments and the state; Error when the file does not match
-// the model (names, shapes) or is corrupt.
+// the model (names, shapes) or is corrupt. A sharded optimizer keeps its own part of the
+// moments, whichever way the file was written.
 TrainState load_train_state(Model& model, AdamW& opt, const std::string& path);
 
 // Fine-tuning: copies every tensor of the checkpoint at `path` whose name and shape

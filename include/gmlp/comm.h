@@ -27,6 +27,14 @@ class Communicator {
   // Copies root's `bytes` bytes at buf to every rank.
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
 
+  // Sharded optimizer state (ZeRO-1): a buffer of n floats is cut into one contiguous
+  // block per rank, block_of(n, rank, size). allgather_blocks: in place, every rank
+  // contributes its block of buf and receives the others'. gather_blocks: root
+  // receives every rank's block (mine: this rank's, block-sized) into full (n floats;
+  // ignored on the other ranks).
+  virtual void allgather_blocks(float* buf, size_t n) = 0;
+  virtual void gather_blocks(float* full, const float* mine, size_t n, int root) = 0;
+
   // Non-blocking sum in place: starts it and returns at once. buf must stay untouched
   // until wait_all(). progress() lets started reductions advance (MPI moves them only
   // inside MPI calls); wait_all() completes every one started.
@@ -38,6 +46,14 @@ class Communicator {
   // would otherwise leave the others waiting in a collective).
   [[noreturn]] virtual void abort(int code) = 0;
 };
+
+// The block [begin, end) of n items that rank r of P holds: P nearly equal, contiguous
+// pieces in rank order.
+struct Block {
+  size_t begin, end;
+  size_t size() const { return end - begin; }
+};
+Block block_of(size_t n, int rank, int size);
 
 // This run's communicator. The first call starts MPI when this gmlp was built with
 // MPI and an MPI launcher started the process (its environment says so); a plain

@@ -23,9 +23,17 @@ class AdamW {
   // The same on the model's own buffers, on its device (no host copies).
   void step(Model& model, float lr);
   int64_t steps_taken() const { return t_; }
-  // The moments, for checkpoints: m and v, each `total` floats, in host memory. With
-  // moments on a device these are mirrors, refreshed by the call; what is written
-  // through them is uploaded at the next step.
+  // Sharded optimizer state (ZeRO-1, docs/distributed.md): from now on the moments cover
+  // the parameters [begin, end) only, and a step updates only those (the caller gathers
+  // the rest from the ranks that own them). Host moments only; before the first step.
+  void shard(size_t begin, size_t end);
+  size_t shard_begin() const { return begin_; }
+  size_t shard_end() const { return begin_ + m_.size(); }
+  bool sharded() const { return sharded_; }
+  // The moments, for checkpoints: m and v over [shard_begin, shard_end) (all
+  // parameters unless sharded), in host memory. With moments on a device these are
+  // mirrors, refreshed by the call; what is written through them is uploaded at the
+  // next step.
   std::vector<float>& m();
   std::vector<float>& v();
   void set_steps_taken(int64_t t) { t_ = t; }
@@ -39,6 +47,8 @@ class AdamW {
   Backend* be_ = nullptr;
   float b1_, b2_, eps_, wd_;
   int64_t t_ = 0;
+  size_t begin_ = 0;  // the moments' first parameter
+  bool sharded_ = false;
 };
 
 // Learning rate for the s-th update (1-based) under t's schedule: linear warmup then

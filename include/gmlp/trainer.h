@@ -47,6 +47,9 @@ struct TrainOptions {
   // (checkpoint, then return with interrupted set). Exceptions propagate.
   std::function<bool(const nlohmann::json& line)> on_log;
   Device device = Device::cpu;  // where the model trains
+  // With several ranks: ZeRO-1, each rank keeps the optimizer moments of 1/P of the
+  // parameters (the same numbers; not part of the run, so a resume may change it).
+  bool shard_optimizer = false;
   bool score_test = true;    // score the test set at the end (a search's trials leave it to the chosen one)
 };
 

@@ -1,7 +1,9 @@
 #include "gmlp/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include "gmlp/error.h"
 #include "gmlp/files.h"
@@ -76,12 +78,18 @@ std::string resolve_model_path(const std::string& path) {
 }
 
 void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path) {
+  require(!opt.sharded(), "internal: a sharded optimizer's moments must be gathered before they are saved");
+  save_train_state(model, opt.m().data(), opt.v().data(), opt.steps_taken(), st, path);
+}
+
+void save_train_state(const Model& model, const float* adam_m, const float* adam_v, int64_t adam_steps,
+                      const TrainState& st, const std::string& path) {
   SafeTensorsWriter w;
   add_params(w, model, model.weights(), "model.");
-  add_params(w, model, opt.m().data(), "adam_m.");
-  add_params(w, model, opt.v().data(), "adam_v.");
+  add_params(w, model, adam_m, "adam_m.");
+  add_params(w, model, adam_v, "adam_v.");
   nlohmann::json meta = {{"step", st.step},
-                         {"adam_steps", opt.steps_taken()},
+                         {"adam_steps", adam_steps},
                          {"rng_state", std::to_string(st.rng.state())},
                          {"rng_inc", std::to_string(st.rng.inc())},
                          {"elapsed_s", st.elapsed_s},
@@ -111,8 +119,16 @@ TrainState load_train_state(Model& model, AdamW& opt, const std::string& path) {
     throw Error(path + ": malformed '" + std::string(kStateKey) + "' metadata: " + e.what());
   }
   read_params(model, file, "model.", model.weights());
-  read_params(model, file, "adam_m.", opt.m().data());
-  read_params(model, file, "adam_v.", opt.v().data());
+  if (!opt.sharded()) {
+    read_params(model, file, "adam_m.", opt.m().data());
+    read_params(model, file, "adam_v.", opt.v().data());
+    return st;
+  }
+  std::vector<float> whole(model.num_params());
+  for (auto [prefix, mine] : {std::pair{"adam_m.", &opt.m()}, std::pair{"adam_v.", &opt.v()}}) {
+    read_params(model, file, prefix, whole.data());
+    std::copy(whole.begin() + long(opt.shard_begin()), whole.begin() + long(opt.shard_end()), mine->begin());
+  }
   return st;
 }
 

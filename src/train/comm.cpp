@@ -2,6 +2,7 @@
 // MPI launcher started the process (src/train/comm_mpi.cpp, built with GMLP_HAVE_MPI).
 #include "gmlp/comm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -23,6 +24,10 @@ class SingleProcess final : public Communicator {
   void allreduce_sum(double*, size_t) override {}
   void allreduce_sum(int64_t*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
+  void allgather_blocks(float*, size_t) override {}
+  void gather_blocks(float* full, const float* mine, size_t n, int) override {
+    if (full != mine) std::copy(mine, mine + n, full);
+  }
   void start_allreduce_sum(float*, size_t) override {}
   void progress() override {}
   void wait_all() override {}
@@ -37,6 +42,12 @@ int env_int(const char* name) {
 }
 
 }  // namespace
+
+Block block_of(size_t n, int rank, int size) {
+  // The first n % size blocks are one longer.
+  return {n / size_t(size) * size_t(rank) + std::min(size_t(rank), n % size_t(size)),
+          n / size_t(size) * size_t(rank + 1) + std::min(size_t(rank + 1), n % size_t(size))};
+}
 
 // Open MPI's mpirun, MPICH's hydra and Slurm's PMI2 say how many processes they
 // started; PMIx launchers (srun --mpi=pmix, PRRTE) set PMIX_RANK.

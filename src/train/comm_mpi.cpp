@@ -63,6 +63,20 @@ class MpiWorld final : public Communicator {
       check(MPI_Bcast(static_cast<char*>(buf) + off, c, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
     }
   }
+  void allgather_blocks(float* buf, size_t n) override {
+    std::vector<int> counts, displs;
+    layout(n, counts, displs);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), MPI_FLOAT,
+                         MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+  }
+  void gather_blocks(float* full, const float* mine, size_t n, int root) override {
+    std::vector<int> counts, displs;
+    layout(n, counts, displs);
+    check(MPI_Gatherv(mine, counts[size_t(rank_)], MPI_FLOAT, full, counts.data(), displs.data(), MPI_FLOAT, root,
+                      MPI_COMM_WORLD),
+          "MPI_Gatherv");
+  }
   void start_allreduce_sum(float* buf, size_t n) override {
     for (size_t off = 0; off < n; off += kMaxCount) {
       requests_.emplace_back();
@@ -90,6 +104,16 @@ class MpiWorld final : public Communicator {
  private:
   // MPI counts are ints: larger buffers go in pieces.
   static constexpr size_t kMaxCount = size_t(1) << 30;
+  // The ranks' blocks as MPI's counts and displacements (ints: a sharded buffer is
+  // bounded by 2^31 floats, far above any model this engine trains on CPUs).
+  void layout(size_t n, std::vector<int>& counts, std::vector<int>& displs) const {
+    require(n < (size_t(1) << 31), "a sharded buffer of " + std::to_string(n) + " floats exceeds MPI's int counts");
+    for (int r = 0; r < size_; ++r) {
+      const Block b = block_of(n, r, size_);
+      counts.push_back(int(b.size()));
+      displs.push_back(int(b.begin));
+    }
+  }
   void reduce(void* buf, size_t n, MPI_Datatype type) {
     int bytes = 0;
     MPI_Type_size(type, &bytes);

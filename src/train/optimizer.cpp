@@ -33,6 +33,15 @@ AdamW::AdamW(const Model& model, const TrainConfig& cfg) : AdamW(model.params(),
 
 AdamW::~AdamW() = default;
 
+void AdamW::shard(size_t begin, size_t end) {
+  require(!dev_ && t_ == 0 && begin <= end && end <= m_.size() + begin_,
+          "AdamW::shard: host moments, before the first step, within the parameters");
+  begin_ = begin;
+  m_.assign(end - begin, 0.f);
+  v_.assign(end - begin, 0.f);
+  sharded_ = true;
+}
+
 std::vector<float>& AdamW::m() {
   if (dev_) {
     dev_->m.to_host(*be_, m_);
@@ -54,10 +63,18 @@ void AdamW::update(Backend& be, float* params, const float* grads, float* m, flo
   const double bc1 = 1.0 - std::pow(double(b1_), double(t_));
   const double bc2 = 1.0 - std::pow(double(b2_), double(t_));
   ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f};
+  // Each tensor's part inside the moments' range [begin_, end): all of it unless sharded.
+  const size_t end = begin_ + m_.size();
+  auto run = [&](const std::vector<std::pair<size_t, size_t>>& ranges) {
+    for (auto [off, n] : ranges) {
+      const size_t a = std::max(off, begin_), b = std::min(off + n, end);
+      if (a < b) be.adamw_update(params + a, grads + a, m + (a - begin_), v + (a - begin_), b - a, s);
+    }
+  };
   s.decay = 1.f - lr * wd_;
-  for (auto [off, n] : decay_ranges_) be.adamw_update(params + off, grads + off, m + off, v + off, n, s);
+  run(decay_ranges_);
   s.decay = 1.f;
-  for (auto [off, n] : plain_ranges_) be.adamw_update(params + off, grads + off, m + off, v + off, n, s);
+  run(plain_ranges_);
 }
 
 void AdamW::step(float* params, const float* grads, float lr) {

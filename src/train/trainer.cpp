@@ -176,6 +176,11 @@ TrainSummary train(const TrainOptions& opts) {
   require(B % comm.size() == 0, "train.batch_size = " + std::to_string(B) + " is the global batch, split evenly over the " +
                                     std::to_string(comm.size()) + " processes of this job: it must be a multiple of " +
                                     std::to_string(comm.size()));
+  // The all-reduce reads host gradients mid-backward: a device model needs a device
+  // communicator (NCCL over device_grads()), which does not exist yet.
+  require(comm.size() == 1 || opts.device == Device::cpu,
+          "data-parallel training (" + std::to_string(comm.size()) + " processes) runs on the CPU only for now; "
+          "use --device cpu");
   const int64_t signature = task->data_signature();
   const std::string fingerprint = hex64(task->data_fingerprint());
   if (opts.resume) {
@@ -201,6 +206,13 @@ TrainSummary train(const TrainOptions& opts) {
                  model.params().size(), init_from.c_str());
   }
   AdamW opt(model, tc);
+  // ZeRO-1: each rank keeps the moments of its block of the parameters, updates that
+  // block, and the ranks exchange the updated blocks. The same numbers, 1/P of the
+  // moments' memory per rank.
+  if (opts.shard_optimizer && comm.size() > 1) {
+    const Block mine = block_of(model.num_params(), comm.rank(), comm.size());
+    opt.shard(mine.begin, mine.end);
+  }
   Selection selection = Selection::from_json(opts.resume ? resume_meta.value("selection", nlohmann::json()) : nullptr);
   TrainState st;
   st.rng.seed_with(tc.seed, 2);
@@ -224,18 +236,22 @@ TrainSummary train(const TrainOptions& opts) {
     write_file_atomic((fs::path(opts.out_dir) / "config.json").string(), rc.to_json().dump(2) + "\n");
     log.emplace(metrics_file(opts.out_dir));
   }
-  // The all-reduce reads host gradients mid-backward: a device model needs a device
-  // communicator (NCCL over device_grads()), which does not exist yet.
-  require(comm.size() == 1 || model.device() == Device::cpu,
-          "data-parallel training (" + std::to_string(comm.size()) + " processes) runs on the CPU only for now; "
-          "use --device cpu");
   DataParallel dp(comm, model);
   dp.check_in_sync(st.step);  // every rank starts from the same weights
 
   int64_t saved_step = -1;
+  std::vector<float> whole_m, whole_v;  // a sharded optimizer's moments, gathered on rank 0 to be saved
   auto checkpoint = [&]() {
     dp.check_in_sync(st.step);
     saved_step = st.step;
+    if (opt.sharded()) {
+      if (lead) {
+        whole_m.resize(model.num_params());
+        whole_v.resize(model.num_params());
+      }
+      comm.gather_blocks(whole_m.data(), opt.m().data(), model.num_params(), 0);
+      comm.gather_blocks(whole_v.data(), opt.v().data(), model.num_params(), 0);
+    }
     if (!lead) return;
     auto absolute = [&](const std::string& p) { return p.empty() || in.memory ? std::string() : fs::absolute(p).string(); };
     st.run = {{"config", rc.to_json()},
@@ -250,7 +266,10 @@ TrainSummary train(const TrainOptions& opts) {
               {"log_sum", log_sum},
               {"log_count", log_count}};
     if (in.memory) st.run["memory"] = in.memory->name;
-    save_train_state(model, opt, st, state_file(opts.out_dir));
+    if (opt.sharded())
+      save_train_state(model, whole_m.data(), whole_v.data(), opt.steps_taken(), st, state_file(opts.out_dir));
+    else
+      save_train_state(model, opt, st, state_file(opts.out_dir));
     save_model(model, model_file(opts.out_dir));
     drop_replaced(opts.out_dir);
   };
@@ -261,6 +280,9 @@ TrainSummary train(const TrainOptions& opts) {
     if (comm.size() > 1)
       std::fprintf(stderr, "gmlp train: %s, %d rows of each batch per rank\n", comm.describe().c_str(),
                    B / comm.size());
+    if (opt.sharded())
+      std::fprintf(stderr, "gmlp train: optimizer state sharded (ZeRO-1): each rank keeps AdamW's moments for %zu of "
+                   "%zu parameters\n", opt.m().size(), model.num_params());
     if (opts.resume)
       std::fprintf(stderr, "gmlp train: resuming %s at step %lld\n", opts.out_dir.c_str(), (long long)st.step);
   }
@@ -317,6 +339,7 @@ TrainSummary train(const TrainOptions& opts) {
                                       " (try a lower lr); the last checkpoint is kept");
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     opt.step(model, lr);
+    if (opt.sharded()) comm.allgather_blocks(model.weights(), model.num_params());
     ++st.step;
     window_time += seconds_since(t0);
     window_units += task->units_per_batch();
