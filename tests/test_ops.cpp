@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
+#include "gmlp/comm.h"
 #include "gmlp/config.h"
 #include "gmlp/optimizer.h"
 #include "grad_check.h"
@@ -366,6 +367,52 @@ TEST(OpsOptimizer, AdamWMatchesPyTorchFormula) {
   opt.step(p.data(), g2.data(), float(lr));
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << "step 2, element " << i;
   EXPECT_EQ(opt.steps_taken(), 2);
+}
+
+// ZeRO-1's pieces: the ranks' blocks tile the buffer in order, and optimizers sharded
+// on those blocks (blocks cutting through tensors) update exactly what one whole
+// optimizer does, each its own block and nothing else.
+TEST(OpsOptimizer, ShardedAdamWUpdatesItsBlockExactlyAsTheWholeOne) {
+  for (size_t n : {0u, 1u, 5u, 7u, 10784u})
+    for (int P : {1, 2, 3, 4}) {
+      size_t next = 0;
+      for (int r = 0; r < P; ++r) {
+        const Block b = block_of(n, r, P);
+        EXPECT_EQ(b.begin, next) << n << " " << P;
+        EXPECT_LE(b.size(), n / size_t(P) + 1);
+        next = b.end;
+      }
+      EXPECT_EQ(next, n);
+    }
+  std::vector<ParamInfo> layout(2);
+  layout[0].name = "w", layout[0].offset = 0, layout[0].size = 4, layout[0].decay = true;
+  layout[1].name = "b", layout[1].offset = 4, layout[1].size = 3, layout[1].decay = false;
+  TrainConfig cfg;
+  cfg.weight_decay = 0.1f;
+  const Vec p0 = {0.5f, -1.f, 2.f, 0.25f, -0.75f, 1.f, 3.f};
+  const Vec g1 = {0.2f, -0.4f, 0.f, 1.5f, -0.01f, 0.3f, -2.f}, g2 = {-0.1f, 0.3f, 0.6f, 1.f, 0.02f, -0.5f, 1.f};
+  AdamW whole(layout, 7, cfg);
+  Vec want = p0;
+  whole.step(want.data(), g1.data(), 0.01f);
+  whole.step(want.data(), g2.data(), 0.01f);
+  Vec got = p0;
+  for (int r = 0; r < 3; ++r) {
+    const Block b = block_of(7, r, 3);  // 3, 2, 2: the first block cuts "w"
+    AdamW part(layout, 7, cfg);
+    part.shard(b.begin, b.end);
+    EXPECT_EQ(part.m().size(), b.size());
+    Vec p = p0;
+    part.step(p.data(), g1.data(), 0.01f);
+    part.step(p.data(), g2.data(), 0.01f);
+    for (size_t i = 0; i < 7; ++i) {
+      if (i >= b.begin && i < b.end)
+        got[i] = p[i];
+      else
+        EXPECT_EQ(p[i], p0[i]) << "rank " << r << " touched element " << i;
+    }
+    for (size_t i = b.begin; i < b.end; ++i) EXPECT_EQ(part.m()[i - b.begin], whole.m()[i]) << i;
+  }
+  EXPECT_EQ(got, want);
 }
 
 TEST(OpsOptimizer, ClipGradNorm) {
