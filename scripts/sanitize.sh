@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 B=build-asan
+bash scripts/fetch_data.sh  # the corpus tests read data/kjv.txt
 # No CUDA module (its code needs a GPU to run, and an instrumented module would need the
 # sanitizer runtime linked into it) and no Python extension (it would load into an
 # uninstrumented interpreter); both are the same gmlp_core the tests cover.

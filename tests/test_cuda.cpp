@@ -202,7 +202,7 @@ TEST(DeviceChoice, CudaWithoutADeviceIsAClearErrorAndWritesNothing) {
   const auto r = test::run_command(test::gmlp_exe() + " train --device cuda --steps 1 --data " + test::kGplText +
                                    " --out " + out + " 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  const std::string why = cuda_built() ? "no CUDA device is visible" : "built without the CUDA backend";
+  const std::string why = cuda_built() ? "no CUDA device is visible" : "this gmlp was built without the CUDA backend";
   EXPECT_NE(r.output.find("gmlp: error: --device cuda: " + why), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(out));
   // Every command that runs a model has the option.
