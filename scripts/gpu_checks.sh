@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU session's checks (docs/gpu.md), run on the GPU machine from the kit that
+# scripts/gpu_kit.sh packed on a build machine (carry .gpukit, and data for `train`).
+# Each step writes its log (and the benchmark its JSON) to $OUT (default gpu-out/):
+#   info       nvidia-smi, the kit's commit, the libraries the module resolves to
+#   tests      the CUDA tests (every op and variant against the CPU engine, cached
+#              generation) and the device-choice and mirror tests
+#   sanitizer  compute-sanitizer memcheck over the CUDA tests
+#   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
+#   train      the default LM (configs/default.json) trained on the GPU, for its
+#              validation loss against the CPU's
+# Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes:
+# `info tests sanitizer` fit one call, `bench` and `train` one each)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+out=${OUT:-$root/gpu-out}
+mkdir -p "$out"
+[[ -f .gpukit/kit.tar.xz ]] || { echo "gpu_checks.sh: no .gpukit/kit.tar.xz (run scripts/gpu_kit.sh where the build is, and carry .gpukit)" >&2; exit 1; }
+K=/tmp/gmlp-gpukit
+if [[ ! -f $K/source_dir ]]; then mkdir -p "$K" && tar -C "$K" -xJf .gpukit/kit.tar.xz || exit 1; fi
+(($#)) || { echo "usage: scripts/gpu_checks.sh info|tests|sanitizer|bench|train ..." >&2; exit 1; }
+
+# The binaries name their source and build directories by absolute path (fixtures, the
+# CUDA module): make that path lead here, and build/ lead to the kit.
+src=$(cat "$K/source_dir")
+if [[ $src != "$root" && ! -e $src ]]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+if [[ ! -e $root/build ]]; then ln -s "$K/build" "$root/build"; fi
+
+# The kit's copies of the compiler's runtime go only where the machine lacks them or
+# has an older one: a newer libstdc++ serves these binaries, and an older one forced on
+# compute-sanitizer would break it.
+for lib in libstdc++.so.6 libgcc_s.so.1 libgomp.so.1 libz.so.1 libudev.so.1; do
+  sys=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+  [[ -n $sys && -f $K/lib/$lib ]] || continue
+  [[ $lib == libstdc++.so.6 ]] && ! grep -q GLIBCXX_3.4.30 "$sys" && continue
+  rm -f "$K/lib/$lib"
+done
+# cuBLAS comes from the machine: the CUDA toolkit's directories, or the pip wheels
+# PyTorch brought (nvidia-cublas).
+cublas_dirs=$( (ls -d /usr/local/cuda*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null
+  python3 - <<'PY' 2>/dev/null
+import glob, os, site
+for s in site.getsitepackages():
+    for p in glob.glob(os.path.join(s, "nvidia", "**", "libcublas.so*"), recursive=True):
+        print(os.path.dirname(p))
+PY
+) | sort -u | tr '\n' ':')
+libs="$K/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"
+libs=${libs%:}
+# gmlp finds its libraries through a wrapper, so that Python (the benchmark) keeps its own.
+if [[ ! -f $K/build/gmlp.bin ]]; then
+  mv "$K/build/gmlp" "$K/build/gmlp.bin"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "$(dirname "$0")/gmlp.bin" "$@"\n' "$libs" > "$K/build/gmlp"
+  chmod +x "$K/build/gmlp"
+fi
+T=build/tests/gmlp_tests
+FILTER='*Cuda*:*SeparateMemory*:DeviceChoice.*'
+
+status=0
+step() { # name, command...: runs it with its log in $out/name.log and records a failure
+  local name=$1; shift
+  echo "== $name: $*" | tee "$out/$name.log"
+  local t0=$SECONDS
+  "$@" >> "$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$out/$name.log"
+  ((rc == 0)) || status=1
+  tail -n 25 "$out/$name.log"
+}
+
+for s in "$@"; do
+  case $s in
+    info)
+      step info bash -c "nvidia-smi; echo kit commit \$(cat '$K/commit'); export LD_LIBRARY_PATH='$libs'; \
+        ldd build/libgmlp_cuda.so; ! ldd build/libgmlp_cuda.so build/gmlp.bin $T | grep 'not found'; build/gmlp bench --device cuda --config configs/tiny.json --repeats 3" ;;
+    tests)
+      step tests env LD_LIBRARY_PATH="$libs" "$T" --gtest_filter="$FILTER" --gtest_brief=1 ;;
+    sanitizer)
+      step sanitizer env LD_LIBRARY_PATH="$libs" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 50 \
+        "$T" --gtest_filter='*Cuda*' --gtest_brief=1 ;;
+    bench)
+      step bench python3 bench/gpu_bench.py --json "$out/gpu-results.json" ;;
+    train)
+      [[ -f data/kjv.txt ]] || { echo "gpu_checks.sh: train needs data/kjv.txt (carry data)" >&2; status=1; continue; }
+      # The run directory stays on the machine (its checkpoints are too large to bring
+      # back); its metrics come back.
+      step train build/gmlp train --device cuda --config configs/default.json --out /tmp/gmlp-default-cuda \
+        --overwrite --no-progress
+      cp /tmp/gmlp-default-cuda/metrics.jsonl "$out/train-metrics.jsonl" 2>/dev/null ;;
+    *) echo "gpu_checks.sh: unknown step '$s' (info, tests, sanitizer, bench or train)" >&2; status=1 ;;
+  esac
+done
+exit $status

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Packs, on a machine without a GPU, what a GPU session runs (docs/gpu.md): the CUDA
+# build's executables and module, and every shared library they load that a bare GPU
+# machine may lack, into .gpukit/ (ignored by git; the device tool carries it). The GPU
+# machine then needs only its driver and the CUDA 13 libraries: scripts/gpu_checks.sh
+# runs the tests, compute-sanitizer and the benchmark from the kit, with no build there
+# (it has nvcc and CMake but not OpenBLAS, GoogleTest or the other build dependencies).
+# The kit is one xz archive (about 15 MB; unpacked, 60 MB would not fit in what a device
+# call carries beside the tree).
+# Usage: bash scripts/gpu_kit.sh        (after bash scripts/build.sh with nvcc present)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+B=build
+[[ -f $B/libgmlp_cuda.so ]] || {
+  echo "gpu_kit.sh: $B/ has no CUDA module (libgmlp_cuda.so): build with nvcc present (bash scripts/build.sh)" >&2
+  exit 1
+}
+[[ -x $B/gmlp && -x $B/tests/gmlp_tests ]] || { echo "gpu_kit.sh: $B/ lacks gmlp or tests/gmlp_tests" >&2; exit 1; }
+K=.gpukit
+S=$(mktemp -d)
+trap 'rm -rf "$S"' EXIT
+mkdir -p "$S/build/tests" "$S/lib"
+cp "$B/gmlp" "$B/libgmlp_cuda.so" "$S/build/"
+cp "$B/tests/gmlp_tests" "$S/build/tests/"
+[[ -d $B/fixtures ]] && cp -r "$B/fixtures" "$S/build/"
+# The libraries as this machine resolves them, less the C library itself (the GPU
+# machine's own glibc is newer than the 2.34 these need), the driver, and cuBLAS, which
+# is too large to carry (hundreds of MB) and ships with the GPU machine's CUDA 13.
+ldd "$B/gmlp" "$B/tests/gmlp_tests" "$B/libgmlp_cuda.so" | awk '/=> \//{print $3}' | sort -u |
+  grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux-x86-64)\.so|/libcuda\.so|/libcublas(Lt)?\.so' |
+  while read -r lib; do cp -L "$lib" "$S/lib/"; done
+# The tests find their fixtures and the module through the build's absolute paths.
+echo "$PWD" > "$S/source_dir"
+git rev-parse HEAD > "$S/commit" 2>/dev/null || echo unknown > "$S/commit"
+mkdir -p "$K"
+tar -C "$S" -cJf "$K/kit.tar.xz.tmp" . && mv "$K/kit.tar.xz.tmp" "$K/kit.tar.xz"
+echo "gpu_kit.sh: $K/kit.tar.xz, $(du -sh "$K/kit.tar.xz" | cut -f1) ($(du -sh "$S" | cut -f1) unpacked, $(ls "$S/lib" | wc -l) libraries), commit $(cut -c1-7 "$S/commit")"
+echo "on the GPU machine: bash scripts/gpu_checks.sh tests sanitizer bench   (carry .gpukit)"
