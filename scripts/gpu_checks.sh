@@ -36,14 +36,16 @@ for lib in libstdc++.so.6 libgcc_s.so.1 libgomp.so.1 libz.so.1 libudev.so.1; do
   [[ $lib == libstdc++.so.6 ]] && ! grep -q GLIBCXX_3.4.30 "$sys" && continue
   rm -f "$K/lib/$lib"
 done
-# cuBLAS comes from the machine: the CUDA toolkit's directories, or the pip wheels
-# PyTorch brought (nvidia-cublas).
+# cuBLAS (and NCCL, which the module opens for a multi-GPU job) come from the machine:
+# the CUDA toolkit's directories, or the pip wheels PyTorch brought (nvidia-cublas,
+# nvidia-nccl).
 cublas_dirs=$( (ls -d /usr/local/cuda*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null
   python3 - <<'PY' 2>/dev/null
 import glob, os, site
 for s in site.getsitepackages():
-    for p in glob.glob(os.path.join(s, "nvidia", "**", "libcublas.so*"), recursive=True):
-        print(os.path.dirname(p))
+    for lib in ("libcublas.so*", "libnccl.so*"):
+        for p in glob.glob(os.path.join(s, "nvidia", "**", lib), recursive=True):
+            print(os.path.dirname(p))
 PY
 ) | sort -u | tr '\n' ':')
 libs="$K/lib:${cublas_dirs}${LD_LIBRARY_PATH:-}"

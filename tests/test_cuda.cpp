@@ -17,12 +17,14 @@
 
 #include "backend/cpu_backend.h"
 #include "gmlp/checkpoint.h"
+#include "gmlp/comm.h"
 #include "gmlp/config.h"
 #include "gmlp/decoder.h"
 #include "gmlp/error.h"
 #include "gmlp/model.h"
 #include "gmlp/optimizer.h"
 #include "test_util.h"
+#include "train/data_parallel.h"
 
 namespace gmlp {
 namespace {
@@ -472,6 +474,52 @@ TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {
       got.assign(next, next + V);
     }
   }
+}
+
+// A model trained with its gradients sent through DataParallel's reduction path on a
+// job of one process (reduce_alone), against the same model trained without: an
+// all-reduce over one rank is a copy, so every gradient and weight must agree exactly.
+void reduction_path_at_world_size_one_changes_no_number(Backend& be) {
+  ASSERT_EQ(world().size(), 1) << "run the test binary without mpirun";
+  ModelConfig c;
+  for (const auto& v : variants())
+    if (v.name == "lm") c = config_of(v);
+  c.d_model = 256;  // several 1 MiB buckets, started while backward goes on
+  c.d_ffn = 1024;
+  auto plain = make(c, be);
+  auto reduced = make(c, be);
+  TestBatch tb(c, 3, 23);
+  AdamW op(*plain, train_config()), orr(*reduced, train_config());
+  DataParallel dp(world(), *reduced, /*reduce_alone=*/true);
+  EXPECT_EQ(dp.describe().find("NCCL") != std::string::npos, !be.host_memory()) << dp.describe();
+  for (int s = 0; s < 5; ++s) {
+    for (Model* m : {plain.get(), reduced.get()}) {
+      const bool via_dp = m == reduced.get();
+      const Batch& b = via_dp ? dp.shard(tb.batch) : tb.batch;
+      m->zero_grad();
+      EXPECT_TRUE(std::isfinite(m->forward(b)));
+      m->backward();
+      if (via_dp) dp.finish_backward();
+      clip_grad_norm(*m, 0.5f);
+      (via_dp ? orr : op).step(*m, learning_rate(train_config(), c.d_model, s + 1));
+    }
+    EXPECT_EQ(std::memcmp(plain->grads(), reduced->grads(), plain->num_params() * sizeof(float)), 0)
+        << "step " << s + 1;
+  }
+  EXPECT_EQ(std::memcmp(plain->weights(), reduced->weights(), plain->num_params() * sizeof(float)), 0);
+}
+
+// The CPU half: the gradient hook, the scaling through the backend and the buckets.
+TEST(DataParallelAlone, TheReductionPathOnOneProcessChangesNoNumber) {
+  reduction_path_at_world_size_one_changes_no_number(cpu_backend());
+}
+
+// On a GPU the same path goes through NCCL. A single GPU cannot hold two NCCL ranks, so
+// this is what one GPU can show (docs/distributed.md): NCCL at world size 1, with its
+// reduction stream and the default stream's wait on it, against no reduction.
+TEST(CudaNccl, TheReductionPathAtWorldSizeOneChangesNoNumber) {
+  REQUIRE_GPU();
+  reduction_path_at_world_size_one_changes_no_number(backend_for(Device::cuda));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gmlp/device.h"
@@ -99,6 +100,24 @@ class Backend {
 // naming the reason when the device cannot be used.
 Backend& backend_for(Device device);
 Backend& cpu_backend();
+
+// Sums of gradient buffers in device memory across the ranks of a job (NCCL for CUDA),
+// for models whose memory is not host memory. A reduction is queued behind the work
+// already issued to the device and runs beside what is issued after it; wait_all()
+// makes the work issued after it wait for every reduction started. Nothing here blocks
+// the host.
+class DeviceReducer {
+ public:
+  virtual ~DeviceReducer() = default;
+  virtual std::string describe() const = 0;  // "NCCL 2.28.3, 2 ranks"
+  virtual void start_allreduce_sum(float* buf, size_t n) = 0;
+  virtual void wait_all() = 0;
+};
+class Communicator;
+// The job's reducer for `device` (made on first use, collectively: every rank of `host`
+// must call it). `host` carries the reducer's rendezvous. Error naming what is missing
+// (no CUDA build, a CUDA module without NCCL, no libnccl on the machine).
+DeviceReducer& device_reducer(Device device, Communicator& host);
 
 // A buffer of backend memory, freed with its owner.
 template <typename T>

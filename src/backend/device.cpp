@@ -5,6 +5,7 @@
 // each CPU run about 160 MB of resident memory and a tenth of a second at start, and a
 // machine without the CUDA libraries could not start gmlp at all.
 #include "backend/backend.h"
+#include "gmlp/comm.h"
 #include "gmlp/error.h"
 
 #ifdef GMLP_HAVE_CUDA
@@ -23,6 +24,10 @@ namespace {
 struct CudaModule {
   int (*device_count)() = nullptr;
   Backend* (*backend)() = nullptr;
+  // NCCL (src/ops/cuda/nccl.cpp); null in a module from before it existed.
+  size_t (*nccl_id)(unsigned char* out, size_t cap, char* err, size_t err_cap) = nullptr;
+  DeviceReducer* (*nccl_open)(const unsigned char* id, size_t len, int rank, int size, char* err,
+                              size_t err_cap) = nullptr;
   std::string error;  // why it did not load
 };
 
@@ -53,6 +58,8 @@ const CudaModule& cuda_module() {
       m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
       m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
       if (m.device_count && m.backend) {
+        m.nccl_id = reinterpret_cast<decltype(m.nccl_id)>(dlsym(h, "gmlp_cuda_nccl_id"));
+        m.nccl_open = reinterpret_cast<decltype(m.nccl_open)>(dlsym(h, "gmlp_cuda_nccl_open"));
         m.error.clear();
         return;
       }
@@ -107,6 +114,38 @@ Backend& backend_for(Device device) {
   require(cuda_device_count() > 0, "the CUDA backend needs a CUDA device; none is visible on this machine");
   return *cuda_module().backend();
 #else
+  throw Error("this gmlp was built without the CUDA backend");
+#endif
+}
+
+DeviceReducer& device_reducer(Device device, Communicator& host) {
+  require(device == Device::cuda, "internal: the CPU reduces host memory through its communicator");
+#ifdef GMLP_HAVE_CUDA
+  static DeviceReducer* reducer = nullptr;
+  if (reducer) return *reducer;
+  backend_for(device);  // chooses this rank's GPU before NCCL binds to the current one
+  const CudaModule& m = cuda_module();
+  require(m.nccl_id && m.nccl_open, "the CUDA module has no NCCL entry points (rebuild it)");
+  // Every rank takes part in each collective below, also when rank 0 failed, so that an
+  // error ends every rank with its message instead of leaving some waiting.
+  char err[512] = "";
+  unsigned char id[512] = {};
+  uint64_t len = 0;
+  if (host.rank() == 0) len = m.nccl_id(id, sizeof id, err, sizeof err);
+  host.broadcast(&len, sizeof len, 0);
+  host.broadcast(err, sizeof err, 0);
+  require(len > 0, std::string("data-parallel training on GPUs needs NCCL: ") + err);
+  host.broadcast(id, sizeof id, 0);
+  DeviceReducer* r = m.nccl_open(id, size_t(len), host.rank(), host.size(), err, sizeof err);
+  int64_t failed = r == nullptr;
+  host.allreduce_sum(&failed, 1);
+  require(r != nullptr, std::string("NCCL on rank ") + std::to_string(host.rank()) + ": " + err);
+  require(failed == 0, std::to_string(failed) + " of " + std::to_string(host.size()) +
+                           " ranks could not join the NCCL communicator (their messages say why)");
+  reducer = r;
+  return *reducer;
+#else
+  (void)host;
   throw Error("this gmlp was built without the CUDA backend");
 #endif
 }

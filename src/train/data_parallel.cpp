@@ -13,16 +13,24 @@ namespace {
 constexpr size_t kBucketFloats = size_t(1) << 18;
 }  // namespace
 
-DataParallel::DataParallel(Communicator& comm, Model& model) : comm_(comm), model_(model) {
-  if (comm_.size() > 1) model_.set_grad_ready_hook([this](size_t off, size_t n) { grads_ready(off, n); });
+DataParallel::DataParallel(Communicator& comm, Model& model, bool reduce_alone)
+    : comm_(comm), model_(model), reducing_(comm.size() > 1 || reduce_alone) {
+  if (!reducing_) return;
+  if (!model_.backend().host_memory()) reducer_ = &device_reducer(model_.device(), comm_);
+  model_.set_grad_ready_hook([this](size_t off, size_t n) { grads_ready(off, n); });
 }
 
 DataParallel::~DataParallel() {
-  if (comm_.size() > 1) model_.set_grad_ready_hook(nullptr);
+  if (reducing_) model_.set_grad_ready_hook(nullptr);
+}
+
+std::string DataParallel::describe() const {
+  return comm_.describe() + (reducer_ ? "; gradients over " + reducer_->describe() : "");
 }
 
 const Batch& DataParallel::shard(const Batch& g) {
   const int P = comm_.size();
+  pending_end_ = model_.num_params();
   if (P == 1) return g;
   require(g.B % P == 0, "a batch of " + std::to_string(g.B) + " rows does not divide among " + std::to_string(P) +
                             " ranks");
@@ -63,27 +71,33 @@ const Batch& DataParallel::shard(const Batch& g) {
     shard_.drop = drop_.data();
   }
   if (g.head_drop) shard_.head_drop = g.head_drop + int64_t(r0) * c.d_model;  // [B, d]: contiguous rows
-  pending_end_ = model_.num_params();
   return shard_;
 }
 
 // Ranges arrive from the end of the buffer towards its start, each adjacent to the
 // previous one; they are scaled to this rank's share and reduced in buckets.
+// The gradients are the backend's copy: host memory on the CPU, device memory on a GPU.
 void DataParallel::grads_ready(size_t offset, size_t count) {
-  float* g = model_.grads();
-  const float s = float(share_);
-  for (size_t i = offset; i < offset + count; ++i) g[i] *= s;
+  float* g = model_.device_grads(true);
+  model_.backend().scale(g + offset, count, float(share_));
   if (pending_end_ - offset >= kBucketFloats || offset == 0) {
-    comm_.start_allreduce_sum(g + offset, pending_end_ - offset);
+    if (reducer_)
+      reducer_->start_allreduce_sum(g + offset, pending_end_ - offset);
+    else
+      comm_.start_allreduce_sum(g + offset, pending_end_ - offset);
     pending_end_ = offset;
   }
-  comm_.progress();
+  if (!reducer_) comm_.progress();
 }
 
 double DataParallel::finish_backward() {
-  if (comm_.size() == 1) return 0.0;
-  const auto t0 = std::chrono::steady_clock::now();
+  if (!reducing_) return 0.0;
   require(pending_end_ == 0, "internal: gradients left unreduced after backward");
+  if (reducer_) {
+    reducer_->wait_all();
+    return 0.0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   comm_.wait_all();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

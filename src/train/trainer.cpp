@@ -176,11 +176,13 @@ TrainSummary train(const TrainOptions& opts) {
   require(B % comm.size() == 0, "train.batch_size = " + std::to_string(B) + " is the global batch, split evenly over the " +
                                     std::to_string(comm.size()) + " processes of this job: it must be a multiple of " +
                                     std::to_string(comm.size()));
-  // The all-reduce reads host gradients mid-backward: a device model needs a device
-  // communicator (NCCL over device_grads()), which does not exist yet.
-  require(comm.size() == 1 || opts.device == Device::cpu,
-          "data-parallel training (" + std::to_string(comm.size()) + " processes) runs on the CPU only for now; "
-          "use --device cpu");
+  if (comm.size() > 1 && opts.device == Device::cuda) {
+    // A GPU model's gradients are summed by NCCL: opened here, before anything is
+    // written, so that a machine without it ends the job with nothing half-made.
+    require(!opts.shard_optimizer, "--shard-optimizer: the sharded optimizer state (ZeRO-1) runs on the CPU only "
+                                   "for now; leave it out with --device cuda");
+    device_reducer(opts.device, comm);
+  }
   const int64_t signature = task->data_signature();
   const std::string fingerprint = hex64(task->data_fingerprint());
   if (opts.resume) {
@@ -278,7 +280,7 @@ TrainSummary train(const TrainOptions& opts) {
     std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", name_of(rc.model.task).c_str(),
                  model.num_params(), task->describe().c_str(), B);
     if (comm.size() > 1)
-      std::fprintf(stderr, "gmlp train: %s, %d rows of each batch per rank\n", comm.describe().c_str(),
+      std::fprintf(stderr, "gmlp train: %s, %d rows of each batch per rank\n", dp.describe().c_str(),
                    B / comm.size());
     if (opt.sharded())
       std::fprintf(stderr, "gmlp train: optimizer state sharded (ZeRO-1): each rank keeps AdamW's moments for %zu of "

@@ -3,6 +3,8 @@
 // order; reading a result back (a download, the loss, the gradient norm) waits for it.
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include "backend/backend.h"
 #include "gmlp/error.h"
 #include "ops/cuda/cuda_ops.h"
@@ -20,6 +22,15 @@ int cuda_runtime_device_count() {
 }
 
 using cuda::check;
+
+// Which of the machine's GPUs this process drives: its rank among the job's processes on
+// this machine, as the launcher announces it, modulo the GPUs it sees (0 for a single
+// process). One process per GPU is the supported layout for data-parallel runs.
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -173,6 +184,11 @@ extern "C" __attribute__((visibility("default"))) int gmlp_cuda_device_count() {
 }
 
 extern "C" __attribute__((visibility("default"))) gmlp::Backend* gmlp_cuda_backend() {
-  static gmlp::CudaBackend be;
-  return &be;
+  static gmlp::CudaBackend* be = [] {
+    // Before the first allocation or cuBLAS handle: they belong to the current device.
+    const int n = gmlp::cuda_runtime_device_count();
+    if (n > 0) gmlp::cuda::check(int(cudaSetDevice(gmlp::local_rank() % n)), "cudaSetDevice");
+    return new gmlp::CudaBackend;  // lives until exit, like the device memory it hands out
+  }();
+  return be;
 }
