@@ -7,8 +7,8 @@
 #              generation) and the device-choice and mirror tests
 #   sanitizer  compute-sanitizer memcheck over the CUDA tests
 #   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
-#   train      the default LM (configs/default.json) trained on the GPU, for its
-#              validation loss against the CPU's
+#   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
+#              bf16, for their validation losses against each other and the CPU's
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes:
 # `info tests sanitizer` fit one call, `bench` and `train` one each)
 set -uo pipefail
@@ -84,12 +84,14 @@ for s in "$@"; do
     bench)
       step bench python3 bench/gpu_bench.py --json "$out/gpu-results.json" ;;
     train)
-      [[ -f data/kjv.txt ]] || { echo "gpu_checks.sh: train needs data/kjv.txt (carry data)" >&2; status=1; continue; }
-      # The run directory stays on the machine (its checkpoints are too large to bring
-      # back); its metrics come back.
-      step train build/gmlp train --device cuda --config configs/default.json --out /tmp/gmlp-default-cuda \
-        --overwrite --no-progress
-      cp /tmp/gmlp-default-cuda/metrics.jsonl "$out/train-metrics.jsonl" 2>/dev/null ;;
+      [[ -f data/kjv.txt ]] || { echo "gpu_checks.sh: train needs data/kjv.txt (carry data/kjv.txt)" >&2; status=1; continue; }
+      # The run directories stay on the machine (their checkpoints are too large to
+      # bring back); their metrics come back. bf16 must end within 2% of fp32's loss.
+      for p in fp32 bf16; do
+        step "train-$p" build/gmlp train --device cuda --precision $p --config configs/default.json \
+          --out /tmp/gmlp-default-$p --overwrite --no-progress
+        cp /tmp/gmlp-default-$p/metrics.jsonl "$out/train-$p-metrics.jsonl" 2>/dev/null
+      done ;;
     *) echo "gpu_checks.sh: unknown step '$s' (info, tests, sanitizer, bench or train)" >&2; status=1 ;;
   esac
 done

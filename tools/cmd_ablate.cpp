@@ -23,6 +23,7 @@ struct AblateArgs {
   int d_attn = 32;
   bool no_progress = false;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 // The paper's labels for each variant.
@@ -56,7 +57,7 @@ int run_ablate(const AblateArgs& a) {
     o.data_path = a.data;
     o.out_dir = (std::filesystem::path(a.out) / v).string();
     o.progress_bar = !a.no_progress;
-    o.device = parse_device(a.device);
+    o.device = choose_device(a.device, a.precision);
     std::fprintf(stderr, "== %s\n", label_of(v).c_str());
     const TrainSummary s = train(o);
     require(!s.interrupted, "ablation interrupted during '" + v + "'");
@@ -103,7 +104,7 @@ void add_ablate(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   c->add_option("--steps", a->steps, "Training steps per variant (default: the config's)");
   c->add_option("--d-attn", a->d_attn, "aMLP's attention size")->capture_default_str();
-  add_device_option(c, a->device);
+  add_device_option(c, a->device, a->precision);
   c->add_option("--set", a->sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
   c->add_flag("--no-progress", a->no_progress, "Plain log lines instead of a live progress bar");
   c->callback([a, &exit_code] { exit_code = run_ablate(*a); });

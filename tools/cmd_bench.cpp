@@ -20,6 +20,7 @@ struct BenchArgs {
   int batch_size = 0, warmup = 3, repeats = 10, gen_tokens = 0, threads = 0, streams = 1;
   bool json = false;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -49,13 +50,14 @@ int run_bench(const BenchArgs& a) {
   o.repeats = a.repeats;
   o.gen_tokens = a.gen_tokens;
   o.streams = a.streams;
-  o.device = parse_device(a.device);
+  o.device = choose_device(a.device, a.precision);
   const BenchResult r = bench_model(rc, mode, o);
 
   nlohmann::json out = {{"impl", "gmlp"},
                         {"config", a.config.empty() ? "default" : std::filesystem::path(a.config).stem().string()},
                         {"mode", a.mode},
                         {"device", name_of(o.device)},
+                        {"precision", a.precision},
                         {"threads", a.threads},
                         {"batch_size", mode == BenchMode::generate ? a.streams : B},
                         {"seq_len", n},
@@ -75,6 +77,7 @@ int run_bench(const BenchArgs& a) {
   out["gflops"] = r.gflops;
   out["mfu"] = r.gflops / r.sgemm_peak_gflops;
   out["peak_rss_mb"] = r.peak_rss_mb;
+  if (o.device != Device::cpu) out["device_peak_mb"] = r.device_peak_mb;
   // How OpenMP's threads wait in this run: gmlp's own choice, or the user's variables.
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spins = std::getenv("GOMP_SPINCOUNT");
@@ -98,6 +101,8 @@ int run_bench(const BenchArgs& a) {
                   r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats);
     std::printf("  %.1f GFLOP/s = %.1f%% of the measured sgemm peak %.1f GFLOP/s; peak RSS %.0f MB\n", r.gflops,
                 100 * out["mfu"].get<double>(), r.sgemm_peak_gflops, r.peak_rss_mb);
+    if (out.contains("device_peak_mb"))
+      std::printf("  peak device memory %.0f MiB (the backend's allocations)\n", r.device_peak_mb);
     std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());
   }
   return 0;
@@ -119,7 +124,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   c->add_option("--gen-tokens", a->gen_tokens, "generate: tokens per run (default 2n)");
   c->add_option("--streams", a->streams, "generate: prompts decoded together (batched generation)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
-  add_device_option(c, a->device);
+  add_device_option(c, a->device, a->precision);
   c->add_flag("--json", a->json, "One JSON object on stdout");
   c->callback([a, &exit_code] {
     a->threads = omp_get_max_threads();  // what --threads (or the default) put in force

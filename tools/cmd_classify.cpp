@@ -47,10 +47,11 @@ struct ClassifyArgs {
   std::vector<std::string> texts;
   int top = 3, batch = 64;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 int run_classify(const ClassifyArgs& a) {
-  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
+  auto model = load_model(resolve_model_path(a.model), choose_device(a.device, a.precision));
   const ModelConfig& c = model->config();
   require(c.task == Task::classify, "'" + a.model + "' is a \"" + name_of(c.task) + "\" model, not a sentence classifier");
   require(a.top >= 1, "--top must be >= 1");
@@ -104,10 +105,11 @@ struct ImageArgs {
   std::vector<std::string> images;
   int top = 3;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 int run_classify_image(const ImageArgs& a) {
-  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
+  auto model = load_model(resolve_model_path(a.model), choose_device(a.device, a.precision));
   const ModelConfig& c = model->config();
   require(c.task == Task::vision, "'" + a.model + "' is a \"" + name_of(c.task) + "\" model, not an image classifier");
   require(a.top >= 1, "--top must be >= 1");
@@ -164,7 +166,7 @@ void add_classify(CLI::App& app, int& exit_code) {
                 "text (the top classes), tsv (a header, then label, every class's probability, text) or jsonl")
       ->capture_default_str();
   c->add_option("--batch-size", a->batch, "Text windows per forward pass")->capture_default_str();
-  add_device_option(c, a->device);
+  add_device_option(c, a->device, a->precision);
   c->callback([a, &exit_code] { exit_code = run_classify(*a); });
 
   auto b = std::make_shared<ImageArgs>();
@@ -172,7 +174,7 @@ void add_classify(CLI::App& app, int& exit_code) {
   ci->add_option("--model", b->model, "Checkpoint file or run directory")->capture_default_str();
   ci->add_option("images,--image", b->images, "Image files (resized and converted to the model's input)")->required();
   ci->add_option("--top", b->top, "Classes to show per image")->capture_default_str();
-  add_device_option(ci, b->device);
+  add_device_option(ci, b->device, b->precision);
   ci->callback([b, &exit_code] { exit_code = run_classify_image(*b); });
 }
 

@@ -23,6 +23,7 @@ struct GenerateArgs {
   int64_t seed = 1;
   SamplingOptions sampling;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 // --prompts FILE: every prompt is read and checked before anything is generated; the
@@ -72,7 +73,7 @@ int run_generate(const GenerateArgs& a) {
   a.sampling.validate();  // before anything is printed
   require(a.max_tokens >= 0, "--max-tokens must be >= 0, got " + std::to_string(a.max_tokens));
   require(a.batch >= 1 && a.batch <= 4096, "--batch must be 1 to 4096, got " + std::to_string(a.batch));
-  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
+  auto model = load_model(resolve_model_path(a.model), choose_device(a.device, a.precision));
   auto tok = tokenizer_from_json(model->config().tokenizer);
   if (!a.prompts.empty()) return run_generate_file(a, *model, *tok);
   const auto prompt = tok->encode(a.prompt);
@@ -94,10 +95,11 @@ struct EvalArgs {
   int batch_size = 16;
   bool json = false;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 int run_eval(const EvalArgs& a) {
-  auto model = load_model(resolve_model_path(a.model), parse_device(a.device));
+  auto model = load_model(resolve_model_path(a.model), choose_device(a.device, a.precision));
   const Task task = model->config().task;
   if (task == Task::classify || task == Task::vision) return run_classifier_eval(*model, a.data, a.batch_size, a.json);
   if (task == Task::mlm) {
@@ -146,7 +148,7 @@ void add_generate(CLI::App& app, int& exit_code) {
   c->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();
   c->add_option("--top-p", a->sampling.top_p, "Nucleus sampling: smallest set with probability >= p")->capture_default_str();
   c->add_option("--seed", a->seed, "Random seed (same seed, same text)")->capture_default_str();
-  add_device_option(c, a->device);
+  add_device_option(c, a->device, a->precision);
   c->callback([a, &exit_code] { exit_code = run_generate(*a); });
 }
 
@@ -159,7 +161,7 @@ void add_eval(CLI::App& app, int& exit_code) {
   c->add_option("--data", a->data, "Text file (LM, MLM), label<TAB>text file (classify) or IDX folder (vision)")
       ->required();
   c->add_option("--batch-size", a->batch_size, "Windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
-  add_device_option(c, a->device);
+  add_device_option(c, a->device, a->precision);
   c->add_flag("--json", a->json, "Print the result as JSON");
   c->callback([a, &exit_code] { exit_code = run_eval(*a); });
 }

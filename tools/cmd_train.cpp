@@ -31,6 +31,7 @@ struct TrainArgs {
   int64_t steps = 0, stop_after = 0;
   bool resume = false, overwrite = false, no_progress = false, shard_optimizer = false;
   std::string device = "auto";
+  std::string precision = "fp32";
 };
 
 std::atomic<int> g_signal{0};
@@ -168,7 +169,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   o.extend_to = a.resume && cmd.get_option("--steps")->count() ? a.steps : 0;
   o.stop_after = a.stop_after;
   o.progress_bar = !a.no_progress;
-  o.device = parse_device(a.device);
+  o.device = choose_device(a.device, a.precision);
   o.shard_optimizer = a.shard_optimizer;
 
   namespace fs = std::filesystem;
@@ -238,7 +239,7 @@ void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, c
   c->add_option("--set", a.sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
   c->add_flag("--resume", a.resume, "Continue the run saved in --out exactly where it stopped");
   c->add_flag("--overwrite", a.overwrite, "Start a new run even if --out already holds one");
-  add_device_option(c, a.device);
+  add_device_option(c, a.device, a.precision);
   c->add_flag("--shard-optimizer", a.shard_optimizer,
               "Under mpirun: each rank keeps AdamW's moments for 1/P of the parameters (ZeRO-1); the same results");
   c->add_option("--stop-after", a.stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
@@ -360,9 +361,20 @@ void apply_set(nlohmann::json& j, const std::string& kv) {
   j[section][key] = v;
 }
 
-void add_device_option(CLI::App* c, std::string& device) {
+void add_device_option(CLI::App* c, std::string& device, std::string& precision) {
   c->add_option("--device", device, "cpu, cuda or auto (cuda when built with CUDA and a GPU is visible)")
       ->capture_default_str();
+  c->add_option("--precision", precision,
+                "Matrix products in fp32, or bf16 (mixed precision: bf16 inputs, fp32 accumulation, weights and "
+                "optimizer; GPUs only for now)")
+      ->capture_default_str();
+}
+
+Device choose_device(const std::string& device, const std::string& precision) {
+  const Precision p = parse_precision(precision);  // a misspelling fails before any device is opened
+  const Device d = parse_device(device);
+  use_precision(d, p);
+  return d;
 }
 
 }  // namespace gmlp::cli

@@ -35,7 +35,10 @@ void apply_set(nlohmann::json& j, const std::string& kv);
 
 // --device on a command that runs a model: cpu, cuda or auto (the default: cuda when
 // this build has the CUDA backend and a device is visible, else cpu).
-void add_device_option(CLI::App* c, std::string& device);
+void add_device_option(CLI::App* c, std::string& device, std::string& precision);
+// The device the two options name, with its backend set to that precision. Error naming
+// what cannot be done (no GPU, bf16 on the CPU).
+gmlp::Device choose_device(const std::string& device, const std::string& precision);
 // --grid KEY=V1,V2 (repeatable): trains every combination under base.out_dir/NAME from
 // `config` (the run's config JSON), picks by validation, scores only that one on test.
 int run_grid(const std::vector<std::string>& specs, const gmlp::TrainOptions& base, const nlohmann::json& config,

@@ -30,6 +30,7 @@ struct BenchResult {
   double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token)
   double sgemm_peak_gflops = 0;
   double peak_rss_mb = 0;
+  double device_peak_mb = 0;  // a device backend's peak allocation (0 on the CPU)
 };
 
 BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions& o);

@@ -16,4 +16,16 @@ Device parse_device(const std::string& s);
 bool cuda_built();
 int cuda_device_count();
 
+// The precision of the matrix products. fp32: every product in float32 (the reference).
+// bf16: mixed precision, the products' inputs rounded to bfloat16 and accumulated in
+// float32 on tensor cores; weights, gradients, AdamW, norms and reductions stay float32,
+// and so do checkpoints.
+enum class Precision { fp32, bf16 };
+std::string name_of(Precision p);
+// "fp32" or "bf16"; error for another word.
+Precision parse_precision(const std::string& s);
+// Sets the precision of the device's backend for the rest of the process. Error naming
+// why when the device cannot do it (bf16 on the CPU).
+void use_precision(Device d, Precision p);
+
 }  // namespace gmlp

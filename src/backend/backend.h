@@ -35,6 +35,13 @@ class Backend {
   virtual void zero(void* p, size_t bytes) = 0;
   // Waits until the work queued so far has finished (timing; the CPU runs synchronously).
   virtual void synchronize() = 0;
+  // The most memory this backend has held at once, in bytes, since the process started
+  // (a device's: what torch.cuda.max_memory_allocated reports for PyTorch). 0 on the
+  // CPU, whose memory is the process's resident set.
+  virtual size_t peak_bytes() const { return 0; }
+  // The matrix products' precision (gmlp/device.h); error when the backend has no such
+  // path. Set before a model is built; the default is fp32.
+  virtual void set_precision(Precision p) = 0;
 
   // ---- the ops of ops.h.
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

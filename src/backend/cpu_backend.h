@@ -14,6 +14,7 @@ class CpuBackend : public Backend {
  public:
   Device device() const override { return Device::cpu; }
   bool host_memory() const override { return true; }
+  void set_precision(Precision p) override;
 
   void* alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;

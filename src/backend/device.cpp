@@ -89,6 +89,15 @@ int cuda_device_count() { return 0; }
 #endif
 
 std::string name_of(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
+std::string name_of(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  throw Error("--precision: '" + s + "' is not one of fp32, bf16");
+}
+
+void use_precision(Device d, Precision p) { backend_for(d).set_precision(p); }
 
 Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu;

@@ -170,6 +170,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   if (mode != BenchMode::generate) r.tokens_per_s = B * n / s.median;
   r.gflops = flops / s.median / 1e9;
   r.peak_rss_mb = peak_rss_mb();
+  r.device_peak_mb = double(model.backend().peak_bytes()) / double(1 << 20);
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <unordered_map>
 
 #include "backend/backend.h"
 #include "gmlp/error.h"
@@ -22,6 +23,8 @@ int cuda_runtime_device_count() {
 }
 
 using cuda::check;
+
+size_t g_live_bytes = 0, g_peak_bytes = 0;  // the host side is single-threaded
 
 // Which of the machine's GPUs this process drives: its rank among the job's processes on
 // this machine, as the launcher announces it, modulo the GPUs it sees (0 for a single
@@ -44,12 +47,24 @@ class CudaBackend final : public Backend {
     if (e != cudaSuccess)
       throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB on the device: " +
                   cudaGetErrorString(e));
+    sizes_[p] = bytes;
+    cuda::count_device_bytes(int64_t(bytes));
     check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
     return p;
   }
   void release(void* p) override {
-    if (p) cudaFree(p);  // never throws: called from destructors
+    if (!p) return;
+    cudaFree(p);  // never throws: called from destructors
+    const auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    cuda::count_device_bytes(-int64_t(it->second));
+    sizes_.erase(it);
   }
+  size_t peak_bytes() const override { return cuda::peak_device_bytes(); }
+  // bf16: every GEMM through the tensor cores (gemm.cu). The causal mixing's diagonal
+  // blocks (cublasStrmm, which has only float32) stay float32: 128/n of that mixing,
+  // itself a small share of a step beside the channel projections.
+  void set_precision(Precision p) override { cuda::set_bf16_products(p == Precision::bf16); }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");
   }
@@ -173,9 +188,19 @@ class CudaBackend final : public Backend {
   }
   double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(x, n); }
   void scale(float* x, size_t n, float c) override { cuda::scale(x, n, c); }
+
+ private:
+  std::unordered_map<void*, size_t> sizes_;  // what each allocation holds, for the count
 };
 
 }  // namespace
+
+void cuda::count_device_bytes(int64_t delta) {
+  g_live_bytes = size_t(int64_t(g_live_bytes) + delta);
+  if (g_live_bytes > g_peak_bytes) g_peak_bytes = g_live_bytes;
+}
+size_t cuda::peak_device_bytes() { return g_peak_bytes; }
+
 }  // namespace gmlp
 
 // The module's two entry points, looked up by name (src/backend/device.cpp).

@@ -15,8 +15,16 @@ void check(int status, const char* what);
 void check_launch(const char* what);
 // A scratch area of device memory reused by every op (grown, never shrunk).
 void* scratch(size_t bytes);
+// Device memory in use by the backend (allocations and scratch), and its peak; every
+// cudaMalloc and cudaFree of the backend reports its size here.
+void count_device_bytes(int64_t delta);
+size_t peak_device_bytes();
 
-// gemm.cu (cuBLAS, fp32: no TF32, so results stay within float rounding of the CPU).
+// The products' precision for the rest of the process (gmlp/device.h): fp32 (the
+// default) or bf16 inputs with fp32 accumulation on tensor cores.
+void set_bf16_products(bool on);
+
+// gemm.cu (cuBLAS; in fp32 no TF32, so results stay within float rounding of the CPU).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);
 // C[m, n] = alpha * op(L) * B with L the lower triangle of the m x m block at A (row-major).

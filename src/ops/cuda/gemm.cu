@@ -39,20 +39,36 @@ void* scratch(size_t bytes) {
   static size_t cap = 0;
   if (bytes > cap) {
     if (p) check(int(cudaFree(p)), "cudaFree (scratch)");
+    count_device_bytes(-int64_t(cap));
     p = nullptr;
+    cap = 0;
     check(int(cudaMalloc(&p, bytes)), "cudaMalloc (scratch)");
+    count_device_bytes(int64_t(bytes));
     cap = bytes;
   }
   return p;
 }
 
+namespace {
+bool g_bf16 = false;
+}
+
+void set_bf16_products(bool on) { g_bf16 = on; }
+
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   // K = 0: cuBLAS scales C by beta, as the CPU gemm does.
-  check_blas(cublasSgemm(blas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                         &alpha, B, ldb, A, lda, &beta, C, ldc),
-             "sgemm");
+  if (!g_bf16) {
+    check_blas(cublasSgemm(blas(), opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
+    return;
+  }
+  // Mixed precision: float32 matrices in and out, cuBLAS rounds the inputs to bf16 and
+  // accumulates in float32 on the tensor cores (the activations stay float32 in memory).
+  check_blas(cublasGemmEx(blas(), opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                          CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
+             "gemm (bf16)");
 }
 
 void trmm_lower(bool trans, int m, int n, float alpha, const float* A, int lda, const float* B, int ldb, float* C,
