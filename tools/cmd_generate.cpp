@@ -31,18 +31,9 @@ struct GenerateArgs {
 // draws with seed + k, so it gets the text `--prompt` would with that seed.
 int run_generate_file(const GenerateArgs& a, Model& model, const Tokenizer& tok) {
   std::vector<std::string> texts;
-  {
-    const std::string all = read_file(a.prompts);
-    size_t start = 0;
-    while (start < all.size()) {
-      size_t end = all.find('\n', start);
-      if (end == std::string::npos) end = all.size();
-      std::string line = all.substr(start, end - start);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty()) texts.push_back(line);
-      start = end + 1;
-    }
-  }
+  const std::string all = read_file(a.prompts);
+  for (const std::string_view line : split_lines(all))
+    if (!line.empty()) texts.emplace_back(line);
   require(!texts.empty(), "--prompts " + a.prompts + ": no prompts (one per line; empty lines are skipped)");
   const int n = model.config().seq_len;
   std::vector<std::vector<int32_t>> prompts;

@@ -16,6 +16,9 @@ std::string read_file(const std::string& path);
 // Writes bytes to path atomically: a temp file beside it, fsync, rename, fsync of the
 // directory, so a crash leaves either the old file or the new one.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// The lines of a text (views into it): "\n", "\r\n" and a lone "\r" all end a line, a
+// UTF-8 byte-order mark is dropped, and a final line needs no terminator.
+std::vector<std::string_view> split_lines(std::string_view text);
 // Parses JSON text from a file, a header or an option; `what` names it in errors. Text
 // nested deeper than max_depth arrays/objects is refused before parsing: every JSON
 // file this project reads is a few levels deep, and a hostile one nested 100,000 deep

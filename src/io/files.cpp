@@ -154,4 +154,21 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The lines of a text file: "\n", "\r\n" and a lone "\r" all end a line (files saved
+// with old Mac line endings would otherwise be one example), a UTF-8 byte-order mark
+// is dropped, and a final line needs no terminator.
+std::vector<std::string_view> split_lines(std::string_view text) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\n' && text[i] != '\r') continue;
+    lines.push_back(text.substr(start, i - start));
+    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+    start = i + 1;
+  }
+  if (start < text.size()) lines.push_back(text.substr(start));
+  return lines;
+}
+
 }  // namespace gmlp
