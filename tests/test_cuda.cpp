@@ -214,6 +214,26 @@ TEST(DeviceChoice, CudaWithoutADeviceIsAClearErrorAndWritesNothing) {
   }
 }
 
+// GMLP_DEVICE is --device's default: a command line still overrides it, and a bad value
+// is an error that names the variable, before anything is written.
+TEST(DeviceChoice, GmlpDeviceSetsTheDefaultAndABadOneIsNamed) {
+  test::TempDir dir("gmlp_device");
+  const std::string out = dir.file("run");
+  const std::string train = " train --steps 1 --data " + test::kGplText + " --out " + out;
+  const auto bad = test::run_command("GMLP_DEVICE=gpu " + test::gmlp_exe() + train);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--device: 'gpu' is not one of cpu, cuda, auto (the value of the environment variable "
+                            "GMLP_DEVICE)"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  const auto over = test::run_command("GMLP_DEVICE=gpu " + test::gmlp_exe() + train + " --device cpu");
+  EXPECT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors")) << over.output;
+  const auto help = test::run_command("GMLP_DEVICE=cpu " + test::gmlp_exe() + " eval --help");
+  EXPECT_NE(help.output.find("GMLP_DEVICE"), std::string::npos) << help.output;
+}
+
 // bf16 needs the GPU for now: on the CPU it is refused, saying whether the CPU has bf16
 // instructions, before anything is written; a misspelt precision is refused as well.
 TEST(DeviceChoice, Bf16OnTheCpuIsAClearErrorAndWritesNothing) {

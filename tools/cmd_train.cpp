@@ -361,8 +361,15 @@ void apply_set(nlohmann::json& j, const std::string& kv) {
   j[section][key] = v;
 }
 
+// GMLP_DEVICE replaces the default "auto": a job script or a test suite can keep every
+// command on one device without editing each command line (the test runner sets cpu,
+// because its bit-for-bit resume checks hold on the CPU and not on a GPU, whose
+// embedding backward sums with atomics).
 void add_device_option(CLI::App* c, std::string& device, std::string& precision) {
-  c->add_option("--device", device, "cpu, cuda or auto (cuda when built with CUDA and a GPU is visible)")
+  if (const char* env = std::getenv("GMLP_DEVICE"); env && *env) device = env;
+  c->add_option("--device", device,
+                "cpu, cuda or auto (cuda when built with CUDA and a GPU is visible); the default is "
+                "the environment variable GMLP_DEVICE where it is set")
       ->capture_default_str();
   c->add_option("--precision", precision,
                 "Matrix products in fp32, or bf16 (mixed precision: bf16 inputs, fp32 accumulation, weights and "
@@ -372,7 +379,14 @@ void add_device_option(CLI::App* c, std::string& device, std::string& precision)
 
 Device choose_device(const std::string& device, const std::string& precision) {
   const Precision p = parse_precision(precision);  // a misspelling fails before any device is opened
-  const Device d = parse_device(device);
+  Device d;
+  try {
+    d = parse_device(device);
+  } catch (const Error& e) {
+    const char* env = std::getenv("GMLP_DEVICE");
+    if (env && device == env) throw Error(std::string(e.what()) + " (the value of the environment variable GMLP_DEVICE)");
+    throw;
+  }
   use_precision(d, p);
   return d;
 }
