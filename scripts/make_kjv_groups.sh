@@ -5,6 +5,12 @@
 #   <data>/kjv_groups/test.tsv     the same for chapters 5, 10, 15, ... (5,382 verses)
 #   <data>/kjv_groups/pretrain.txt the verse texts of the train chapters only, one a line:
 #                                  the masked-LM corpus, which must never see a test chapter
+#   <data>/kjv_groups/fit.tsv      train.tsv without its validation chapters (22,324 verses)
+#   <data>/kjv_groups/val.tsv      the train verses of chapters 3, 13, 23, ... (3,396 verses):
+#                                  a validation split of whole chapters, built the way the
+#                                  test split is, for `--data fit.tsv --val val.tsv`. A split
+#                                  drawn verse by verse leaves each validation verse's
+#                                  neighbours in training and so rewards memorising chapters.
 # Lines of kjv.txt look like "Ge1:1 In the beginning ..."; the reference (book
 # abbreviation, chapter:verse and the one space after it) is dropped, the verse text is
 # kept byte for byte. Books are numbered 1..66 in order of appearance and grouped:
@@ -25,8 +31,10 @@ declare -A WANT_MD5=(
   [train.tsv]=3f722c5dc5e29e2fed3e97b85feab618
   [test.tsv]=d394b67aa8fa2dadae26dca298ac1e45
   [pretrain.txt]=a4bade43333770d5cfe2f132bf779554
+  [fit.tsv]=a7393b2478a28c47e63492bdee7c00c2
+  [val.tsv]=438fb1a8ae5beae25e00578997a6f7da
 )
-declare -A WANT_LINES=([train.tsv]=25720 [test.tsv]=5382 [pretrain.txt]=25720)
+declare -A WANT_LINES=([train.tsv]=25720 [test.tsv]=5382 [pretrain.txt]=25720 [fit.tsv]=22324 [val.tsv]=3396)
 
 fail() { echo "make_kjv_groups: FAILED: $*" >&2; exit 1; }
 md5() { md5sum "$1" | cut -d' ' -f1; }
@@ -38,7 +46,7 @@ for f in "${!WANT_MD5[@]}"; do
   [[ -f "$OUT/$f" && "$(md5 "$OUT/$f")" == "${WANT_MD5[$f]}" ]] || all_ok=0
 done
 if ((all_ok)); then
-  echo "make_kjv_groups: $OUT already present (train.tsv, test.tsv, pretrain.txt md5s ok)"
+  echo "make_kjv_groups: $OUT already present (train, test, pretrain, fit and val md5s ok)"
   exit 0
 fi
 
@@ -47,7 +55,8 @@ WORK="$(mktemp -d "$OUT/.make.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 # LC_ALL=C: byte semantics, independent of the caller's locale.
-LC_ALL=C awk -v train="$WORK/train.tsv" -v test="$WORK/test.tsv" -v pre="$WORK/pretrain.txt" '
+LC_ALL=C awk -v train="$WORK/train.tsv" -v test="$WORK/test.tsv" -v pre="$WORK/pretrain.txt" \
+  -v fit="$WORK/fit.tsv" -v val="$WORK/val.tsv" '
   function group(b) {
     if (b <= 5) return "law"
     if (b <= 17) return "history"
@@ -85,6 +94,7 @@ LC_ALL=C awk -v train="$WORK/train.tsv" -v test="$WORK/test.tsv" -v pre="$WORK/p
     } else {
       print label "\t" text > train
       print text > pre
+      print label "\t" text > (chapter % 10 == 3 ? val : fit)
     }
   }
   END {
@@ -99,4 +109,4 @@ for f in "${!WANT_MD5[@]}"; do
   [[ "$got_md5" == "${WANT_MD5[$f]}" ]] || fail "$OUT/$f: md5 expected ${WANT_MD5[$f]}, got $got_md5"
 done
 for f in "${!WANT_MD5[@]}"; do mv -f "$WORK/$f" "$OUT/$f"; done
-echo "make_kjv_groups: wrote $OUT/train.tsv (${WANT_LINES[train.tsv]} verses), test.tsv (${WANT_LINES[test.tsv]}), pretrain.txt (${WANT_LINES[pretrain.txt]})"
+echo "make_kjv_groups: wrote $OUT/train.tsv (${WANT_LINES[train.tsv]} verses), test.tsv (${WANT_LINES[test.tsv]}), pretrain.txt (${WANT_LINES[pretrain.txt]}), fit.tsv (${WANT_LINES[fit.tsv]}), val.tsv (${WANT_LINES[val.tsv]})"

@@ -1,6 +1,7 @@
 // Tokenizers, corpus loading and batching (src/data).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -594,6 +595,34 @@ TEST(KjvGroups, FilesMatchTheSpecAndTheBaselineScoresAbout072) {
     ASSERT_EQ(line, train.texts[i]) << "pretrain.txt line " << i + 1;
   }
   EXPECT_EQ(i, train.size());
+  // fit.tsv and val.tsv split train.tsv (by whole chapters; the script says which):
+  // each keeps its order, and together they hold exactly its verses, every class in both.
+  const LabelledSet fit = load_labelled(dir + "fit.tsv", train.class_names);
+  const LabelledSet val = load_labelled(dir + "val.tsv", train.class_names);
+  EXPECT_EQ(fit.size(), 22324u);
+  EXPECT_EQ(val.size(), 3396u);
+  using Pairs = std::vector<std::pair<int, std::string>>;
+  auto pairs = [](const LabelledSet& s) {
+    Pairs p;
+    for (size_t j = 0; j < s.size(); ++j) p.emplace_back(s.labels[j], s.texts[j]);
+    return p;
+  };
+  const Pairs all = pairs(train);
+  for (const LabelledSet* part : {&fit, &val}) {
+    const Pairs p = pairs(*part);
+    size_t k = 0;
+    for (size_t j = 0; j < all.size() && k < p.size(); ++j) k += all[j] == p[k];
+    EXPECT_EQ(k, p.size()) << "not in train.tsv's order";
+    std::vector<int> per_class(train.class_names.size());
+    for (int l : part->labels) ++per_class[size_t(l)];
+    for (int n : per_class) EXPECT_GT(n, 300);
+  }
+  Pairs both = pairs(fit), sorted_all = all;
+  const Pairs v = pairs(val);
+  both.insert(both.end(), v.begin(), v.end());
+  std::sort(both.begin(), both.end());
+  std::sort(sorted_all.begin(), sorted_all.end());
+  EXPECT_TRUE(both == sorted_all) << "fit.tsv + val.tsv is not train.tsv";
   NaiveBayes nb;
   nb.fit(train);
   int64_t right = 0;
