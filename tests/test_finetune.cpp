@@ -304,6 +304,13 @@ TEST(Reports, ClassReportAndClassifyFileFormats) {
     ++lines;
   }
   EXPECT_EQ(lines, 2);
+  // The same texts saved with Windows line ends and a byte-order mark classify the same,
+  // with no '\r' left in a text.
+  std::ofstream(dir.file("crlf.txt")) << "\xEF\xBB\xBFthe red cat\r\na one\r\n";
+  const auto crlf = run_command(test::gmlp_exe() + " classify --model " + dir.file("run") + " --file " +
+                                dir.file("crlf.txt") + " --format jsonl");
+  ASSERT_EQ(crlf.exit_code, 0) << crlf.output;
+  EXPECT_EQ(crlf.output, r.output);
   r = run_command(test::gmlp_exe() + " classify --model " + dir.file("run") + " --text x --format xml");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "--format")) << r.output;

@@ -2,7 +2,6 @@
 // gmlp classify-image: label an image file with a vision checkpoint.
 // Also the classifier half of `gmlp eval`: top-1 and the confusion matrix.
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 
 #include "commands.h"
@@ -10,6 +9,7 @@
 #include "gmlp/classify.h"
 #include "gmlp/error.h"
 #include "gmlp/evaluate.h"
+#include "gmlp/files.h"
 #include "gmlp/image.h"
 #include "gmlp/labelled.h"
 #include "gmlp/metrics.h"
@@ -58,10 +58,10 @@ int run_classify(const ClassifyArgs& a) {
   auto tok = tokenizer_from_json(c.tokenizer);
   std::vector<std::string> texts = a.texts;
   if (!a.file.empty()) {
-    std::ifstream f(a.file);
-    require(f.good(), "cannot open '" + a.file + "'");
-    for (std::string line; std::getline(f, line);)
-      if (!line.empty()) texts.push_back(line);
+    // The labelled reader's line rules: a file saved on Windows classifies the same.
+    const std::string all = read_file(a.file);
+    for (const std::string_view line : split_lines(all))
+      if (!line.empty()) texts.emplace_back(line);
   }
   require(!texts.empty(), "nothing to classify: give --text or --file");
   require(a.format == "text" || a.format == "tsv" || a.format == "jsonl",
