@@ -6,7 +6,8 @@
 # next to the majority class and naive Bayes (from the runs' report.json).
 # Usage: scripts/textset.sh kjv|spam|sotu
 # Budget (environment): MLM_STEPS (default 2000), EPOCHS (fine-tuning, default 3),
-# LONG_TEXT (head, head_tail or chunks; default the model's), VOCAB (default 8000).
+# LR (fine-tuning peak learning rate; default finetune's), LONG_TEXT (head, head_tail or
+# chunks; default the model's), VOCAB (default 8000).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 set_name="${1:?usage: scripts/textset.sh kjv|spam|sotu}"
@@ -26,6 +27,7 @@ mkdir -p runs
 R=runs/$set_name
 extra=()
 [[ -n "${LONG_TEXT:-}" ]] && extra+=(--set "model.long_text=\"$LONG_TEXT\"")
+[[ -n "${LR:-}" ]] && extra+=(--lr "$LR")
 t0=$SECONDS
 $G tokenizer train --data $D/pretrain.txt --vocab-size "$VOCAB" --out $R-sp.json
 $G train --config configs/mlm-kjv.json --tokenizer $R-sp.json --data $D/pretrain.txt --steps "$MLM_STEPS" \
