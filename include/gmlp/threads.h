@@ -17,7 +17,14 @@ namespace gmlp {
 // (GOMP_SPINCOUNT below), else wait passively. The choice and its reason are left in
 // GMLP_OMP_WAIT for `gmlp bench` to report. Returns only if nothing was done or the
 // re-exec failed.
-constexpr const char* kSpinCount = "300000";
+//
+// The count is what a run lives with when load arrives after it started. libgomp's
+// default, 300,000 spins (milliseconds here), made a spinning run 1.4-1.7x slower than
+// a passive one once another process took a core, and 2-3.6x with two; 10,000 spins
+// keeps the idle speed (within 6% of 300,000 in bench/spin_sweep.py's rounds) and
+// halves that loss (1.2-1.5x). Fewer spins cost idle speed: 3,000 was up to 16% slower.
+// docs/bench.md, "How long to spin".
+constexpr const char* kSpinCount = "10000";
 void choose_omp_wait_policy(char** argv);
 // The choice alone, for a process that cannot re-execute itself (the Python package
 // calls it before the engine loads): sets the variables and returns true, or returns
