@@ -273,6 +273,84 @@ TEST(Grid, EverySettingInItsDirectoryChosenByValidationTestScoredOnce) {
   EXPECT_TRUE(contains(r.output, "<- chosen")) << r.output;
 }
 
+// --refit: choose by validation, then train the chosen settings again on the training
+// and validation texts together for the passes the chosen checkpoint had seen; only
+// that model meets the test set.
+TEST(Refit, TrainsOnTrainingAndValidationForTheSelectedPassesAndOnlyItIsTested) {
+  test::TempDir dir("ft_refit");
+  write_sentences(dir.file("train.tsv"), 20, 1);
+  write_sentences(dir.file("test.tsv"), 5, 2);
+  const std::string out = dir.file("run");
+  auto r = run_command(test::gmlp_exe() + " train --task classify --data " + dir.file("train.tsv") + " --test " +
+                       dir.file("test.tsv") + " --out " + out + " --steps 12 --eval-every 2 --val-fraction 0.2 --refit" +
+                       kSizes);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto chosen = parse_json(read_file(report_file(out)), "report");
+  EXPECT_TRUE(chosen["test"].is_null()) << chosen.dump();  // the test set waits for the refit
+  const int64_t best = chosen["selected"]["step"], examples = chosen["train_examples"];
+  const int64_t held_out = chosen["selected"]["validation"]["val_examples"];
+  ASSERT_GT(best, 0);
+  ASSERT_GT(held_out, 0);
+  EXPECT_EQ(examples + held_out, 60);  // write_sentences: n sentences for each of 3 classes
+
+  const std::string refit = out + "/refit";
+  const auto rep = parse_json(read_file(report_file(refit)), "refit report");
+  EXPECT_EQ(rep["train_examples"], 60) << rep.dump();  // the validation texts trained too
+  EXPECT_TRUE(rep["selected"]["validation"].is_null()) << rep.dump();
+  EXPECT_EQ(rep["test"]["examples"], 15);
+  const auto cfg = parse_json(read_file(refit + "/config.json"), "refit config")["train"];
+  const double epochs = double(best) * 16 / double(examples);  // batch 16 (kSizes)
+  EXPECT_NEAR(cfg["epochs"].get<double>(), epochs, 1e-5);
+  EXPECT_EQ(cfg["val_fraction"], 0.0);
+  EXPECT_EQ(rep["steps"], int64_t(std::ceil(float(epochs) * 60.0 / 16)));
+  EXPECT_TRUE(contains(r.output, "60 train / 0 validation / 15 test texts")) << r.output;
+  EXPECT_TRUE(contains(r.output, "refit: the selected step " + std::to_string(best))) << r.output;
+
+  // A refit interrupted resumes as a refit: the validation texts stay in training.
+  r = run_command(test::gmlp_exe() + " train --out " + refit + " --resume --steps " +
+                  std::to_string(rep["steps"].get<int64_t>() + 2) + " --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "60 train / 0 validation")) << r.output;
+}
+
+TEST(Refit, AfterASearchTheRefitModelIsTheOneTested) {
+  test::TempDir dir("ft_refit_grid");
+  write_sentences(dir.file("train.tsv"), 20, 1);
+  write_sentences(dir.file("test.tsv"), 5, 2);
+  const std::string out = dir.file("grid");
+  auto r = run_command(test::gmlp_exe() + " train --task classify --data " + dir.file("train.tsv") + " --test " +
+                       dir.file("test.tsv") + " --out " + out + " --steps 8 --eval-every 2 --val-fraction 0.2" +
+                       " --grid lr=1e-9,1e-2 --set train.min_lr=0 --refit" + kSizes);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto g = parse_json(read_file(out + "/grid.json"), "grid.json");
+  EXPECT_TRUE(g["refit"].get<bool>());
+  EXPECT_EQ(g["model"], model_file(out + "/refit"));
+  EXPECT_EQ(g["test"]["examples"], 15);
+  for (const auto& s : g["settings"])  // no trial met the test set
+    EXPECT_TRUE(parse_json(read_file(out + "/" + s["name"].get<std::string>() + "/report.json"), "r")["test"].is_null());
+  const auto chosen_cfg = parse_json(read_file(out + "/" + g["chosen"].get<std::string>() + "/config.json"), "c");
+  EXPECT_EQ(parse_json(read_file(out + "/refit/config.json"), "refit")["train"]["lr"], chosen_cfg["train"]["lr"]);
+  EXPECT_TRUE(contains(r.output, "refitted: test accuracy")) << r.output;
+}
+
+TEST(Refit, NeedsValidationAClassifierAndAFreshRunAndWritesNothingOtherwise) {
+  test::TempDir dir("ft_refit_bad");
+  write_sentences(dir.file("train.tsv"), 10, 1);
+  const std::string base = test::gmlp_exe() + " train --data " + dir.file("train.tsv") + " --steps 2" + kSizes +
+                           " --refit --out ";
+  auto r = run_command(base + dir.file("a") + " --task classify --val-fraction 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--refit trains again on the validation texts")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("a")));
+  r = run_command(base + dir.file("b") + " --task mlm");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--refit is for text classification")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("b")));
+  r = run_command(test::gmlp_exe() + " train --out " + dir.file("c") + " --resume --refit");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--refit cannot be combined with --resume")) << r.output;
+}
+
 TEST(Reports, ClassReportAndClassifyFileFormats) {
   // 2 classes: 3 of 4 "a" right, 1 of 2 "b" right.
   const auto rep = class_report({3, 1, 1, 1}, {"a", "b"});

@@ -56,7 +56,7 @@ double trial_score(const nlohmann::json& report, bool* higher) {
 }  // namespace
 
 int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, const nlohmann::json& config,
-             const std::string& where, bool overwrite) {
+             const std::string& where, bool overwrite, bool refit) {
   namespace fs = std::filesystem;
   const auto axes = parse_grid(specs);
   size_t total = 1;
@@ -68,6 +68,8 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
     std::string name;
     nlohmann::json settings, report;
     double score = 0.0;
+    TrainOptions options;  // what a refit starts from
+    TrainSummary summary;
   };
   std::vector<Trial> trials;
   for (size_t i = 0; i < total; ++i) {
@@ -92,6 +94,8 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
     const TrainSummary s = train(o);
     require(!s.interrupted, "--grid: interrupted during " + t.name + "; its run is in " + o.out_dir);
     t.report = s.report;
+    t.options = o;
+    t.summary = s;
     trials.push_back(std::move(t));
   }
   bool higher = true;
@@ -100,12 +104,13 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
     trials[i].score = trial_score(trials[i].report, &higher);
     if (higher ? trials[i].score > trials[best].score : trials[i].score < trials[best].score) best = i;
   }
-  // The chosen run, finished again with its test set scored: the only test score of the search.
+  // The chosen run, finished again with its test set scored: the only test score of the
+  // search (with refit, the refit model's instead).
   TrainOptions fin;
   fin.out_dir = (fs::path(base.out_dir) / trials[best].name).string();
   fin.resume = true;
   fin.progress_bar = false;
-  const TrainSummary chosen = train(fin);
+  const TrainSummary chosen = refit ? TrainSummary{} : train(fin);
 
   const char* metric = higher ? "val_acc" : "val_loss";
   std::printf("%-36s %10s %10s %8s\n", "setting", metric, "best step", "steps");
@@ -119,18 +124,24 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
                     {"best_step", t.report["selected"]["step"]}, {"steps", t.report["steps"]},
                     {"early_stopped", t.report["early_stopped"]}});
   }
-  const auto& test = chosen.report["test"];
+  std::fflush(stdout);
+  const TrainSummary refitted = refit ? run_refit(trials[best].options, trials[best].summary, base.out_dir, overwrite)
+                                      : TrainSummary{};
+  require(!refitted.interrupted, "--grid: interrupted during the refit; its run is in " +
+                                     (fs::path(base.out_dir) / "refit").string());
+  const auto& test = (refit ? refitted : chosen).report["test"];
   if (test.is_object())
-    std::printf("chosen %s: test accuracy %.4f, macro-F1 %.4f (naive Bayes %.4f, majority %.4f)\n",
-                trials[best].name.c_str(), test["accuracy"].get<double>(), test["macro_f1"].get<double>(),
-                test["baselines"]["naive_bayes"]["accuracy"].get<double>(),
+    std::printf("chosen %s%s: test accuracy %.4f, macro-F1 %.4f (naive Bayes %.4f, majority %.4f)\n",
+                trials[best].name.c_str(), refit ? ", refitted" : "", test["accuracy"].get<double>(),
+                test["macro_f1"].get<double>(), test["baselines"]["naive_bayes"]["accuracy"].get<double>(),
                 test["baselines"]["majority"]["accuracy"].get<double>());
   const std::string out = (fs::path(base.out_dir) / "grid.json").string();
+  const std::string model = refit ? model_file((fs::path(base.out_dir) / "refit").string()) : best_model_file(fin.out_dir);
   write_file_atomic(out, nlohmann::json({{"by", metric}, {"settings", rows}, {"chosen", trials[best].name},
-                                         {"test", test}})
+                                         {"refit", refit}, {"model", model}, {"test", test}})
                              .dump(2) +
                              "\n");
-  std::printf("table: %s; chosen model: %s\n", out.c_str(), best_model_file(fin.out_dir).c_str());
+  std::printf("table: %s; chosen model: %s\n", out.c_str(), model.c_str());
   return 0;
 }
 

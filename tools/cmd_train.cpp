@@ -29,7 +29,7 @@ struct TrainArgs {
   // Only read when given on the command line (see run_train).
   std::string batch_size, lr, seed, eval_every, ckpt_every, log_every, val_fraction, epochs, patience;
   int64_t steps = 0, stop_after = 0;
-  bool resume = false, overwrite = false, no_progress = false, shard_optimizer = false;
+  bool resume = false, overwrite = false, no_progress = false, shard_optimizer = false, refit = false;
   std::string device = "auto";
   std::string precision = "fp32";
 };
@@ -147,6 +147,54 @@ void print_test_report(const nlohmann::json& r) {
                 (long long)c["support"].get<int64_t>());
 }
 
+// What a finished (or interrupted) run says on stdout: rank 0 only.
+void print_summary(const TrainSummary& s, const std::string& out, const std::string& task) {
+  std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
+              (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
+  const auto& v = s.val_metrics;
+  if (v.contains("val_bpb")) {
+    std::printf(", val loss %.4f nats/token, %.4f bits/byte", v["val_loss"].get<double>(), v["val_bpb"].get<double>());
+  } else if (v.contains("val_ppl")) {
+    std::printf(", val masked-token loss %.4f nats, perplexity %.3f", v["val_loss"].get<double>(),
+                v["val_ppl"].get<double>());
+  } else if (v.contains("val_acc")) {
+    std::printf(", %s loss %.4f, accuracy %.4f (%lld examples)", task == "vision" ? "test" : "validation",
+                v["val_loss"].get<double>(), v["val_acc"].get<double>(), (long long)v["val_examples"].get<int64_t>());
+  }
+  std::printf(", %.0f %s/s\n", s.tokens_per_s, task == "vision" ? "images" : task == "classify" ? "sentences" : "tokens");
+  if (s.early_stopped) std::printf("stopped early: no better validation score in the last evaluations\n");
+  if (s.best_step > 0) std::printf("selected: %s (step %lld, by validation)\n", best_model_file(out).c_str(),
+                                   (long long)s.best_step);
+  print_test_report(s.report);
+  if (std::filesystem::exists(model_file(out)))
+    std::printf("checkpoint: %s (step %lld)\n", model_file(out).c_str(), (long long)s.steps);
+  else
+    std::printf("no checkpoint written (no training step was taken)\n");
+  if (s.interrupted && std::filesystem::exists(state_file(out)))
+    std::printf("resume with: gmlp train --out %s --resume\n", out.c_str());
+}
+
+}  // namespace
+
+// finetune --refit, after a run or a search has chosen: trains the chosen settings
+// again on the training and validation texts together (gmlp/trainer.h, refit_options)
+// in <out>/refit, and scores the test set with that model alone.
+TrainSummary run_refit(const TrainOptions& chosen, const TrainSummary& result, const std::string& out, bool overwrite) {
+  const TrainOptions r = refit_options(chosen, result, (std::filesystem::path(out) / "refit").string());
+  require(overwrite || !std::filesystem::exists(state_file(r.out_dir)),
+          "'" + r.out_dir + "' already holds a training run; pass --overwrite to refit again");
+  if (world().rank() == 0)
+    std::printf("refit: the selected step %lld saw %.4g passes over the %lld training examples; training that many "
+                "over the training and validation texts together in %s\n",
+                (long long)result.best_step, r.run.train.epochs, (long long)result.train_examples, r.out_dir.c_str());
+  std::fflush(stdout);
+  const TrainSummary s = train(r);
+  if (world().rank() == 0) print_summary(s, r.out_dir, "classify");
+  return s;
+}
+
+namespace {
+
 int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   nlohmann::json j = assemble_config(a, cmd, std::move(base));
   const std::string task = j["model"].value("task", std::string("causal_lm"));
@@ -173,6 +221,20 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   o.shard_optimizer = a.shard_optimizer;
 
   namespace fs = std::filesystem;
+  if (a.refit) {
+    // Checked before anything trains: a refit needs something chosen by validation.
+    require(!a.resume, "--refit cannot be combined with --resume; a refit interrupted in OUT/refit resumes with "
+                       "--out OUT/refit --resume");
+    require(task == "classify", "--refit is for text classification (finetune, or train --task classify); the task "
+                                "is \"" + task + "\"");
+    require(!o.val_path.empty() || o.run.train.val_fraction > 0,
+            "--refit trains again on the validation texts after choosing by them: give --val FILE or a "
+            "--val-fraction above 0");
+    const std::string refit_dir = (fs::path(a.out) / "refit").string();
+    require(a.overwrite || !fs::exists(state_file(refit_dir)),
+            "'" + refit_dir + "' already holds a training run; pass --overwrite to refit again");
+    o.score_test = false;  // the test set waits for the refit model: scored once
+  }
   if (a.resume) {
     // A resumed run is the saved run: options that would change it are refused rather
     // than silently ignored (only --steps may extend it).
@@ -184,7 +246,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
     require(fs::exists(state_file(a.out)), "--resume: no training state in '" + a.out + "' (expected " +
                                                state_file(a.out) + ")");
   } else if (!a.grid.empty()) {
-    return run_grid(a.grid, o, j, where, a.overwrite);
+    return run_grid(a.grid, o, j, where, a.overwrite, a.refit);
   } else {
     require(a.overwrite || !fs::exists(state_file(a.out)),
             "'" + a.out + "' already holds a training run; pass --resume to continue it, --overwrite to start over, "
@@ -192,32 +254,10 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   }
   install_signal_handlers();
   const TrainSummary s = train(o);
-  if (world().rank() != 0) return s.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;  // rank 0 reports
-  std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
-              (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
-  const auto& v = s.val_metrics;
-  if (v.contains("val_bpb")) {
-    std::printf(", val loss %.4f nats/token, %.4f bits/byte", v["val_loss"].get<double>(), v["val_bpb"].get<double>());
-  } else if (v.contains("val_ppl")) {
-    std::printf(", val masked-token loss %.4f nats, perplexity %.3f", v["val_loss"].get<double>(),
-                v["val_ppl"].get<double>());
-  } else if (v.contains("val_acc")) {
-    std::printf(", %s loss %.4f, accuracy %.4f (%lld examples)", task == "vision" ? "test" : "validation",
-                v["val_loss"].get<double>(), v["val_acc"].get<double>(), (long long)v["val_examples"].get<int64_t>());
-  }
-  std::printf(", %.0f %s/s\n", s.tokens_per_s, task == "vision" ? "images" : task == "classify" ? "sentences" : "tokens");
-  if (s.early_stopped) std::printf("stopped early: no better validation score in the last evaluations\n");
-  if (s.best_step > 0) std::printf("selected: %s (step %lld, by validation)\n", best_model_file(a.out).c_str(),
-                                   (long long)s.best_step);
-  print_test_report(s.report);
-  if (fs::exists(model_file(a.out)))
-    std::printf("checkpoint: %s (step %lld)\n", model_file(a.out).c_str(), (long long)s.steps);
-  else
-    std::printf("no checkpoint written (no training step was taken)\n");
-  if (s.interrupted && fs::exists(state_file(a.out)))
-    std::printf("resume with: gmlp train --out %s --resume\n", a.out.c_str());
+  if (world().rank() == 0) print_summary(s, a.out, task);
+  const TrainSummary last = a.refit && !s.interrupted ? run_refit(o, s, a.out, a.overwrite) : s;
   // A signal ends the process with the shell's 128 + signal number (130 for Ctrl-C).
-  return s.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
+  return last.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
 }
 
 // The options every training command shares: budget, schedule, cadence, selection, resumption.
@@ -243,6 +283,10 @@ void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, c
   c->add_flag("--shard-optimizer", a.shard_optimizer,
               "Under mpirun: each rank keeps AdamW's moments for 1/P of the parameters (ZeRO-1); the same results");
   c->add_option("--stop-after", a.stop_after, "Stop after this many steps as if interrupted (checkpoints first)");
+  c->add_flag("--refit", a.refit,
+              "Classification: after choosing by validation (one run or --grid), train the chosen settings again on "
+              "the training and validation texts together, for as many passes as the chosen checkpoint had seen, in "
+              "OUT/refit; the test set is scored with that model only");
   c->add_flag("--no-progress", a.no_progress, "Plain log lines instead of a live progress bar");
 }
 

@@ -9,6 +9,7 @@
 
 namespace gmlp {
 struct TrainOptions;
+struct TrainSummary;
 }
 
 namespace gmlp::cli {
@@ -41,7 +42,14 @@ void add_device_option(CLI::App* c, std::string& device, std::string& precision)
 gmlp::Device choose_device(const std::string& device, const std::string& precision);
 // --grid KEY=V1,V2 (repeatable): trains every combination under base.out_dir/NAME from
 // `config` (the run's config JSON), picks by validation, scores only that one on test.
+// With refit, the chosen setting is trained again on the training and validation texts
+// (run_refit) and only that model meets the test set.
 int run_grid(const std::vector<std::string>& specs, const gmlp::TrainOptions& base, const nlohmann::json& config,
-             const std::string& where, bool overwrite);
+             const std::string& where, bool overwrite, bool refit);
+// finetune --refit: the chosen run's settings trained again on its training and
+// validation texts together in <out>/refit (gmlp/trainer.h, refit_options); prints its
+// summary and test report (rank 0) and returns it.
+gmlp::TrainSummary run_refit(const gmlp::TrainOptions& chosen, const gmlp::TrainSummary& result,
+                             const std::string& out, bool overwrite);
 
 }  // namespace gmlp::cli

@@ -51,6 +51,10 @@ struct TrainOptions {
   // parameters (the same numbers; not part of the run, so a resume may change it).
   bool shard_optimizer = false;
   bool score_test = true;    // score the test set at the end (a search's trials leave it to the chosen one)
+  // Classification: the validation examples (val_path, or the val_fraction split of the
+  // training file) are trained on as well and nothing is held out; the last step is
+  // the model. Set by refit_options; saved with the run, so a resume keeps it.
+  bool join_validation = false;
 };
 
 struct TrainSummary {
@@ -63,6 +67,7 @@ struct TrainSummary {
   nlohmann::json report;       // report.json of a finished run: the selection and the test set's scores
   double elapsed_s = 0.0;
   double tokens_per_s = 0.0;
+  int64_t train_examples = 0;  // examples in one pass over the training data (the unit of train.epochs)
 };
 
 // Set from a signal handler: the loop checkpoints and returns at the next step.
@@ -77,5 +82,16 @@ std::string best_model_file(const std::string& out_dir);
 std::string report_file(const std::string& out_dir);
 
 TrainSummary train(const TrainOptions& opts);
+
+// A refit, as scikit-learn's search does after choosing: the options of a finished
+// classification run that selected its checkpoint by validation, changed to train again
+// from the same start on its training and validation examples together, in `out_dir`,
+// for as many passes over the examples as the selected checkpoint had seen (its step
+// times the batch, over the run's training examples), with the schedule fitted to that
+// budget; no validation, the last step is the model, the test set is scored on it.
+// The selection had no use for the held-out examples' labels beyond choosing; the refit
+// spends them on training. Error when the run selected nothing (no validation, or
+// interrupted).
+TrainOptions refit_options(const TrainOptions& chosen, const TrainSummary& result, const std::string& out_dir);
 
 }  // namespace gmlp

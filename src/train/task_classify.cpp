@@ -227,6 +227,13 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
     val = load_labelled(in.val_path, train.class_names);
   else
     split_validation(train, val, rc.train.val_fraction);
+  if (in.join_validation) {
+    for (size_t i = 0; i < val.size(); ++i) {
+      train.texts.push_back(std::move(val.texts[i]));
+      train.labels.push_back(val.labels[i]);
+    }
+    val = LabelledSet{{}, {}, train.class_names};
+  }
   if (rc.model.n_classes == 0) rc.model.n_classes = int(train.class_names.size());  // open: the data's
   require(int(train.class_names.size()) == rc.model.n_classes,
           "'" + in.data_name() + "' has " + std::to_string(train.class_names.size()) + " classes, but the model has " +

@@ -39,6 +39,9 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
 
 std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
   ModelConfig& m = rc.model;
+  require(!in.join_validation || m.task == Task::classify,
+          "a refit (training on the validation examples too) is for text classification; the task is \"" +
+              name_of(m.task) + "\"");
   if (m.task == Task::vision) {
     auto task = make_vision_task(rc, in);
     m.validate();

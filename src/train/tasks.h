@@ -76,6 +76,9 @@ struct TaskInputs {
   std::string test_path;  // classification test file (vision: the folder's test split)
   std::string val_path;   // classification validation file (default: train.val_fraction of data_path)
   const TrainData* memory = nullptr;  // in-memory data instead of the paths (gmlp/trainer.h)
+  // Classification: the validation examples (val_path, or the val_fraction split) train
+  // too and nothing is held out: a refit (TrainOptions::join_validation).
+  bool join_validation = false;
   // What names the data in messages: the memory's name or the path.
   std::string data_name() const;
 };

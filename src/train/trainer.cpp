@@ -66,6 +66,7 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
                                     : "'" + opts.out_dir + "' was trained on '" + in.data_path +
                                           "'; it resumes from that file, not from data in memory");
     in.val_path = meta.value("val", std::string());
+    in.join_validation = meta.value("join_validation", false);
     (void)meta.at("data_tokens").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed training-state metadata: " + e.what());
@@ -139,6 +140,7 @@ nlohmann::json finish_report(Model& model, TrainTask& task, const Selection& sel
                              int64_t steps, bool early_stopped, bool score_test) {
   if (sel.has_best()) load_weights(model, SafeTensorsFile::load(best_model_file(out_dir)));
   nlohmann::json r = {{"steps", steps},
+                      {"train_examples", task.examples()},
                       {"early_stopped", early_stopped},
                       {"selected", {{"step", sel.has_best() ? sel.best_step() : steps},
                                     {"checkpoint", sel.has_best() ? "best.safetensors" : "model.safetensors"},
@@ -156,7 +158,7 @@ TrainSummary train(const TrainOptions& opts) {
   Communicator& comm = world();
   const bool lead = comm.rank() == 0;  // prints, logs, checkpoints and holds the run directory
   RunConfig rc = opts.run;
-  TaskInputs in{opts.data_path, opts.test_path, opts.val_path, opts.data.get()};
+  TaskInputs in{opts.data_path, opts.test_path, opts.val_path, opts.data.get(), opts.join_validation};
   std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
   if (opts.resume) resume_meta = read_resume(opts, rc, in);
@@ -268,6 +270,7 @@ TrainSummary train(const TrainOptions& opts) {
               {"log_sum", log_sum},
               {"log_count", log_count}};
     if (in.memory) st.run["memory"] = in.memory->name;
+    if (in.join_validation) st.run["join_validation"] = true;
     if (opt.sharded())
       save_train_state(model, whole_m.data(), whole_v.data(), opt.steps_taken(), st, state_file(opts.out_dir));
     else
@@ -397,10 +400,28 @@ TrainSummary train(const TrainOptions& opts) {
   if (!sum.interrupted && lead)
     sum.report = finish_report(model, *task, selection, opts.out_dir, B, st.step, sum.early_stopped, opts.score_test);
   sum.steps = st.step;
+  sum.train_examples = task->examples();
   sum.elapsed_s = st.elapsed_s;
   const double run_s = seconds_since(t_start);
   sum.tokens_per_s = run_s > 0 ? double(st.step - first) * double(task->units_per_batch()) / run_s : 0.0;
   return sum;
+}
+
+TrainOptions refit_options(const TrainOptions& chosen, const TrainSummary& result, const std::string& out_dir) {
+  require(!result.interrupted, "--refit: the run was interrupted before it chose a model; resume it first");
+  require(result.best_step > 0 && result.train_examples > 0,
+          "--refit needs a run that chose its checkpoint by validation (--val FILE or --val-fraction above 0)");
+  TrainOptions o = chosen;
+  o.out_dir = out_dir;
+  o.resume = false;
+  o.extend_to = 0;
+  o.stop_after = 0;
+  o.join_validation = true;
+  o.score_test = true;
+  o.run.train.val_fraction = 0.0f;
+  o.run.train.epochs =
+      float(double(result.best_step) * double(chosen.run.train.batch_size) / double(result.train_examples));
+  return o;
 }
 
 }  // namespace gmlp
