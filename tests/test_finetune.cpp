@@ -250,14 +250,19 @@ TEST(LongText, FinetuneAToeplitzMaskedLmAtALongerWindow) {
 
 // ---- search and reports
 
-TEST(Grid, EverySettingInItsDirectoryChosenByValidationTestScoredOnce) {
-  test::TempDir dir("ft_grid");
+// A classifier trained on 20 sentences of each class (a fifth held out for validation)
+// and tested on 5 of each, into `out`, with `options` added.
+test::CommandResult classify_run(const test::TempDir& dir, const std::string& out, const std::string& options) {
   write_sentences(dir.file("train.tsv"), 20, 1);
   write_sentences(dir.file("test.tsv"), 5, 2);
+  return run_command(test::gmlp_exe() + " train --task classify --data " + dir.file("train.tsv") + " --test " +
+                     dir.file("test.tsv") + " --out " + out + " --val-fraction 0.2 " + options + kSizes);
+}
+
+TEST(Grid, EverySettingInItsDirectoryChosenByValidationTestScoredOnce) {
+  test::TempDir dir("ft_grid");
   const std::string out = dir.file("grid");
-  auto r = run_command(test::gmlp_exe() + " train --task classify --data " + dir.file("train.tsv") + " --test " +
-                       dir.file("test.tsv") + " --out " + out + " --eval-every 4 --val-fraction 0.2" +
-                       " --grid lr=1e-9,1e-2 --grid epochs=1,2 --set train.min_lr=0" + kSizes);
+  auto r = classify_run(dir, out, "--eval-every 4 --grid lr=1e-9,1e-2 --grid epochs=1,2 --set train.min_lr=0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto g = parse_json(read_file(out + "/grid.json"), "grid.json");
   ASSERT_EQ(g["settings"].size(), 4u);
@@ -278,12 +283,8 @@ TEST(Grid, EverySettingInItsDirectoryChosenByValidationTestScoredOnce) {
 // that model meets the test set.
 TEST(Refit, TrainsOnTrainingAndValidationForTheSelectedPassesAndOnlyItIsTested) {
   test::TempDir dir("ft_refit");
-  write_sentences(dir.file("train.tsv"), 20, 1);
-  write_sentences(dir.file("test.tsv"), 5, 2);
   const std::string out = dir.file("run");
-  auto r = run_command(test::gmlp_exe() + " train --task classify --data " + dir.file("train.tsv") + " --test " +
-                       dir.file("test.tsv") + " --out " + out + " --steps 12 --eval-every 2 --val-fraction 0.2 --refit" +
-                       kSizes);
+  auto r = classify_run(dir, out, "--steps 12 --eval-every 2 --refit");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto chosen = parse_json(read_file(report_file(out)), "report");
   EXPECT_TRUE(chosen["test"].is_null()) << chosen.dump();  // the test set waits for the refit
@@ -315,12 +316,8 @@ TEST(Refit, TrainsOnTrainingAndValidationForTheSelectedPassesAndOnlyItIsTested) 
 
 TEST(Refit, AfterASearchTheRefitModelIsTheOneTested) {
   test::TempDir dir("ft_refit_grid");
-  write_sentences(dir.file("train.tsv"), 20, 1);
-  write_sentences(dir.file("test.tsv"), 5, 2);
   const std::string out = dir.file("grid");
-  auto r = run_command(test::gmlp_exe() + " train --task classify --data " + dir.file("train.tsv") + " --test " +
-                       dir.file("test.tsv") + " --out " + out + " --steps 8 --eval-every 2 --val-fraction 0.2" +
-                       " --grid lr=1e-9,1e-2 --set train.min_lr=0 --refit" + kSizes);
+  auto r = classify_run(dir, out, "--steps 8 --eval-every 2 --grid lr=1e-9,1e-2 --set train.min_lr=0 --refit");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto g = parse_json(read_file(out + "/grid.json"), "grid.json");
   EXPECT_TRUE(g["refit"].get<bool>());
