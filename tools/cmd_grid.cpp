@@ -66,10 +66,10 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
           "--grid chooses by validation: give --val FILE or a --val-fraction above 0");
   struct Trial {
     std::string name;
-    nlohmann::json settings, report;
+    nlohmann::json settings;
     double score = 0.0;
     TrainOptions options;  // what a refit starts from
-    TrainSummary summary;
+    TrainSummary summary;  // with its report.json
   };
   std::vector<Trial> trials;
   for (size_t i = 0; i < total; ++i) {
@@ -93,7 +93,6 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
     std::fprintf(stderr, "gmlp grid: setting %zu of %zu: %s\n", i + 1, total, t.name.c_str());
     const TrainSummary s = train(o);
     require(!s.interrupted, "--grid: interrupted during " + t.name + "; its run is in " + o.out_dir);
-    t.report = s.report;
     t.options = o;
     t.summary = s;
     trials.push_back(std::move(t));
@@ -101,7 +100,7 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
   bool higher = true;
   size_t best = 0;
   for (size_t i = 0; i < trials.size(); ++i) {
-    trials[i].score = trial_score(trials[i].report, &higher);
+    trials[i].score = trial_score(trials[i].summary.report, &higher);
     if (higher ? trials[i].score > trials[best].score : trials[i].score < trials[best].score) best = i;
   }
   // The chosen run, finished again with its test set scored: the only test score of the
@@ -118,17 +117,17 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
   for (size_t i = 0; i < trials.size(); ++i) {
     const auto& t = trials[i];
     std::printf("%-36s %10.4f %10lld %8lld%s\n", t.name.c_str(), t.score,
-                (long long)t.report["selected"]["step"].get<int64_t>(), (long long)t.report["steps"].get<int64_t>(),
+                (long long)t.summary.report["selected"]["step"].get<int64_t>(),
+                (long long)t.summary.report["steps"].get<int64_t>(),
                 i == best ? "  <- chosen" : "");
     rows.push_back({{"name", t.name}, {"settings", t.settings}, {metric, t.score},
-                    {"best_step", t.report["selected"]["step"]}, {"steps", t.report["steps"]},
-                    {"early_stopped", t.report["early_stopped"]}});
+                    {"best_step", t.summary.report["selected"]["step"]}, {"steps", t.summary.report["steps"]},
+                    {"early_stopped", t.summary.report["early_stopped"]}});
   }
   std::fflush(stdout);
-  const TrainSummary refitted = refit ? run_refit(trials[best].options, trials[best].summary, base.out_dir, overwrite)
+  const TrainSummary refitted = refit ? run_refit(trials[best].options, trials[best].summary, base.out_dir)
                                       : TrainSummary{};
-  require(!refitted.interrupted, "--grid: interrupted during the refit; its run is in " +
-                                     (fs::path(base.out_dir) / "refit").string());
+  require(!refitted.interrupted, "--grid: interrupted during the refit; its run is in " + refit_dir(base.out_dir));
   const auto& test = (refit ? refitted : chosen).report["test"];
   if (test.is_object())
     std::printf("chosen %s%s: test accuracy %.4f, macro-F1 %.4f (naive Bayes %.4f, majority %.4f)\n",
@@ -136,7 +135,7 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, co
                 test["macro_f1"].get<double>(), test["baselines"]["naive_bayes"]["accuracy"].get<double>(),
                 test["baselines"]["majority"]["accuracy"].get<double>());
   const std::string out = (fs::path(base.out_dir) / "grid.json").string();
-  const std::string model = refit ? model_file((fs::path(base.out_dir) / "refit").string()) : best_model_file(fin.out_dir);
+  const std::string model = refit ? model_file(refit_dir(base.out_dir)) : best_model_file(fin.out_dir);
   write_file_atomic(out, nlohmann::json({{"by", metric}, {"settings", rows}, {"chosen", trials[best].name},
                                          {"refit", refit}, {"model", model}, {"test", test}})
                              .dump(2) +

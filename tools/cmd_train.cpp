@@ -179,10 +179,10 @@ void print_summary(const TrainSummary& s, const std::string& out, const std::str
 // finetune --refit, after a run or a search has chosen: trains the chosen settings
 // again on the training and validation texts together (gmlp/trainer.h, refit_options)
 // in <out>/refit, and scores the test set with that model alone.
-TrainSummary run_refit(const TrainOptions& chosen, const TrainSummary& result, const std::string& out, bool overwrite) {
-  const TrainOptions r = refit_options(chosen, result, (std::filesystem::path(out) / "refit").string());
-  require(overwrite || !std::filesystem::exists(state_file(r.out_dir)),
-          "'" + r.out_dir + "' already holds a training run; pass --overwrite to refit again");
+std::string refit_dir(const std::string& out) { return (std::filesystem::path(out) / "refit").string(); }
+
+TrainSummary run_refit(const TrainOptions& chosen, const TrainSummary& result, const std::string& out) {
+  const TrainOptions r = refit_options(chosen, result, refit_dir(out));
   if (world().rank() == 0)
     std::printf("refit: the selected step %lld saw %.4g passes over the %lld training examples; training that many "
                 "over the training and validation texts together in %s\n",
@@ -230,9 +230,9 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
     require(!o.val_path.empty() || o.run.train.val_fraction > 0,
             "--refit trains again on the validation texts after choosing by them: give --val FILE or a "
             "--val-fraction above 0");
-    const std::string refit_dir = (fs::path(a.out) / "refit").string();
-    require(a.overwrite || !fs::exists(state_file(refit_dir)),
-            "'" + refit_dir + "' already holds a training run; pass --overwrite to refit again");
+    // Every path to run_refit passes here.
+    require(a.overwrite || !fs::exists(state_file(refit_dir(a.out))),
+            "'" + refit_dir(a.out) + "' already holds a training run; pass --overwrite to refit again");
     o.score_test = false;  // the test set waits for the refit model: scored once
   }
   if (a.resume) {
@@ -255,7 +255,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   install_signal_handlers();
   const TrainSummary s = train(o);
   if (world().rank() == 0) print_summary(s, a.out, task);
-  const TrainSummary last = a.refit && !s.interrupted ? run_refit(o, s, a.out, a.overwrite) : s;
+  const TrainSummary last = a.refit && !s.interrupted ? run_refit(o, s, a.out) : s;
   // A signal ends the process with the shell's 128 + signal number (130 for Ctrl-C).
   return last.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
 }

@@ -47,9 +47,11 @@ gmlp::Device choose_device(const std::string& device, const std::string& precisi
 int run_grid(const std::vector<std::string>& specs, const gmlp::TrainOptions& base, const nlohmann::json& config,
              const std::string& where, bool overwrite, bool refit);
 // finetune --refit: the chosen run's settings trained again on its training and
-// validation texts together in <out>/refit (gmlp/trainer.h, refit_options); prints its
-// summary and test report (rank 0) and returns it.
+// validation texts together in refit_dir(out) (gmlp/trainer.h, refit_options); prints
+// its summary and test report (rank 0) and returns it. run_train has checked, before
+// anything trained, that refit_dir(out) may be written.
 gmlp::TrainSummary run_refit(const gmlp::TrainOptions& chosen, const gmlp::TrainSummary& result,
-                             const std::string& out, bool overwrite);
+                             const std::string& out);
+std::string refit_dir(const std::string& out);  // <out>/refit
 
 }  // namespace gmlp::cli
