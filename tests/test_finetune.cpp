@@ -176,6 +176,12 @@ TEST(Selection, EpochsSetTheStepsAndAValidationFileReplacesTheSplit) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "finished after 10 steps")) << r.output;
   EXPECT_TRUE(contains(r.output, "60 train / 12 validation / 0 test")) << r.output;
+  // Another task has no use for validation texts: refused, not ignored.
+  r = run_command(test::gmlp_exe() + " train --task mlm --data " + dir.file("train.tsv") + " --val " +
+                  dir.file("val.tsv") + " --out " + dir.file("mlm") + kSizes);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "validation texts (--val) are for text classification")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("mlm")));
 }
 
 // ---- long texts

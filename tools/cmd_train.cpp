@@ -16,6 +16,7 @@
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/safetensors.h"
+#include "gmlp/search.h"
 #include "gmlp/tokenizer.h"
 #include "gmlp/trainer.h"
 #include "gmlp/progress.h"
@@ -147,7 +148,8 @@ void print_test_report(const nlohmann::json& r) {
                 (long long)c["support"].get<int64_t>());
 }
 
-// What a finished (or interrupted) run says on stdout: rank 0 only.
+}  // namespace
+
 void print_summary(const TrainSummary& s, const std::string& out, const std::string& task) {
   std::printf("%s after %lld steps (%s): train loss %.4f", s.interrupted ? "interrupted" : "finished",
               (long long)s.steps, format_duration(s.elapsed_s).c_str(), s.last_loss);
@@ -172,25 +174,6 @@ void print_summary(const TrainSummary& s, const std::string& out, const std::str
     std::printf("no checkpoint written (no training step was taken)\n");
   if (s.interrupted && std::filesystem::exists(state_file(out)))
     std::printf("resume with: gmlp train --out %s --resume\n", out.c_str());
-}
-
-}  // namespace
-
-// finetune --refit, after a run or a search has chosen: trains the chosen settings
-// again on the training and validation texts together (gmlp/trainer.h, refit_options)
-// in <out>/refit, and scores the test set with that model alone.
-std::string refit_dir(const std::string& out) { return (std::filesystem::path(out) / "refit").string(); }
-
-TrainSummary run_refit(const TrainOptions& chosen, const TrainSummary& result, const std::string& out) {
-  const TrainOptions r = refit_options(chosen, result, refit_dir(out));
-  if (world().rank() == 0)
-    std::printf("refit: the selected step %lld saw %.4g passes over the %lld training examples; training that many "
-                "over the training and validation texts together in %s\n",
-                (long long)result.best_step, r.run.train.epochs, (long long)result.train_examples, r.out_dir.c_str());
-  std::fflush(stdout);
-  const TrainSummary s = train(r);
-  if (world().rank() == 0) print_summary(s, r.out_dir, "classify");
-  return s;
 }
 
 namespace {
@@ -246,7 +229,8 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
     require(fs::exists(state_file(a.out)), "--resume: no training state in '" + a.out + "' (expected " +
                                                state_file(a.out) + ")");
   } else if (!a.grid.empty()) {
-    return run_grid(a.grid, o, j, where, a.overwrite, a.refit);
+    install_signal_handlers();
+    return run_grid(a.grid, o, a.overwrite, a.refit);
   } else {
     require(a.overwrite || !fs::exists(state_file(a.out)),
             "'" + a.out + "' already holds a training run; pass --resume to continue it, --overwrite to start over, "
@@ -255,7 +239,11 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   install_signal_handlers();
   const TrainSummary s = train(o);
   if (world().rank() == 0) print_summary(s, a.out, task);
-  const TrainSummary last = a.refit && !s.interrupted ? run_refit(o, s, a.out) : s;
+  TrainSummary last = s;
+  if (a.refit && !s.interrupted) {
+    last = refit(o, s, refit_dir(a.out));
+    if (world().rank() == 0) print_summary(last, refit_dir(a.out), "classify");
+  }
   // A signal ends the process with the shell's 128 + signal number (130 for Ctrl-C).
   return last.interrupted && g_signal.load() ? 128 + g_signal.load() : 0;
 }
@@ -313,30 +301,6 @@ void add_train(CLI::App& app, int& exit_code) {
   c->callback([a, c, &exit_code] { exit_code = run_train(*a, *c, RunConfig{}.to_json()); });
 }
 
-namespace {
-// Fine-tuning settings: shorter and gentler than pretraining, evaluated on the whole
-// test set.
-TrainConfig finetune_defaults() {
-  TrainConfig t;
-  t.batch_size = 32;
-  t.steps = 1500;
-  t.lr = 1e-3f;
-  t.min_lr = 1e-5f;
-  t.warmup = 100;
-  t.weight_decay = 0.01f;
-  t.eval_every = 500;
-  t.eval_batches = 0;
-  t.ckpt_every = 500;
-  t.log_every = 50;
-  // Model selection on a tenth of the training file, evaluated often enough to stop
-  // early when the validation accuracy no longer improves.
-  t.val_fraction = 0.1f;
-  t.eval_every = 100;
-  t.patience = 5;
-  return t;
-}
-}  // namespace
-
 void add_finetune(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<TrainArgs>();
   auto scratch = std::make_shared<bool>(false);
@@ -362,26 +326,12 @@ void add_finetune(CLI::App& app, int& exit_code) {
     TrainArgs args = *a;
     args.task = "classify";
     nlohmann::json base = RunConfig{}.to_json();
-    base["train"] = finetune_defaults().to_json();
+    base["train"] = finetune_config("")["train"];
     if (!a->resume) {
       require(!a->init_from.empty() || !a->config.empty(),
               "finetune needs --init-from CHECKPOINT (optionally with --scratch) or --config FILE");
       require(!*scratch || !a->init_from.empty(), "--scratch goes with --init-from (whose architecture it copies)");
-      if (!a->init_from.empty()) {
-        const auto file = SafeTensorsFile::load(resolve_model_path(a->init_from));
-        nlohmann::json m = read_model_config(file).to_json();
-        require(m["task"] != "vision", "finetune classifies text; '" + a->init_from + "' is a vision model");
-        m["task"] = "classify";
-        m["n_classes"] = 0;  // from the data
-        m.erase("class_names");
-        base["model"] = m;
-      }
-      // BERT's fine-tuning dropout (0.1), which the gMLP paper's fine-tuning followed.
-      base["model"]["dropout"] = 0.1;
-      base["model"]["head_dropout"] = 0.1;
-      // Long texts read window by window, probabilities averaged: the best of the three
-      // on validation in docs/nlp.md (spam, one epoch each).
-      base["model"]["long_text"] = "chunks";
+      base = finetune_config(a->init_from);
       if (*scratch) args.init_from.clear();
     }
     exit_code = run_train(args, *c, base);
@@ -395,14 +345,7 @@ void apply_set(nlohmann::json& j, const std::string& kv) {
           "--set expects SECTION.KEY=VALUE (e.g. model.d_model=256), got '" + kv + "'");
   const std::string section = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), val = kv.substr(eq + 1);
   require(section == "model" || section == "train", "--set: section must be 'model' or 'train', got '" + section + "'");
-  check_json_depth(val, "--set " + section + "." + key);
-  nlohmann::json v;
-  try {
-    v = nlohmann::json::parse(val);
-  } catch (const nlohmann::json::exception&) {
-    v = val;
-  }
-  j[section][key] = v;
+  j[section][key] = parse_setting(val, "--set " + section + "." + key);
 }
 
 // GMLP_DEVICE replaces the default "auto": a job script or a test suite can keep every

@@ -40,18 +40,10 @@ void add_device_option(CLI::App* c, std::string& device, std::string& precision)
 // The device the two options name, with its backend set to that precision. Error naming
 // what cannot be done (no GPU, bf16 on the CPU).
 gmlp::Device choose_device(const std::string& device, const std::string& precision);
-// --grid KEY=V1,V2 (repeatable): trains every combination under base.out_dir/NAME from
-// `config` (the run's config JSON), picks by validation, scores only that one on test.
-// With refit, the chosen setting is trained again on the training and validation texts
-// (run_refit) and only that model meets the test set.
-int run_grid(const std::vector<std::string>& specs, const gmlp::TrainOptions& base, const nlohmann::json& config,
-             const std::string& where, bool overwrite, bool refit);
-// finetune --refit: the chosen run's settings trained again on its training and
-// validation texts together in refit_dir(out) (gmlp/trainer.h, refit_options); prints
-// its summary and test report (rank 0) and returns it. run_train has checked, before
-// anything trained, that refit_dir(out) may be written.
-gmlp::TrainSummary run_refit(const gmlp::TrainOptions& chosen, const gmlp::TrainSummary& result,
-                             const std::string& out);
-std::string refit_dir(const std::string& out);  // <out>/refit
+// --grid KEY=V1,V2 (repeatable): the search of gmlp/search.h over base (the run's
+// options), with refit after choosing; prints its table (rank 0).
+int run_grid(const std::vector<std::string>& specs, const gmlp::TrainOptions& base, bool overwrite, bool refit);
+// What a finished (or interrupted) run says on stdout; the caller is rank 0.
+void print_summary(const gmlp::TrainSummary& s, const std::string& out, const std::string& task);
 
 }  // namespace gmlp::cli

@@ -25,7 +25,7 @@ struct TrainData {
   std::string name = "<memory>";
   std::string text;
   std::vector<int32_t> tokens;
-  LabelledSet texts, test_texts;
+  LabelledSet texts, test_texts, val_texts;  // val_texts: replace the val_fraction split when given
   ImageSet images, test_images;  // pixels in [0, 1] (normalised by the task)
 };
 
@@ -93,5 +93,12 @@ TrainSummary train(const TrainOptions& opts);
 // spends them on training. Error when the run selected nothing (no validation, or
 // interrupted).
 TrainOptions refit_options(const TrainOptions& chosen, const TrainSummary& result, const std::string& out_dir);
+
+// The config `gmlp finetune` starts from, as JSON ({"model", "train"}): the encoder's
+// architecture and tokenizer from the checkpoint `init_from` (a file or run directory;
+// empty: the default model) made a classifier with its classes left to the data,
+// BERT's fine-tuning dropout of 0.1, long texts read in chunks, and the fine-tuning
+// schedule (a tenth of the training texts held out for validation, early stopping).
+nlohmann::json finetune_config(const std::string& init_from);
 
 }  // namespace gmlp

@@ -216,17 +216,18 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
   if (in.memory) {
     train = in.memory->texts;
     test = in.memory->test_texts;
+    val = in.memory->val_texts;
     require(train.size() > 0, in.data_name() + ": a classifier trains on labelled texts; none given");
-    require(test.size() == 0 || test.class_names == train.class_names,
-            in.data_name() + ": the test texts' classes differ from the training texts'");
+    for (const auto& [set, what] : {std::pair{&test, "test"}, std::pair{&val, "validation"}})
+      require(set->size() == 0 || set->class_names == train.class_names,
+              in.data_name() + ": the " + what + " texts' classes differ from the training texts'");
   } else {
     train = load_labelled(in.data_path);
     if (!in.test_path.empty()) test = load_labelled(in.test_path, train.class_names);
+    if (!in.val_path.empty()) val = load_labelled(in.val_path, train.class_names);
   }
-  if (!in.val_path.empty())
-    val = load_labelled(in.val_path, train.class_names);
-  else
-    split_validation(train, val, rc.train.val_fraction);
+  // Validation texts given (a file or in memory) replace the split of the training texts.
+  if (val.size() == 0) split_validation(train, val, rc.train.val_fraction);
   if (in.join_validation) {
     for (size_t i = 0; i < val.size(); ++i) {
       train.texts.push_back(std::move(val.texts[i]));

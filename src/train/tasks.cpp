@@ -42,6 +42,9 @@ std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
   require(!in.join_validation || m.task == Task::classify,
           "a refit (training on the validation examples too) is for text classification; the task is \"" +
               name_of(m.task) + "\"");
+  require(m.task == Task::classify || (in.val_path.empty() && !(in.memory && in.memory->val_texts.size())),
+          "validation texts (--val) are for text classification; a \"" + name_of(m.task) + "\" run holds out " +
+              (m.task == Task::vision ? "its test images" : "train.val_fraction of its corpus"));
   if (m.task == Task::vision) {
     auto task = make_vision_task(rc, in);
     m.validate();
