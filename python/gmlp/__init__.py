@@ -35,12 +35,12 @@ except ImportError as _e:  # not built or not installed: only the pure-Python pa
 else:
     _core_error = None
 
-__all__ = ["Model", "Error", "train", "set_threads", "get_threads"]
+__all__ = ["Model", "Error", "train", "finetune_config", "set_threads", "get_threads"]
 
 if _core is not None:
     from ._core import Error, get_threads, set_threads
     from .model import Model
-    from .training import train
+    from .training import finetune_config, train
 
 
 def __getattr__(name):

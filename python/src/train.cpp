@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "gmlp/checkpoint.h"
+#include "gmlp/search.h"
 #include "gmlp/trainer.h"
 
 namespace gmlp::py_api {
@@ -27,9 +28,24 @@ ImageSet image_set(py::handle images, py::handle labels, int n_classes, const st
   });
 }
 
+py::dict summary_dict(const TrainSummary& s, const std::string& out) {
+  py::dict d;
+  d["steps"] = s.steps;
+  d["interrupted"] = s.interrupted;
+  d["last_loss"] = s.last_loss;
+  d["val"] = from_json(s.val_metrics);
+  d["elapsed_s"] = s.elapsed_s;
+  d["units_per_s"] = s.tokens_per_s;
+  // The run's selected model, as a run directory means on the command line.
+  d["model"] = std::filesystem::exists(best_model_file(out)) ? best_model_file(out) : model_file(out);
+  d["report"] = from_json(s.report);
+  return d;
+}
+
 py::dict run_train(py::handle config, const std::string& out, const std::string& data_path, const std::string& test_path,
-               std::shared_ptr<TrainData> memory, bool resume, int64_t steps, const std::string& init_from,
-               py::object on_log, bool progress) {
+                   const std::string& val_path, std::shared_ptr<TrainData> memory, bool resume, int64_t steps,
+                   const std::string& init_from, py::object on_log, bool progress,
+                   const std::vector<std::pair<std::string, std::vector<std::string>>>& grid, bool refit) {
   TrainOptions o;
   o.out_dir = out;
   o.resume = resume;
@@ -37,6 +53,7 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
   o.data = memory;
   if (resume) {
     if (!config.is_none()) throw py::value_error("a resumed run continues with its saved config: give no config");
+    if (!grid.empty() || refit) throw py::value_error("grid, refit: a resumed run continues as it was; give neither");
     o.extend_to = steps;
   } else {
     if (config.is_none()) throw py::value_error("config: a new run needs a config (a dict, {} for the defaults)");
@@ -48,14 +65,24 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
       require_exists(data_path, "data");
       o.data_path = data_path;
     }
-    if (!test_path.empty()) {
-      require_exists(test_path, "test data");
-      o.test_path = test_path;
-    }
+    for (const auto& [path, what, field] : {std::tuple{&test_path, "test data", &o.test_path},
+                                            std::tuple{&val_path, "validation data", &o.val_path}})
+      if (!path->empty()) {
+        require_exists(*path, what);
+        *field = *path;
+      }
     if (!init_from.empty()) {
       require_exists(init_from, "checkpoint");
       o.init_from = resolve_model_path(init_from);
     }
+    // Checked before anything trains, as the CLI does.
+    const bool validated = !o.val_path.empty() || o.run.train.val_fraction > 0 || (memory && memory->val_texts.size());
+    if (refit && o.run.model.task != Task::classify)
+      throw py::value_error("refit: for text classification (task \"classify\") only");
+    if ((refit || !grid.empty()) && !validated)
+      throw py::value_error(std::string(refit ? "refit" : "grid") +
+                            ": choosing needs validation: give val, or a train.val_fraction above 0");
+    if (refit) o.score_test = false;  // the test set waits for the refit model: scored once
   }
   // At every metrics line: Ctrl-C (Python's signal flag) and the callback, under the
   // GIL. A Python exception stops the run like an interruption (a checkpoint is written)
@@ -73,21 +100,37 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
       return false;
     }
   };
-  TrainSummary s;
-  {
+  // What the trainer (or the search) returns, with the Python exception that stopped it
+  // raised in place of the trainer's "interrupted" error.
+  auto guarded = [&](auto&& run) {
     py::gil_scoped_release nogil;
     apply_threads();
-    s = gmlp::train(o);
+    try {
+      return run();
+    } catch (...) {
+      if (err) {
+        py::gil_scoped_acquire gil;
+        throw *err;
+      }
+      throw;
+    }
+  };
+  if (!grid.empty()) {
+    std::vector<SearchAxis> axes;
+    for (const auto& [key, values] : grid) axes.push_back({key, values});
+    const SearchResult r = guarded([&] { return search(o, axes, refit, /*overwrite=*/true); });
+    py::dict d = summary_dict(r.final, refit ? refit_dir(out) : r.trials[r.chosen].options.out_dir);
+    d["model"] = r.model;
+    d["search"] = from_json(r.table);
+    return d;
   }
+  const TrainSummary s = guarded([&] { return gmlp::train(o); });
   if (err) throw *err;
-  py::dict d;
-  d["steps"] = s.steps;
-  d["interrupted"] = s.interrupted;
-  d["last_loss"] = s.last_loss;
-  d["val"] = from_json(s.val_metrics);
-  d["elapsed_s"] = s.elapsed_s;
-  d["units_per_s"] = s.tokens_per_s;
-  d["model"] = model_file(out);
+  if (!refit || s.interrupted) return summary_dict(s, out);
+  const TrainSummary r = guarded([&] { return gmlp::refit(o, s, refit_dir(out)); });
+  if (err) throw *err;
+  py::dict d = summary_dict(r, refit_dir(out));
+  d["chosen"] = summary_dict(s, out);
   return d;
 }
 
@@ -104,14 +147,18 @@ void bind_train(py::module_& m) {
           "set_texts",
           [](TrainData& d, std::vector<std::string> texts, const std::vector<std::string>& labels,
              const std::vector<std::string>& class_names, std::vector<std::string> test_texts,
-             const std::vector<std::string>& test_labels) {
+             const std::vector<std::string>& test_labels, std::vector<std::string> val_texts,
+             const std::vector<std::string>& val_labels) {
             checked_args([&] {
               d.texts = make_labelled(std::move(texts), labels, class_names, "texts");
               if (!test_texts.empty() || !test_labels.empty())
                 d.test_texts = make_labelled(std::move(test_texts), test_labels, d.texts.class_names, "test texts");
+              if (!val_texts.empty() || !val_labels.empty())
+                d.val_texts = make_labelled(std::move(val_texts), val_labels, d.texts.class_names, "validation texts");
             });
           },
-          py::arg("texts"), py::arg("labels"), py::arg("class_names"), py::arg("test_texts"), py::arg("test_labels"))
+          py::arg("texts"), py::arg("labels"), py::arg("class_names"), py::arg("test_texts"), py::arg("test_labels"),
+          py::arg("val_texts"), py::arg("val_labels"))
       .def(
           "set_images",
           [](TrainData& d, py::handle images, py::handle labels, py::handle test_images, py::handle test_labels,
@@ -121,9 +168,16 @@ void bind_train(py::module_& m) {
               d.test_images = image_set(test_images, test_labels, n_classes > 0 ? n_classes : d.images.n_classes, "test");
           },
           py::arg("images"), py::arg("labels"), py::arg("test_images"), py::arg("test_labels"), py::arg("n_classes"));
+  m.def(
+      "finetune_config",
+      [](const std::string& init_from) {
+        if (!init_from.empty()) require_exists(init_from, "checkpoint");
+        return from_json(finetune_config(init_from));
+      },
+      py::arg("init_from"));
   m.def("train", &run_train, py::arg("config"), py::arg("out"), py::arg("data_path"), py::arg("test_path"),
-        py::arg("memory"), py::arg("resume"), py::arg("steps"), py::arg("init_from"), py::arg("on_log"),
-        py::arg("progress"));
+        py::arg("val_path"), py::arg("memory"), py::arg("resume"), py::arg("steps"), py::arg("init_from"),
+        py::arg("on_log"), py::arg("progress"), py::arg("grid"), py::arg("refit"));
 }
 
 }  // namespace gmlp::py_api

@@ -100,6 +100,108 @@ def test_classify_from_labelled_texts(tmp_path):
         gmlp.train(cfg, data=(texts, named[:-1]), out=tmp_path / "e")
 
 
+def word_texts(n, seed):
+    """n texts of three classes, each class its own words."""
+    words = {0: "alpha beta gamma", 1: "one two three", 2: "red green blue"}
+    r = np.random.default_rng(seed)
+    labels = r.integers(0, 3, n)
+    return [words[int(y)] + " " + words[int(y)].split()[int(r.integers(0, 3))] for y in labels], labels
+
+
+CLASSIFY = {"model": {"task": "classify", "d_model": 16, "d_ffn": 32, "n_layers": 1, "seq_len": 24},
+            "train": {"batch_size": 8, "steps": 16, "log_every": 4, "eval_every": 4, "eval_batches": 0,
+                      "lr": 1e-2, "warmup": 2, "min_lr": 0.0}}
+
+
+def test_validation_texts_replace_the_split_and_choose_the_checkpoint(tmp_path):
+    texts, labels = word_texts(48, 0)
+    vt, vl = word_texts(12, 1)
+    s = gmlp.train(CLASSIFY, data=(texts, labels), val=(vt, vl), test=(vt[:6], vl[:6]), out=tmp_path / "c")
+    assert s["val"]["val_examples"] == 12  # all of val; nothing held out of the 48
+    rep = s["report"]
+    assert rep["train_examples"] == 48 and rep["test"]["examples"] == 6
+    assert s["model"] == str(tmp_path / "c" / "best.safetensors") and rep["selected"]["step"] > 0
+    with pytest.raises(ValueError, match="val: with data from a file, the val data is a file too"):
+        gmlp.train(CLASSIFY, data=str(tmp_path / "x.tsv"), val=(vt, vl), out=tmp_path / "e")
+    with pytest.raises(ValueError, match=r"validation texts\[0\]: label \"poetry\""):
+        gmlp.train(CLASSIFY, data=(texts, [str(v) for v in labels]), val=(vt[:1], ["poetry"]), out=tmp_path / "e")
+    with pytest.raises(ValueError, match="val: validation texts are for a classifier"):
+        gmlp.train({"model": TINY}, data={"text": TEXT}, val=(vt, vl), out=tmp_path / "e")
+    assert not (tmp_path / "e").exists()
+
+
+def test_a_grid_chooses_by_validation_and_a_refit_is_the_model_tested(tmp_path):
+    texts, labels = word_texts(48, 2)
+    vt, vl = word_texts(12, 3)
+    seen = []
+    s = gmlp.train(CLASSIFY, data=(texts, labels), val=(vt, vl), test=(vt[:6], vl[:6]), out=tmp_path / "g",
+                   grid={"lr": [1e-9, 1e-2], "epochs": [1, 2]}, refit=True, callbacks=seen.append)
+    table = s["search"]
+    assert [t["name"] for t in table["settings"]] == ["lr=1e-09_epochs=1", "lr=0.01_epochs=1",
+                                                     "lr=1e-09_epochs=2", "lr=0.01_epochs=2"]
+    assert table == json.loads((tmp_path / "g" / "grid.json").read_text())
+    assert "lr=0.01" in table["chosen"] and table["refit"] and table["by"] == "val_acc"
+    for t in table["settings"]:  # no trial met the test set; each trained its epochs
+        rep = json.loads((tmp_path / "g" / t["name"] / "report.json").read_text())
+        assert rep["test"] is None and rep["train_examples"] == 48
+    assert s["model"] == str(tmp_path / "g" / "refit" / "model.safetensors") == table["model"]
+    assert s["report"]["train_examples"] == 60 and s["report"]["test"] == table["test"]
+    assert s["report"]["test"]["examples"] == 6
+    runs = [tmp_path / "g" / t["name"] for t in table["settings"]] + [tmp_path / "g" / "refit"]
+    assert seen == [x for r in runs for x in lines_of(r)]  # the callbacks saw every trial and the refit
+    # a refit without a grid: the chosen run's summary comes with it
+    r = gmlp.train(CLASSIFY, data=(texts, labels), val=(vt, vl), test=(vt[:6], vl[:6]), out=tmp_path / "r",
+                   refit=True)
+    assert r["chosen"]["report"]["test"] is None and r["report"]["test"]["examples"] == 6
+    best = r["chosen"]["report"]["selected"]["step"]
+    assert r["steps"] == int(np.ceil(np.float32(best * 8 / 48) * 60 / 8))
+    # stopped by a callback: the search says where it stopped; a callback's exception propagates
+    with pytest.raises(gmlp.Error, match="interrupted during lr=1e-09; its run is in"):
+        gmlp.train(CLASSIFY, data=(texts, labels), out=tmp_path / "s", grid={"lr": [1e-9, 1e-2]},
+                   callbacks=lambda line: False)
+
+    def boom(line):
+        raise KeyError("from the callback")
+
+    with pytest.raises(KeyError, match="from the callback"):
+        gmlp.train(CLASSIFY, data=(texts, labels), out=tmp_path / "s", grid={"lr": [1e-9]}, callbacks=boom)
+    with pytest.raises(ValueError, match="refit: choosing needs validation"):
+        gmlp.train(dict(CLASSIFY, train=dict(CLASSIFY["train"], val_fraction=0)), data=(texts, labels),
+                   out=tmp_path / "e", refit=True)
+    with pytest.raises(ValueError, match="refit: for text classification"):
+        gmlp.train({"model": TINY}, data={"text": TEXT}, out=tmp_path / "e", refit=True)
+    with pytest.raises(ValueError, match="grid: 'lr' needs a list of values"):
+        gmlp.train(CLASSIFY, data=(texts, labels), out=tmp_path / "e", grid={"lr": 1e-3})
+    with pytest.raises(gmlp.Error, match="the section must be 'model' or 'train'"):
+        gmlp.train(CLASSIFY, data=(texts, labels), out=tmp_path / "e", grid={"optim.lr": [1e-3]})
+    assert not (tmp_path / "e").exists()
+
+
+def test_finetune_config_is_the_commands(gmlp_exe, corpus, tmp_path):
+    import subprocess
+    mlm = tmp_path / "mlm"
+    gmlp.train({"model": dict(TINY, task="mlm"), "train": dict(TINY_TRAIN, steps=4)}, data=corpus, out=mlm)
+    texts, labels = word_texts(40, 4)
+    data = tmp_path / "train.tsv"
+    data.write_text("".join(f"{y}\t{t}\n" for t, y in zip(texts, labels)))
+    cfg = gmlp.finetune_config(mlm)
+    assert cfg["model"]["task"] == "classify" and cfg["model"]["d_model"] == 16 and cfg["model"]["dropout"] == 0.1
+    assert cfg["train"]["val_fraction"] == pytest.approx(0.1) and cfg["train"]["patience"] == 5
+    py = gmlp.train(cfg, data=data, out=tmp_path / "py", init_from=mlm, steps=6)
+    cli = subprocess.run([gmlp_exe, "finetune", "--init-from", str(mlm), "--data", str(data), "--steps", "6",
+                          "--out", str(tmp_path / "cli"), "--no-progress"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    config = [json.loads((tmp_path / r / "config.json").read_text()) for r in ("py", "cli")]
+    assert config[0] == config[1]
+    def losses(run):  # the same run: every logged loss equal
+        return [(x["step"], x.get("loss"), x.get("val_loss")) for x in lines_of(tmp_path / run)]
+
+    assert losses("py") == losses("cli") and len(losses("py")) >= 2
+    assert gmlp.finetune_config()["model"]["task"] == "classify"
+    with pytest.raises(FileNotFoundError):
+        gmlp.finetune_config(tmp_path / "none")
+
+
 def test_vision_from_arrays(tmp_path):
     """Bright top half = class 0, bright bottom half = class 1 (uint8 images)."""
     r = np.random.default_rng(1)
