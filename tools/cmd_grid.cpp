@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "gmlp/comm.h"
 #include "gmlp/search.h"
 
 namespace gmlp::cli {
@@ -10,6 +11,7 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, bo
   std::vector<SearchAxis> axes;
   for (const auto& s : specs) axes.push_back(parse_search_axis(s));
   const SearchResult r = search(base, axes, refit, overwrite);
+  if (world().rank() != 0) return 0;  // one table, from rank 0
   std::printf("%-36s %10s %10s %8s\n", "setting", r.metric.c_str(), "best step", "steps");
   for (size_t i = 0; i < r.trials.size(); ++i) {
     const auto& t = r.trials[i];
