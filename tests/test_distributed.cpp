@@ -143,6 +143,34 @@ TEST(Distributed, ClassifierWithDropoutAndValidationOnTwoRanksIsTheOneProcessRun
                  });
 }
 
+TEST(Distributed, AGridAndItsRefitOnTwoRanksAreTheOneProcessSearch) {
+  test::TempDir dir("dist_grid");
+  test::write_sentences(dir.file("train.tsv"), 20, 1);
+  test::write_sentences(dir.file("test.tsv"), 4, 2);
+  const std::string args = " train --task classify --data " + dir.file("train.tsv") + " --test " +
+                           dir.file("test.tsv") + kTiny +
+                           " --val-fraction 0.25 --steps 8 --log-every 1 --eval-every 2 --set train.min_lr=0"
+                           " --grid lr=1e-9,1e-2 --refit --out ";
+  auto one = run_command(single() + args + dir.file("p1"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = run_command(launch(2) + args + dir.file("p2"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  // Every rank trains every trial and the refit; rank 0 alone prints the table.
+  size_t tables = 0;
+  for (size_t at = two.output.find("<- chosen"); at != std::string::npos; at = two.output.find("<- chosen", at + 1))
+    ++tables;
+  EXPECT_EQ(tables, 1u) << two.output;
+  const auto g1 = parse_json(read_file(dir.file("p1") + "/grid.json"), "grid 1");
+  const auto g2 = parse_json(read_file(dir.file("p2") + "/grid.json"), "grid 2");
+  EXPECT_EQ(g1["chosen"], g2["chosen"]);
+  ASSERT_EQ(g1["settings"].size(), g2["settings"].size());
+  for (size_t i = 0; i < g1["settings"].size(); ++i)
+    EXPECT_NEAR(g1["settings"][i]["val_acc"].get<double>(), g2["settings"][i]["val_acc"].get<double>(), 1e-9);
+  EXPECT_NEAR(g1["test"]["macro_f1"].get<double>(), g2["test"]["macro_f1"].get<double>(), 1e-9);
+  expect_close_losses(train_losses(dir.file("p1/refit")), train_losses(dir.file("p2/refit")));
+  expect_close_weights(model_file(dir.file("p1/refit")), model_file(dir.file("p2/refit")));
+}
+
 TEST(Distributed, ABatchThatDoesNotDivideIsRefused) {
   test::TempDir dir("dist_batch");
   auto r = run_command(launch(2) + " train --data " + test::kGplText + kTiny + " --set train.batch_size=7 --steps 2 --out " +

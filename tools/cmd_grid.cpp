@@ -15,9 +15,8 @@ int run_grid(const std::vector<std::string>& specs, const TrainOptions& base, bo
   std::printf("%-36s %10s %10s %8s\n", "setting", r.metric.c_str(), "best step", "steps");
   for (size_t i = 0; i < r.trials.size(); ++i) {
     const auto& t = r.trials[i];
-    std::printf("%-36s %10.4f %10lld %8lld%s\n", t.name.c_str(), t.score,
-                (long long)t.summary.report["selected"]["step"].get<int64_t>(),
-                (long long)t.summary.report["steps"].get<int64_t>(), i == r.chosen ? "  <- chosen" : "");
+    std::printf("%-36s %10.4f %10lld %8lld%s\n", t.name.c_str(), t.score, (long long)t.summary.best_step,
+                (long long)t.summary.steps, i == r.chosen ? "  <- chosen" : "");
   }
   if (refit) print_summary(r.final, refit_dir(base.out_dir), "classify");
   const auto& test = r.table["test"];

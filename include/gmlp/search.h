@@ -36,7 +36,7 @@ struct SearchResult {
   bool refit = false;
   TrainSummary final;     // the chosen run finished with its test set scored, or the refit
   std::string model;      // the chosen model's checkpoint
-  nlohmann::json table;   // what grid.json holds
+  nlohmann::json table;   // what grid.json holds (its "test" on rank 0 only, which writes it)
 };
 
 // "KEY=V1,V2,..." (finetune --grid's syntax) into an axis; errors name the spec.

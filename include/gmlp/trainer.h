@@ -64,7 +64,8 @@ struct TrainSummary {
   nlohmann::json val_metrics;  // every task: the last evaluation's "val_*" metrics (null if none)
   bool early_stopped = false;  // train.patience evaluations passed without a better validation score
   int64_t best_step = 0;       // the step of best.safetensors (0: no validation, no best)
-  nlohmann::json report;       // report.json of a finished run: the selection and the test set's scores
+  nlohmann::json best_metrics; // that step's evaluation ("val_*"; null if none); on every rank, like best_step
+  nlohmann::json report;       // report.json of a finished run: the selection and the test set's scores (rank 0)
   double elapsed_s = 0.0;
   double tokens_per_s = 0.0;
   int64_t train_examples = 0;  // examples in one pass over the training data (the unit of train.epochs)

@@ -23,8 +23,9 @@ std::string qualified(const std::string& key) {
 }
 
 // The validation score a trial was selected with: accuracy (higher is better) or loss.
-double trial_score(const nlohmann::json& report, bool* higher) {
-  const auto& v = report["selected"]["validation"];
+// From the summary, which every rank holds alike, so every rank chooses the same.
+double trial_score(const TrainSummary& s, bool* higher) {
+  const auto& v = s.best_metrics;
   *higher = v.contains("val_acc");
   return v.value(*higher ? "val_acc" : "val_loss", *higher ? -1.0 : 1e300);
 }
@@ -120,7 +121,7 @@ SearchResult search(const TrainOptions& base, const std::vector<SearchAxis>& axe
   bool higher = true;
   for (size_t i = 0; i < res.trials.size(); ++i) {
     auto& t = res.trials[i];
-    t.score = trial_score(t.summary.report, &higher);
+    t.score = trial_score(t.summary, &higher);
     if (higher ? t.score > res.trials[res.chosen].score : t.score < res.trials[res.chosen].score) res.chosen = i;
   }
   res.metric = higher ? "val_acc" : "val_loss";
@@ -142,8 +143,8 @@ SearchResult search(const TrainOptions& base, const std::vector<SearchAxis>& axe
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& t : res.trials)
     rows.push_back({{"name", t.name}, {"settings", t.settings}, {res.metric, t.score},
-                    {"best_step", t.summary.report["selected"]["step"]}, {"steps", t.summary.report["steps"]},
-                    {"early_stopped", t.summary.report["early_stopped"]}});
+                    {"best_step", t.summary.best_step}, {"steps", t.summary.steps},
+                    {"early_stopped", t.summary.early_stopped}});
   res.table = {{"by", res.metric}, {"settings", rows}, {"chosen", best.name}, {"refit", refit_chosen},
                {"model", res.model}, {"test", res.final.report["test"]}};
   if (world().rank() == 0)

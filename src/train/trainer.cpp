@@ -397,6 +397,7 @@ TrainSummary train(const TrainOptions& opts) {
   if (sum.interrupted && st.step > first && saved_step != st.step) checkpoint();
   if (lead) bar.finish();
   sum.best_step = selection.best_step();
+  if (selection.has_best()) sum.best_metrics = selection.best_metrics();
   if (!sum.interrupted && lead)
     sum.report = finish_report(model, *task, selection, opts.out_dir, B, st.step, sum.early_stopped, opts.score_test);
   sum.steps = st.step;
