@@ -282,6 +282,11 @@ TEST(Grid, EverySettingInItsDirectoryChosenByValidationTestScoredOnce) {
   EXPECT_TRUE(contains(g["chosen"].get<std::string>(), "lr=1e-2")) << g.dump();
   EXPECT_EQ(g["test"]["examples"], 15);
   EXPECT_TRUE(contains(r.output, "<- chosen")) << r.output;
+  // Every setting is checked before the first trains: a bad last value trains nothing.
+  r = classify_run(dir, dir.file("bad"), "--grid lr=1e-3,-1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "search setting lr=-1 [train]: config: 'lr' must be positive")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("bad")));
 }
 
 // --refit: choose by validation, then train the chosen settings again on the training

@@ -90,6 +90,8 @@ SearchResult search(const TrainOptions& base, const std::vector<SearchAxis>& axe
     require(overwrite || !fs::exists(state_file(refit_dir(base.out_dir))),
             "'" + refit_dir(base.out_dir) + "' already holds a training run; pass --overwrite to refit again");
 
+  // Every setting is built and checked before the first one trains: a bad value or a
+  // directory in the way is an error now, not after hours of the settings before it.
   const nlohmann::json config = base.run.to_json();
   SearchResult res;
   res.refit = refit_chosen;
@@ -105,18 +107,21 @@ SearchResult search(const TrainOptions& base, const std::vector<SearchAxis>& axe
       t.settings[keys[k]] = j[section][key];
       t.name += (t.name.empty() ? "" : "_") + key + "=" + v;
     }
-    TrainOptions o = base;
-    o.run.model = ModelConfig::from_json(j["model"], "search setting " + t.name + " [model]", /*open=*/true);
-    o.run.train = TrainConfig::from_json(j["train"], "search setting " + t.name + " [train]");
-    o.out_dir = (fs::path(base.out_dir) / t.name).string();
-    o.score_test = false;  // the test set waits for the chosen setting
-    require(overwrite || !fs::exists(state_file(o.out_dir)),
-            "'" + o.out_dir + "' already holds a training run; pass --overwrite to search again");
-    if (world().rank() == 0) std::fprintf(stderr, "gmlp grid: setting %zu of %zu: %s\n", i + 1, total, t.name.c_str());
-    t.summary = train(o);
-    require(!t.summary.interrupted, "the search was interrupted during " + t.name + "; its run is in " + o.out_dir);
-    t.options = o;
+    t.options = base;
+    t.options.run.model = ModelConfig::from_json(j["model"], "search setting " + t.name + " [model]", /*open=*/true);
+    t.options.run.train = TrainConfig::from_json(j["train"], "search setting " + t.name + " [train]");
+    t.options.out_dir = (fs::path(base.out_dir) / t.name).string();
+    t.options.score_test = false;  // the test set waits for the chosen setting
+    require(overwrite || !fs::exists(state_file(t.options.out_dir)),
+            "'" + t.options.out_dir + "' already holds a training run; pass --overwrite to search again");
     res.trials.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < total; ++i) {
+    SearchTrial& t = res.trials[i];
+    if (world().rank() == 0) std::fprintf(stderr, "gmlp grid: setting %zu of %zu: %s\n", i + 1, total, t.name.c_str());
+    t.summary = train(t.options);
+    require(!t.summary.interrupted,
+            "the search was interrupted during " + t.name + "; its run is in " + t.options.out_dir);
   }
   bool higher = true;
   for (size_t i = 0; i < res.trials.size(); ++i) {
