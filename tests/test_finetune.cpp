@@ -128,6 +128,9 @@ TEST(Dropout, ClassifierWithDropoutResumesExactlyAndDropoutChangesTraining) {
 
 // ---- model selection
 
+// The report.json of the run in `run` (a run directory).
+nlohmann::json read_report(const std::string& run) { return parse_json(read_file(report_file(run)), run + " report"); }
+
 TEST(Selection, ValidationSplitBestCheckpointEarlyStopAndOneTestScore) {
   test::TempDir dir("ft_select");
   write_sentences(dir.file("train.tsv"), 40, 1);
@@ -146,7 +149,7 @@ TEST(Selection, ValidationSplitBestCheckpointEarlyStopAndOneTestScore) {
     if (j.contains("val_acc")) {
       EXPECT_EQ(j["val_examples"], 30) << "validation is a quarter of the training file";
     }
-  const auto rep = parse_json(read_file(report_file(run)), "report");
+  const auto rep = read_report(run);
   EXPECT_EQ(rep["selected"]["step"], 5);
   EXPECT_EQ(rep["selected"]["checkpoint"], "best.safetensors");
   EXPECT_EQ(rep["early_stopped"], true);
@@ -275,7 +278,7 @@ TEST(Grid, EverySettingInItsDirectoryChosenByValidationTestScoredOnce) {
   for (const auto& s : g["settings"]) {
     const std::string name = s["name"];
     EXPECT_TRUE(fs::exists(out + "/" + name + "/best.safetensors")) << name;
-    const auto rep = parse_json(read_file(out + "/" + name + "/report.json"), "report");
+    const auto rep = read_report(out + "/" + name);
     // Only the chosen setting's report has a test score.
     EXPECT_EQ(rep["test"].is_null(), name != g["chosen"].get<std::string>()) << name;
   }
@@ -297,7 +300,7 @@ TEST(Refit, TrainsOnTrainingAndValidationForTheSelectedPassesAndOnlyItIsTested) 
   const std::string out = dir.file("run");
   auto r = classify_run(dir, out, "--steps 12 --eval-every 2 --refit");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto chosen = parse_json(read_file(report_file(out)), "report");
+  const auto chosen = read_report(out);
   EXPECT_TRUE(chosen["test"].is_null()) << chosen.dump();  // the test set waits for the refit
   const int64_t best = chosen["selected"]["step"], examples = chosen["train_examples"];
   const int64_t held_out = chosen["selected"]["validation"]["val_examples"];
@@ -306,7 +309,7 @@ TEST(Refit, TrainsOnTrainingAndValidationForTheSelectedPassesAndOnlyItIsTested) 
   EXPECT_EQ(examples + held_out, 60);  // write_sentences: n sentences for each of 3 classes
 
   const std::string refit = out + "/refit";
-  const auto rep = parse_json(read_file(report_file(refit)), "refit report");
+  const auto rep = read_report(refit);
   EXPECT_EQ(rep["train_examples"], 60) << rep.dump();  // the validation texts trained too
   EXPECT_TRUE(rep["selected"]["validation"].is_null()) << rep.dump();
   EXPECT_EQ(rep["test"]["examples"], 15);
@@ -335,7 +338,7 @@ TEST(Refit, AfterASearchTheRefitModelIsTheOneTested) {
   EXPECT_EQ(g["model"], model_file(out + "/refit"));
   EXPECT_EQ(g["test"]["examples"], 15);
   for (const auto& s : g["settings"])  // no trial met the test set
-    EXPECT_TRUE(parse_json(read_file(out + "/" + s["name"].get<std::string>() + "/report.json"), "r")["test"].is_null());
+    EXPECT_TRUE(read_report(out + "/" + s["name"].get<std::string>())["test"].is_null());
   const auto chosen_cfg = parse_json(read_file(out + "/" + g["chosen"].get<std::string>() + "/config.json"), "c");
   EXPECT_EQ(parse_json(read_file(out + "/refit/config.json"), "refit")["train"]["lr"], chosen_cfg["train"]["lr"]);
   EXPECT_TRUE(contains(r.output, "refitted: test accuracy")) << r.output;

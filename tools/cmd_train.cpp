@@ -210,7 +210,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
                        "--out OUT/refit --resume");
     require(task == "classify", "--refit is for text classification (finetune, or train --task classify); the task "
                                 "is \"" + task + "\"");
-    require(!o.val_path.empty() || o.run.train.val_fraction > 0,
+    require(holds_out_validation(o),
             "--refit trains again on the validation texts after choosing by them: give --val FILE or a "
             "--val-fraction above 0");
     // Every path to run_refit passes here.

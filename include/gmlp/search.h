@@ -45,7 +45,7 @@ SearchAxis parse_search_axis(const std::string& spec);
 // Trains base.run with every combination of the axes' values in base.out_dir/NAME (at
 // most 64), picks by the validation score of each run's selected checkpoint, then
 // scores the test set once: on the chosen run, or with `refit` on refit(chosen) in
-// refit_dir(base.out_dir). Needs validation (base.val_path or train.val_fraction > 0).
+// refit_dir(base.out_dir). Needs validation (holds_out_validation(base)).
 // With overwrite false, a trial directory that already holds a run is an error.
 // Progress lines go to stderr on rank 0.
 SearchResult search(const TrainOptions& base, const std::vector<SearchAxis>& axes, bool refit, bool overwrite);

@@ -84,6 +84,10 @@ std::string report_file(const std::string& out_dir);
 
 TrainSummary train(const TrainOptions& opts);
 
+// Whether a classification run of these options holds validation examples out to
+// choose by: a validation file, validation texts in memory, or a val_fraction split.
+bool holds_out_validation(const TrainOptions& opts);
+
 // A refit, as scikit-learn's search does after choosing: the options of a finished
 // classification run that selected its checkpoint by validation, changed to train again
 // from the same start on its training and validation examples together, in `out_dir`,

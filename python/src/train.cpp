@@ -76,10 +76,9 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
       o.init_from = resolve_model_path(init_from);
     }
     // Checked before anything trains, as the CLI does.
-    const bool validated = !o.val_path.empty() || o.run.train.val_fraction > 0 || (memory && memory->val_texts.size());
     if (refit && o.run.model.task != Task::classify)
       throw py::value_error("refit: for text classification (task \"classify\") only");
-    if ((refit || !grid.empty()) && !validated)
+    if ((refit || !grid.empty()) && !holds_out_validation(o))
       throw py::value_error(std::string(refit ? "refit" : "grid") +
                             ": choosing needs validation: give val, or a train.val_fraction above 0");
     if (refit) o.score_test = false;  // the test set waits for the refit model: scored once

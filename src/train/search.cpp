@@ -84,7 +84,7 @@ SearchResult search(const TrainOptions& base, const std::vector<SearchAxis>& axe
     require(total <= 64, "a search of more than 64 settings is more than a small search");
   }
   require(!base.resume, "a search starts fresh runs; it cannot resume");
-  require(base.val_path.size() || base.run.train.val_fraction > 0 || (base.data && base.data->val_texts.size() > 0),
+  require(holds_out_validation(base),
           "a search chooses by validation: give a validation file (--val) or a validation fraction above 0");
   if (refit_chosen)
     require(overwrite || !fs::exists(state_file(refit_dir(base.out_dir))),

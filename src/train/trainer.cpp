@@ -408,6 +408,10 @@ TrainSummary train(const TrainOptions& opts) {
   return sum;
 }
 
+bool holds_out_validation(const TrainOptions& o) {
+  return !o.val_path.empty() || o.run.train.val_fraction > 0 || (o.data && o.data->val_texts.size() > 0);
+}
+
 TrainOptions refit_options(const TrainOptions& chosen, const TrainSummary& result, const std::string& out_dir) {
   require(!result.interrupted, "--refit: the run was interrupted before it chose a model; resume it first");
   require(result.best_step > 0 && result.train_examples > 0,
