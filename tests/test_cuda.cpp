@@ -4,7 +4,8 @@
 //    whose memory is kept apart from the host's (results must equal the CPU bit for bit).
 //  - With a GPU (GTEST_SKIP otherwise): the CUDA backend's ops and every variant's
 //    forward, backward and AdamW steps against the CPU engine, and cached generation
-//    on a CUDA model against its full forward.
+//    on a CUDA model (its caches on the device) against its full forward and against
+//    the CPU decoder.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu_backend.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/comm.h"
 #include "gmlp/config.h"
@@ -23,6 +23,7 @@
 #include "gmlp/error.h"
 #include "gmlp/model.h"
 #include "gmlp/optimizer.h"
+#include "separate_memory.h"
 #include "test_util.h"
 #include "train/data_parallel.h"
 
@@ -39,17 +40,7 @@ bool have_gpu() { return cuda_built() && cuda_device_count() > 0; }
   GTEST_SKIP() << (cuda_built() ? "no CUDA device on this machine"                     \
                                 : "this build has no CUDA backend (nvcc not found)")
 
-// The CPU backend with its memory kept apart from the host's: alloc'd buffers are
-// reached only through upload/download, as on a device.
-class SeparateMemoryBackend final : public CpuBackend {
- public:
-  bool host_memory() const override { return false; }
-};
-
-SeparateMemoryBackend& separate_backend() {
-  static SeparateMemoryBackend be;
-  return be;
-}
+using test::separate_backend;
 
 // ---- the variants every model-level test runs
 
@@ -420,6 +411,72 @@ TEST(CudaOps, GeluBothFormsForwardAndBackward) {
   }
 }
 
+// The cached decoder's ops: three streams at positions 0, the last and one between,
+// stepped in an order other than their index.
+TEST(CudaOps, DecodeOpsOverStreamsAtTheirPositions) {
+  REQUIRE_GPU();
+  const int S = 3, n = 40, d = 24, V = 50, R = 3, heads = 2, g = 32, da = 8;
+  const Ids stream = {2, 0, 1}, pos = {0, n - 1, 17}, tokens = {4, 49, 0};
+  Ids rows(R);
+  for (int r = 0; r < R; ++r) rows[size_t(r)] = stream[size_t(r)] * n + pos[size_t(r)];
+  Backend& cb = cpu_backend();
+  OnDevice dv;
+  const int32_t *dS = dv.up(stream), *dP = dv.up(pos), *dRows = dv.up(rows);
+  {  // embedding with positions
+    const Vec E = randn(size_t(V) * d, 40), pe = randn(size_t(n) * d, 41);
+    Vec x(size_t(R) * d);
+    cb.decode_embed(E.data(), d, tokens.data(), pos.data(), R, pe.data(), x.data());
+    float* dx = dv.up(Vec(x.size()));
+    dv.be.decode_embed(dv.up(E), d, dv.up(tokens), dP, R, dv.up(pe), dx);
+    EXPECT_TRUE(test::all_close(dv.down(dx, x.size()).data(), x.data(), x.size(), 0.f, 0.f, "decode_embed"));
+  }
+  for (bool acc : {false, true}) {  // the channel products
+    const int out = 20;
+    const Vec W = randn(size_t(out) * d, 42), X = randn(size_t(R) * d, 43), b = randn(out, 44),
+              Y0 = randn(size_t(R) * out, 45);
+    Vec Y = Y0;
+    cb.decode_linear(W.data(), out, d, X.data(), R, b.data(), Y.data(), acc);
+    float* dY = dv.up(Y0);
+    dv.be.decode_linear(dv.up(W), out, d, dv.up(X), R, dv.up(b), dY, acc);
+    EXPECT_TRUE(test::all_close(dv.down(dY, Y.size()).data(), Y.data(), Y.size(), kAtol, 1e-4f, "decode_linear"));
+  }
+  {  // LayerNorm into the cache rows
+    const int ldx = 30;
+    const Vec x = randn(size_t(R) * ldx, 46, 2.f), w = randn(d, 47), b = randn(d, 48), y0 = randn(size_t(S) * n * d, 49);
+    Vec y = y0;
+    cb.decode_layernorm(x.data(), ldx, R, d, w.data(), b.data(), 1e-5f, y.data(), d, rows.data());
+    float* dy = dv.up(y0);
+    dv.be.decode_layernorm(dv.up(x), ldx, R, d, dv.up(w), dv.up(b), 1e-5f, dy, d, dRows);
+    EXPECT_TRUE(test::all_close(dv.down(dy, y.size()).data(), y.data(), y.size(), kAtol, kRtol, "decode_layernorm"));
+  }
+  for (bool toeplitz : {false, true}) {  // the spatial mix over the cached gates
+    const int64_t wsz = toeplitz ? n : int64_t(n) * n;
+    const Vec G = randn(size_t(S) * n * g, 50), W = randn(size_t(heads * wsz), 51, 0.3f), bias = randn(size_t(heads) * n, 52);
+    Vec F(size_t(R) * g);
+    cb.decode_mix(G.data(), n, g, heads, W.data(), wsz, toeplitz, bias.data(), stream.data(), pos.data(), R, F.data());
+    float* dF = dv.up(Vec(F.size()));
+    dv.be.decode_mix(dv.up(G), n, g, heads, dv.up(W), wsz, toeplitz, dv.up(bias), dS, dP, R, dF);
+    EXPECT_TRUE(test::all_close(dv.down(dF, F.size()).data(), F.data(), F.size(), 1e-4f, 1e-4f,
+                                toeplitz ? "decode_mix (Toeplitz)" : "decode_mix"));
+  }
+  {  // aMLP's attention over the cached keys
+    const Vec qkvw = randn(size_t(3 * da) * d, 53, 0.3f), qkvb = randn(3 * da, 54), ow = randn(size_t(g) * da, 55),
+              ob = randn(g, 56), h = randn(size_t(R) * d, 57), cache0 = randn(size_t(S) * n * 3 * da, 58),
+              F0 = randn(size_t(R) * g, 59);
+    Vec cache = cache0, F = F0, P(size_t(R) * n), O(size_t(R) * da), A(size_t(R) * g);
+    ops::AttnParams p{qkvw.data(), qkvb.data(), ow.data(), ob.data(), d, da, g, true, nullptr};
+    cb.decode_attention(p, h.data(), stream.data(), pos.data(), R, n, cache.data(), P.data(), O.data(), A.data(),
+                        F.data());
+    ops::AttnParams dp{dv.up(qkvw), dv.up(qkvb), dv.up(ow), dv.up(ob), d, da, g, true, nullptr};
+    float *dCache = dv.up(cache0), *dF = dv.up(F0);
+    dv.be.decode_attention(dp, dv.up(h), dS, dP, R, n, dCache, dv.up(Vec(P.size())), dv.up(Vec(O.size())),
+                           dv.up(Vec(A.size())), dF);
+    EXPECT_TRUE(test::all_close(dv.down(dCache, cache.size()).data(), cache.data(), cache.size(), kAtol, 1e-4f,
+                                "decode_attention cache"));
+    EXPECT_TRUE(test::all_close(dv.down(dF, F.size()).data(), F.data(), F.size(), 1e-4f, 1e-4f, "decode_attention"));
+  }
+}
+
 TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   REQUIRE_GPU();
   const int M = 29, V = 1000;
@@ -513,6 +570,43 @@ TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {
       const float* next = dec.step(tb.tokens[size_t(t)]);
       got.assign(next, next + V);
     }
+  }
+}
+
+// The decoder of a CUDA model keeps its caches on the device. Against the CPU decoder
+// on the same weights, for every causal variant: three streams prefilled to different
+// lengths, then stepped together in changing subsets until their windows are full.
+TEST(CudaGenerate, StreamsSteppedTogetherOnTheDeviceMatchTheCpuDecoder) {
+  REQUIRE_GPU();
+  for (const auto& v : variants()) {
+    const ModelConfig c = config_of(v);
+    if (!Decoder::supports(c)) continue;
+    auto cpu = make(c, cpu_backend());
+    auto gpu = make(c, backend_for(Device::cuda));
+    const int n = c.seq_len, V = c.vocab_size, S = 3;
+    TestBatch tb(c, S, 41);
+    Decoder a(*cpu, S), b(*gpu, S);
+    const int first[S] = {1, 7, 3};
+    for (int k = 0; k < S; ++k) {
+      const int32_t* seq = tb.tokens.data() + size_t(k) * n;
+      const float* x = a.prefill(seq, first[k], k);
+      const float* y = b.prefill(seq, first[k], k);
+      ASSERT_TRUE(test::all_close(y, x, size_t(V), 1e-4f, 1e-3f, v.name + " prefill " + std::to_string(k)));
+    }
+    for (int round = 0; round < 2 * n; ++round) {
+      std::vector<int> which;
+      Ids tokens;
+      for (int k = 0; k < S; ++k)
+        if (a.length(k) < n && (k + round) % 4 != 0) which.push_back(k);
+      if (which.empty()) continue;
+      for (int k : which) tokens.push_back(tb.tokens[size_t(k) * n + size_t(a.length(k))]);
+      const float* x = a.step(tokens.data(), which.data(), int(which.size()));
+      const float* y = b.step(tokens.data(), which.data(), int(which.size()));
+      for (int k : which)
+        ASSERT_TRUE(test::all_close(y + size_t(k) * V, x + size_t(k) * V, size_t(V), 1e-4f, 1e-3f,
+                                    v.name + " stream " + std::to_string(k) + " at " + std::to_string(a.length(k))));
+    }
+    for (int k = 0; k < S; ++k) EXPECT_EQ(b.length(k), n) << v.name;
   }
 }
 

@@ -16,6 +16,7 @@
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/generate.h"
+#include "separate_memory.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -261,6 +262,49 @@ TEST_P(DecoderVariants, BatchedGenerationEqualsOnePromptAtATime) {
                                   [](int k, int32_t) { return k != 0; });
   EXPECT_EQ(got[0].size(), 1u);
   EXPECT_EQ(got[1].size(), 6u);
+}
+
+// A decoder whose model lives in memory apart from the host's takes a device's path
+// (caches and scratch in backend memory, the step's token ids, streams and positions
+// uploaded, logits read back) with the CPU's arithmetic: prefill, streams stepped
+// together and batched generation equal the host decoder's bit for bit.
+TEST_P(DecoderVariants, OnSeparateMemoryEqualsTheHostDecoderBitForBit) {
+  const ModelConfig c = variant_config(GetParam());
+  auto host = random_model(c, 12);
+  Model dev(c, test::separate_backend());
+  std::copy(host->weights(), host->weights() + host->num_params(), dev.weights());
+  const int n = c.seq_len, V = c.vocab_size, S = 3;
+  Rng rng(17);
+  std::vector<std::vector<int32_t>> seq(S, std::vector<int32_t>(size_t(n)));
+  for (auto& s : seq)
+    for (auto& t : s) t = int32_t(rng.below(uint64_t(V)));
+  Decoder a(*host, S), b(dev, S);
+  const int first[S] = {3, 1, 6};
+  for (int k = 0; k < S; ++k) {
+    const float* x = a.prefill(seq[k].data(), first[k], k);
+    const float* y = b.prefill(seq[k].data(), first[k], k);
+    ASSERT_TRUE(std::equal(x, x + V, y)) << "prefill of stream " << k;
+  }
+  for (int round = 0; round < n; ++round) {
+    std::vector<int> which;
+    std::vector<int32_t> tokens;
+    for (int k = S - 1; k >= 0; --k)
+      if (a.length(k) < n && (k + round) % 3 != 0) which.push_back(k);
+    if (which.empty()) continue;
+    for (int k : which) tokens.push_back(seq[size_t(k)][size_t(a.length(k))]);
+    const float* x = a.step(tokens.data(), which.data(), int(which.size()));
+    const float* y = b.step(tokens.data(), which.data(), int(which.size()));
+    for (int k : which) {
+      ASSERT_EQ(a.length(k), b.length(k));
+      ASSERT_TRUE(std::equal(x + size_t(k) * V, x + size_t(k + 1) * V, y + size_t(k) * V))
+          << "stream " << k << " at length " << a.length(k);
+    }
+  }
+  SamplingOptions opt;
+  opt.temperature = 1.f;
+  std::vector<Rng> ra(2, Rng(5)), rb(2, Rng(5));
+  const std::vector<std::vector<int32_t>> prompts = {{72, 101}, {9}};
+  EXPECT_EQ(generate_batch(*host, prompts, 2 * n, opt, ra), generate_batch(dev, prompts, 2 * n, opt, rb));
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoder, DecoderVariants, ::testing::ValuesIn(causal_variants()),

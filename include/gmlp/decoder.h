@@ -10,6 +10,7 @@
 // q/k/v rows, so the new token attends to the cached keys and values. `sgu: none`
 // blocks mix nothing and keep nothing.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gmlp/model.h"
@@ -22,12 +23,19 @@ namespace gmlp {
 // then read each weight row once for all of them (a small matrix product instead of
 // one matrix-vector product per stream), which is where batched generation gains.
 // Every stream's arithmetic is that of a one-stream decoder, in the same order, so a
-// stream's logits do not depend on which others run beside it.
+// stream's logits do not depend on which others run beside it (on the CPU; a device's
+// matrix products may round differently with the number of rows).
+//
+// The decoder runs where its model lives: on a device, its caches and scratch are
+// device memory, and a step copies only the token ids in and the logits out.
 class Decoder {
  public:
   // Reads the model's weights (not copied): the model must outlive the decoder and not
   // change while it is used.
   explicit Decoder(const Model& model, int streams = 1);
+  ~Decoder();
+  Decoder(Decoder&&) noexcept;
+  Decoder& operator=(Decoder&&) noexcept;
   // The configurations it handles: every causal LM (any sgu kind, heads, full or
   // Toeplitz W, aMLP). generate() recomputes the window for the others (there are none
   // among causal models today).
@@ -48,19 +56,11 @@ class Decoder {
   const float* step(const int32_t* tokens, const int* which, int count);
 
  private:
+  struct State;  // the caches and scratch, in the model's backend memory
   ModelConfig cfg_;
-  ParamViews w_;
   int streams_ = 1;
-  std::vector<float> pe_;
-  int g_ = 0, s_ = 0, goff_ = 0, gh_ = 0;  // gate channels, branch channels, gate offset in Z, per head
-  std::vector<std::vector<float>> gates_;  // per layer [streams, n, g]: the normalised gate rows (SGU models)
-  std::vector<std::vector<float>> qkv_;    // per layer [streams, n, 3 d_attn]: the attention's q|k|v rows (aMLP)
-  std::vector<int> len_;                   // per stream
-  // Scratch: prefill uses [n, ...] buffers, step uses one row per stream stepped.
-  std::vector<float> x_, h_, u_, z_, F_, S_, logits_, out_;
-  std::vector<float> gstats_;   // the gate LayerNorm's mean and rstd per row (unused after)
-  std::vector<float> Wd_;       // Toeplitz prefill: dense [heads, T, T]; step: one row per head [heads, n]
-  std::vector<float> P_, O_, A_;  // aMLP: probabilities [n, n], P.V [n, d_attn], attention output [n, g]
+  std::vector<int> len_;  // per stream
+  std::unique_ptr<State> st_;
 };
 
 }  // namespace gmlp

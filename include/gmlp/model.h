@@ -126,6 +126,9 @@ class Model {
   // gradient all-reduce: backend memory, up to date when returned; `write` marks the
   // backend copy as the newer one. On the CPU the same buffers as weights()/grads().
   Backend& backend() const { return *be_; }
+  // Named views of the backend's copy of the weights (device memory on a device), up to
+  // date when returned: for readers that run on the backend, such as the cached decoder.
+  const ParamViews& backend_views() const;
   float* device_weights(bool write);
   float* device_grads(bool write);
 
@@ -183,7 +186,6 @@ class Model {
   void embed_backward(const float* dx);
   double head_forward(const Batch& in, const float* xL);
   void head_backward(const float* xL);
-  const ParamViews& device_views();  // dw_, with the device weights up to date
 
   ModelConfig cfg_;
   Backend* be_;

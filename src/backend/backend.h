@@ -96,6 +96,19 @@ class Backend {
   virtual void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) = 0;
   virtual void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) = 0;
 
+  // ---- the cached decoder's one-token ops (ops.h, decode.cpp). Index arrays are
+  // backend memory too.
+  virtual void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R,
+                            const float* pe, float* x) = 0;
+  virtual void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y,
+                             bool accumulate) = 0;
+  virtual void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps,
+                                float* y, int ldy, const int32_t* rows) = 0;
+  virtual void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t wsz, bool toeplitz,
+                          const float* bias, const int32_t* stream, const int32_t* pos, int R, float* F) = 0;
+  virtual void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos,
+                                int R, int n, float* qkv, float* P, float* O, float* A, float* F) = 0;
+
   // ---- the optimizer (ops/adamw.h): one AdamW update of n values; sum of squares (a
   // host scalar) and scaling, for global-norm clipping.
   virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) = 0;

@@ -1,145 +1,99 @@
-// The cached decoder. prefill() is the training forward on one sequence, keeping each
-// layer's normalised gate (and aMLP's q|k|v rows); step() does one token with plain
-// loops, threaded only where a matrix is large enough to repay the fork/join.
+// The cached decoder, written once over the model's backend. prefill() is the training
+// forward on one sequence, keeping each layer's normalised gate (and aMLP's q|k|v rows);
+// step() is the one-token ops of ops.h (decode.cpp) over the rows of the streams
+// stepped. On the CPU the buffers are host memory and nothing is copied; on a device
+// the caches never leave it.
 #include "gmlp/decoder.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "gmlp/error.h"
 #include "backend/backend.h"
 #include "model/block.h"
-#include "ops/fast_math.h"
 #include "ops/ops.h"
 
 namespace gmlp {
-namespace {
 
-void layernorm_row(const float* x, int C, const float* w, const float* b, float eps, float* y) {
-  float s = 0.f;
-  for (int c = 0; c < C; ++c) s += x[c];
-  const float mu = s / float(C);
-  float v = 0.f;
-  for (int c = 0; c < C; ++c) v += (x[c] - mu) * (x[c] - mu);
-  const float rs = 1.f / std::sqrt(v / float(C) + eps);
-  for (int c = 0; c < C; ++c) y[c] = (x[c] - mu) * rs * w[c] + b[c];
-}
+struct Decoder::State {
+  Backend& be;
+  ParamViews w;  // the backend's weights
+  int g = 0, goff = 0;  // gate channels, the gate's offset in Z
+  DeviceBuffer<float> pe;
+  std::vector<DeviceBuffer<float>> gates;  // per layer [streams, n, g]: the normalised gate rows (SGU models)
+  std::vector<DeviceBuffer<float>> qkv;    // per layer [streams, n, 3 d_attn]: the attention's q|k|v rows (aMLP)
+  // Scratch: prefill uses [n, ...] rows, step one row per stream stepped.
+  DeviceBuffer<float> x, h, u, z, F, S, out, gstats, Wd, P, O, A;
+  // A step's index arrays, [4][rows]: token ids, streams, positions, cache rows
+  // (stream * n + position); a prefill's token ids use the first part. Copied to the
+  // backend once per call (used in place on the CPU).
+  std::vector<int32_t> idx;
+  DeviceBuffer<int32_t> idx_dev;
+  size_t idx_rows = 0;
+  std::vector<float> logits, out_host;  // [streams, V] on the host; a device step's rows read back
 
-// Below this many multiply-adds a product runs on one thread: waking the team costs
-// more than it saves (with 2 threads, 17 small BLAS GEMVs per token took 0.8 ms against
-// 0.06 ms on one thread).
-constexpr int64_t kParallelMacs = int64_t(1) << 18;
-
-// Y[r, :out] = W[out, in] X[r, :in] + b (+ Y when accumulate) for the R rows of X: each
-// weight row is read once for every row of X. Each dot product is summed in the same
-// order whatever R is, so a row's result does not depend on the rows beside it.
-void gemv(const float* W, int out, int in, const float* X, int R, const float* b, float* Y, bool accumulate) {
-#pragma omp parallel for schedule(static) if (int64_t(out) * in * R >= kParallelMacs)
-  for (int o = 0; o < out; ++o) {
-    const float* w = W + size_t(o) * in;
-    for (int r = 0; r < R; ++r) {
-      const float* x = X + size_t(r) * in;
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (int i = 0; i < in; ++i) acc += w[i] * x[i];
-      float& y = Y[size_t(r) * out + o];
-      y = (accumulate ? y : 0.f) + b[o] + acc;
-    }
+  explicit State(Backend& b) : be(b) {}
+  const int32_t* upload_idx(size_t count) {
+    if (be.host_memory()) return idx.data();
+    be.upload(idx_dev.data(), idx.data(), sizeof(int32_t) * count);
+    return idx_dev.data();
   }
-}
-
-// F[c] = bias + sum_{j < rows} w[j] G[j, c] for c < cols: the cached gates (rows ldg
-// apart) weighted by row i of W. One head's channel group is a column slice of G.
-void mix_history(const float* G, int ldg, int rows, int cols, const float* w, float bias, float* F) {
-#pragma omp parallel for schedule(static) if (int64_t(rows) * cols >= kParallelMacs)
-  for (int c0 = 0; c0 < cols; c0 += 64) {
-    const int c1 = std::min(cols, c0 + 64);
-    for (int c = c0; c < c1; ++c) F[c] = bias;
-    for (int j = 0; j < rows; ++j) {
-      const float wj = w[j];
-      const float* g = G + size_t(j) * ldg;
-#pragma omp simd
-      for (int c = c0; c < c1; ++c) F[c] += wj * g[c];
-    }
+  // R rows of backend memory, as host floats.
+  const float* read(const float* p, size_t count) {
+    if (be.host_memory()) return p;
+    if (out_host.size() < count) out_host.resize(count);
+    be.download(out_host.data(), p, sizeof(float) * count);
+    return out_host.data();
   }
-}
-
-// aMLP at position i: appends this token's q|k|v row to the cache (qkv [n, 3 da]) and
-// writes A = softmax(q K^T / sqrt(da)) V Wo^T + bo over the keys j <= i, as the
-// training attention computes it.
-void attention_step(const BlockParams& p, int d, int da, int dout, int i, const float* h, float* qkv,
-                    float* P, float* O, float* A) {
-  const int q3 = 3 * da;
-  float* row = qkv + size_t(i) * q3;
-  gemv(p.attn_qkv_w, q3, d, h, 1, p.attn_qkv_b, row, false);
-  const float scale = 1.f / std::sqrt(float(da));
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int j = 0; j <= i; ++j) {
-    const float* k = qkv + size_t(j) * q3 + da;
-    float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-    for (int c = 0; c < da; ++c) acc += row[c] * k[c];
-    P[j] = scale * acc;
-    mx = std::max(mx, P[j]);
-  }
-  double sum = 0.0;
-  for (int j = 0; j <= i; ++j) {
-    P[j] = std::exp(P[j] - mx);
-    sum += P[j];
-  }
-  const float inv = float(1.0 / sum);
-  std::fill(O, O + da, 0.f);
-  for (int j = 0; j <= i; ++j) {
-    const float pj = P[j] * inv;
-    const float* v = qkv + size_t(j) * q3 + 2 * da;
-#pragma omp simd
-    for (int c = 0; c < da; ++c) O[c] += pj * v[c];
-  }
-  gemv(p.attn_out_w, dout, da, O, 1, p.attn_out_b, A, false);
-}
-
-}  // namespace
+};
 
 bool Decoder::supports(const ModelConfig& c) { return c.task == Task::causal_lm; }
 
-Decoder::Decoder(const Model& model, int streams) : cfg_(model.config()), w_(model.views()), streams_(streams) {
+Decoder::Decoder(const Model& model, int streams) : cfg_(model.config()), streams_(streams) {
   require(supports(cfg_), "the cached decoder needs a causal language model; this one is \"" + name_of(cfg_.task) + "\"");
   require(streams >= 1 && streams <= 4096, "a decoder holds 1 to 4096 streams, not " + std::to_string(streams));
+  st_ = std::make_unique<State>(model.backend());
+  State& st = *st_;
+  Backend& be = st.be;
+  st.w = model.backend_views();
   const size_t n = size_t(cfg_.seq_len), d = size_t(cfg_.d_model), f = size_t(cfg_.d_ffn),
-               L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), H = size_t(cfg_.sgu_heads),
-               S = size_t(streams), rows = std::max(n, S);
-  g_ = cfg_.gate_channels();
-  s_ = cfg_.branch_channels();
-  goff_ = cfg_.sgu == Sgu::split ? cfg_.d_ffn / 2 : 0;
-  gh_ = g_ / cfg_.sgu_heads;
-  const size_t g = size_t(g_), s = size_t(s_);
+               L = size_t(cfg_.n_layers), da = size_t(cfg_.d_attn), S = size_t(streams), rows = std::max(n, S);
+  st.g = cfg_.gate_channels();
+  st.goff = cfg_.sgu == Sgu::split ? cfg_.d_ffn / 2 : 0;
+  const size_t g = size_t(st.g), s = size_t(cfg_.branch_channels());
   if (cfg_.has_sgu()) {
-    gates_.assign(L, std::vector<float>(S * n * g));
-    F_.resize(rows * g);
-    gstats_.resize(2 * n);
-    if (cfg_.spatial == Spatial::toeplitz) Wd_.resize(H * n);  // step's rows; prefill grows it to its T
+    for (size_t l = 0; l < L; ++l) st.gates.emplace_back(be, S * n * g);
+    st.F = DeviceBuffer<float>(be, rows * g);
+    st.gstats = DeviceBuffer<float>(be, 2 * n);
   }
   if (da > 0) {
-    qkv_.assign(L, std::vector<float>(S * n * 3 * da));
-    P_.resize(n * n);
-    O_.resize(n * da);
-    A_.resize(rows * g);
+    for (size_t l = 0; l < L; ++l) st.qkv.emplace_back(be, S * n * 3 * da);
+    st.P = DeviceBuffer<float>(be, rows * n);  // prefill: [n, n]; step: [streams, n]
+    st.O = DeviceBuffer<float>(be, rows * da);
+    st.A = DeviceBuffer<float>(be, rows * g);
   }
-  x_.resize(rows * d);
-  h_.resize(rows * d);
-  u_.resize(rows * f);
-  z_.resize(rows * f);
-  S_.resize(n * s);
-  logits_.resize(S * size_t(cfg_.vocab_size));
-  out_.resize(S * size_t(cfg_.vocab_size));
+  st.x = DeviceBuffer<float>(be, rows * d);
+  st.h = DeviceBuffer<float>(be, rows * d);
+  st.u = DeviceBuffer<float>(be, rows * f);
+  st.z = DeviceBuffer<float>(be, rows * f);
+  st.S = DeviceBuffer<float>(be, n * s);
+  st.out = DeviceBuffer<float>(be, S * size_t(cfg_.vocab_size));
+  st.logits.assign(S * size_t(cfg_.vocab_size), 0.f);
+  st.idx_rows = rows;
+  st.idx.assign(4 * rows, 0);
+  if (!be.host_memory()) st.idx_dev = DeviceBuffer<int32_t>(be, 4 * rows);
   len_.assign(S, 0);
   if (cfg_.pos_embedding == PosEmbedding::sinusoidal) {
-    pe_.resize(n * d);
-    ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe_.data());
+    std::vector<float> pe(n * d);
+    ops::sinusoidal_positions(cfg_.seq_len, cfg_.d_model, pe.data());
+    st.pe = DeviceBuffer<float>(be, n * d);
+    be.upload(st.pe.data(), pe.data(), sizeof(float) * pe.size());
   }
 }
+
+Decoder::~Decoder() = default;
+Decoder::Decoder(Decoder&&) noexcept = default;
+Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
 void Decoder::reset() { std::fill(len_.begin(), len_.end(), 0); }
 
@@ -150,40 +104,44 @@ const float* Decoder::prefill(const int32_t* tokens, int T, int stream) {
   const int n = cfg_.seq_len, d = cfg_.d_model, V = cfg_.vocab_size;
   for (int t = 0; t < T; ++t)
     require(tokens[t] >= 0 && tokens[t] < V, "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-  const size_t st = size_t(stream);
-  len_[st] = 0;
-  float* x = x_.data();
-  ops::embedding_forward(w_.embed, d, tokens, T, 1, pe_.empty() ? nullptr : pe_.data(), x);
+  State& st = *st_;
+  Backend& be = st.be;
+  const size_t sidx = size_t(stream);
+  len_[sidx] = 0;
+  std::copy(tokens, tokens + T, st.idx.begin());
+  float* x = st.x.data();
+  be.embedding_forward(st.w.embed, d, st.upload_idx(size_t(T)), T, 1, st.pe.data(), x);
   // Toeplitz weights are expanded for this prefill's T only, never for the whole window:
   // a model with a long window and a short prompt stays small.
   const size_t wd = cfg_.spatial == Spatial::toeplitz ? size_t(cfg_.sgu_heads) * T * T : 0;
-  if (Wd_.size() < wd) Wd_.resize(wd);
+  if (st.Wd.size() < wd) st.Wd = DeviceBuffer<float>(be, wd);
   BlockCall call;
   call.T = T;
   call.B = 1;
-  const BlockScratch scratch{h_.data(), z_.data(), S_.data(), A_.data(), Wd_.data()};
+  const BlockScratch scratch{st.h.data(), st.z.data(), st.S.data(), st.A.data(), st.Wd.data()};
   for (int l = 0; l < cfg_.n_layers; ++l) {
     // The training block, in place on x, with the layer's caches as its gate and q|k|v
     // buffers: prefill leaves exactly the rows step() extends.
     BlockSaved saved;
     saved.x = x;
-    saved.u = u_.data();
-    saved.g_mean = gstats_.data();
-    saved.g_rstd = gstats_.data() + n;
-    saved.F = F_.data();
+    saved.u = st.u.data();
+    saved.g_mean = st.gstats.data();
+    saved.g_rstd = st.gstats.data() + (st.gstats.empty() ? 0 : n);
+    saved.F = st.F.data();
     if (cfg_.d_attn > 0) {
-      saved.qkv = qkv_[size_t(l)].data() + st * n * 3 * cfg_.d_attn;
-      saved.P = P_.data();
-      saved.O = O_.data();
+      saved.qkv = st.qkv[size_t(l)].data() + sidx * n * 3 * cfg_.d_attn;
+      saved.P = st.P.data();
+      saved.O = st.O.data();
     }
-    call.gate = cfg_.has_sgu() ? gates_[size_t(l)].data() + st * n * g_ : nullptr;
-    block_forward(cpu_backend(), cfg_, w_.blocks[size_t(l)], call, saved, scratch, x);
+    call.gate = cfg_.has_sgu() ? st.gates[size_t(l)].data() + sidx * n * st.g : nullptr;
+    block_forward(be, cfg_, st.w.blocks[size_t(l)], call, saved, scratch, x);
   }
-  len_[st] = T;
-  const float* last = x + size_t(T - 1) * d;
-  layernorm_row(last, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, h_.data());
-  float* row = logits_.data() + st * V;
-  gemv(w_.head_w, V, d, h_.data(), 1, w_.head_b, row, false);
+  len_[sidx] = T;
+  be.decode_layernorm(x + size_t(T - 1) * d, d, 1, d, st.w.norm_w, st.w.norm_b, cfg_.norm_eps, st.h.data(), d,
+                      nullptr);
+  be.decode_linear(st.w.head_w, V, d, st.h.data(), 1, st.w.head_b, st.out.data(), false);
+  float* row = st.logits.data() + sidx * V;
+  std::memcpy(row, st.read(st.out.data(), size_t(V)), sizeof(float) * size_t(V));
   return row;
 }
 
@@ -194,7 +152,7 @@ const float* Decoder::step(int32_t token) {
 }
 
 const float* Decoder::step(const int32_t* tokens, const int* which, int R) {
-  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, g = g_, gh = gh_, V = cfg_.vocab_size;
+  const int n = cfg_.seq_len, d = cfg_.d_model, f = cfg_.d_ffn, V = cfg_.vocab_size;
   require(R >= 1 && R <= streams_, "step: " + std::to_string(R) + " streams asked of " + std::to_string(streams_));
   for (int r = 0; r < R; ++r) {
     const int s = which[r];
@@ -204,77 +162,53 @@ const float* Decoder::step(const int32_t* tokens, const int* which, int R) {
     require(tokens[r] >= 0 && tokens[r] < V, "step: token id " + std::to_string(tokens[r]) + " outside the vocabulary");
     for (int q = 0; q < r; ++q) require(which[q] != s, "step: stream " + std::to_string(s) + " given twice");
   }
-  const bool tanh_gelu = cfg_.gelu == Gelu::tanh, toeplitz = cfg_.spatial == Spatial::toeplitz;
-  const Sgu kind = cfg_.sgu;
-  const int heads = cfg_.sgu_heads;
-  const int64_t wsz = cfg_.spatial_weight_size();
+  State& st = *st_;
+  Backend& be = st.be;
+  const int g = st.g;
   // Row r of every scratch buffer is stream which[r] at its position len_[which[r]].
-  float* x = x_.data();
+  const size_t rows = st.idx_rows;
   for (int r = 0; r < R; ++r) {
-    const int i = len_[size_t(which[r])];
-    const float* e = w_.embed + size_t(tokens[r]) * d;
-    float* xr = x + size_t(r) * d;
-    for (int c = 0; c < d; ++c) xr[c] = e[c] + (pe_.empty() ? 0.f : pe_[size_t(i) * d + c]);
+    const int s = which[r], i = len_[size_t(s)];
+    st.idx[size_t(r)] = tokens[r];
+    st.idx[rows + size_t(r)] = s;
+    st.idx[2 * rows + size_t(r)] = i;
+    st.idx[3 * rows + size_t(r)] = s * n + i;
   }
-  float* h = h_.data();
-  float* u = u_.data();
-  float* z = z_.data();
-  float* F = F_.data();
+  const int32_t* idx = st.upload_idx(4 * rows);
+  const int32_t *tok = idx, *stream = idx + rows, *pos = idx + 2 * rows, *cache_row = idx + 3 * rows;
+  float *x = st.x.data(), *h = st.h.data(), *u = st.u.data(), *z = st.z.data(), *F = st.F.data();
+  be.decode_embed(st.w.embed, d, tok, pos, R, st.pe.data(), x);
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const BlockParams& p = w_.blocks[size_t(l)];
-    for (int r = 0; r < R; ++r)
-      layernorm_row(x + size_t(r) * d, d, p.norm_w, p.norm_b, cfg_.norm_eps, h + size_t(r) * d);
-    gemv(p.proj_in_w, f, d, h, R, p.proj_in_b, u, false);
-    const int64_t fr = int64_t(f) * R;
-    if (tanh_gelu) {
-#pragma omp simd
-      for (int64_t c = 0; c < fr; ++c) z[c] = ops::fast::gelu_tanh(u[c]);
-    } else {
-#pragma omp simd
-      for (int64_t c = 0; c < fr; ++c) z[c] = ops::fast::gelu_erf(u[c]);
-    }
+    const BlockParams& p = st.w.blocks[size_t(l)];
+    be.decode_layernorm(x, d, R, d, p.norm_w, p.norm_b, cfg_.norm_eps, h, d, nullptr);
+    be.decode_linear(p.proj_in_w, f, d, h, R, p.proj_in_b, u, false);
+    be.gelu_forward(u, z, int64_t(f) * R, cfg_.gelu == Gelu::tanh);
     if (!cfg_.has_sgu()) {
-      gemv(p.proj_out_w, d, f, z, R, p.proj_out_b, x, true);
+      be.decode_linear(p.proj_out_w, d, f, z, R, p.proj_out_b, x, true);
       continue;
     }
-    for (int r = 0; r < R; ++r) {
-      const size_t st = size_t(which[r]);
-      const int i = len_[st];
-      float* G = gates_[size_t(l)].data() + st * n * g;
-      float* zr = z + size_t(r) * f;
-      float* Fr = F + size_t(r) * g;
-      layernorm_row(zr + goff_, g, p.sgu_norm_w, p.sgu_norm_b, cfg_.sgu_norm_eps, G + size_t(i) * g);
-      // F = b_k[i] + G[0..i]^T W_k[i, 0..i] per head k: the only place the history enters.
-      const int bi = std::min(i, n - 1);
-      for (int k = 0; k < heads; ++k) {
-        const float* wrow;
-        if (toeplitz) {
-          float* row = Wd_.data() + size_t(k) * n;
-          ops::toeplitz_row(p.spatial_w + k * wsz, n, true, i, i + 1, row);
-          wrow = row;
-        } else {
-          wrow = p.spatial_w + k * wsz + size_t(i) * n;
-        }
-        mix_history(G + k * gh, g, i + 1, gh, wrow, p.spatial_b[size_t(k) * n + bi], Fr + k * gh);
-      }
-      if (cfg_.d_attn > 0) {
-        float* Ar = A_.data() + size_t(r) * g;
-        attention_step(p, d, cfg_.d_attn, f / 2, i, h + size_t(r) * d,
-                       qkv_[size_t(l)].data() + st * n * 3 * cfg_.d_attn, P_.data(), O_.data(), Ar);
-        for (int c = 0; c < g; ++c) Fr[c] += Ar[size_t(c)];
-      }
-      ops::sgu_combine_row(kind, zr, Fr, Fr, g);  // split: Z1 = z[0, g)
+    // The new gate rows join their streams' caches; F = b_k[i] + W_k[i, 0..i] G[0..i]
+    // per head k is the only place the history enters.
+    float* G = st.gates[size_t(l)].data();
+    be.decode_layernorm(z + st.goff, f, R, g, p.sgu_norm_w, p.sgu_norm_b, cfg_.sgu_norm_eps, G, g, cache_row);
+    be.decode_mix(G, n, g, cfg_.sgu_heads, p.spatial_w, cfg_.spatial_weight_size(), cfg_.spatial == Spatial::toeplitz,
+                  p.spatial_b, stream, pos, R, F);
+    if (cfg_.d_attn > 0) {
+      ops::AttnParams ap{p.attn_qkv_w, p.attn_qkv_b, p.attn_out_w, p.attn_out_b, d, cfg_.d_attn, f / 2, true, nullptr};
+      be.decode_attention(ap, h, stream, pos, R, n, st.qkv[size_t(l)].data(), st.P.data(), st.O.data(), st.A.data(),
+                          F);
     }
-    gemv(p.proj_out_w, d, g, F, R, p.proj_out_b, x, true);
+    be.sgu_combine(cfg_.sgu, z, f, F, R, g, F);  // split: Z1 = z[0, g)
+    be.decode_linear(p.proj_out_w, d, g, F, R, p.proj_out_b, x, true);
   }
+  be.decode_layernorm(x, d, R, d, st.w.norm_w, st.w.norm_b, cfg_.norm_eps, h, d, nullptr);
+  be.decode_linear(st.w.head_w, V, d, h, R, st.w.head_b, st.out.data(), false);
+  const float* out = st.read(st.out.data(), size_t(R) * V);
   for (int r = 0; r < R; ++r) {
     ++len_[size_t(which[r])];
-    layernorm_row(x + size_t(r) * d, d, w_.norm_w, w_.norm_b, cfg_.norm_eps, h + size_t(r) * d);
+    std::memcpy(st.logits.data() + size_t(which[r]) * V, out + size_t(r) * V, sizeof(float) * size_t(V));
   }
-  gemv(w_.head_w, V, d, h, R, w_.head_b, out_.data(), false);
-  for (int r = 0; r < R; ++r)
-    std::memcpy(logits_.data() + size_t(which[r]) * V, out_.data() + size_t(r) * V, sizeof(float) * size_t(V));
-  return logits_.data();
+  return st.logits.data();
 }
 
 }  // namespace gmlp

@@ -118,8 +118,8 @@ float* Model::device_grads(bool write) {
   if (write) dg_mirror_->state = HostMirror::device_newer;
   return dg_mirror_->dev.data();
 }
-const ParamViews& Model::device_views() {
-  device_weights(false);
+const ParamViews& Model::backend_views() const {
+  if (dw_mirror_) dw_mirror_->to_device(*be_, weights_);
   return dw_;
 }
 
@@ -291,7 +291,7 @@ double Model::forward(const Batch& in) {
   require(!in.head_drop || a.head_drop.size() > 0, "forward: a head dropout mask needs model.head_dropout > 0");
   if (in.head_drop) be_->upload(a.head_drop.data(), in.head_drop, sizeof(float) * size_t(B) * cfg_.d_model);
 
-  const ParamViews& W = device_views();
+  const ParamViews& W = backend_views();
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
@@ -449,7 +449,7 @@ void Model::backward() {
   require(arena_ != nullptr && backward_ready_,
           "Model::backward needs a forward with targets, made with gradients enabled");
   Arena& a = *arena_;
-  const ParamViews& W = device_views();
+  const ParamViews& W = backend_views();
   device_grads(true);  // dg_ accumulates from here
   // The layout is [input layer][block 0]...[block L-1][final norm, head]; block l's
   // gradients start at its first tensor (its norm).

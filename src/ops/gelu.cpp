@@ -7,15 +7,28 @@
 namespace gmlp::ops {
 using fast::kInvSqrt2, fast::kInvSqrt2Pi, fast::kSqrt2OverPi, fast::kTanhCoef;
 
+// Below this many values GELU runs on one thread, outside any parallel region: the
+// cached decoder's few rows per token would spend more on the OpenMP runtime (even a
+// region whose if clause is false makes a team of one) than on the values.
+constexpr int64_t kParallelValues = int64_t(1) << 16;
+
+template <typename F>
+void map_values(const float* x, float* y, int64_t n, F f) {
+  if (n < kParallelValues) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
 // The fast path: the same formulas with the vectorisable exp/erf/tanh of fast_math.h.
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) {
-  if (tanh_approx) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = fast::gelu_tanh(x[i]);
-  } else {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = fast::gelu_erf(x[i]);
-  }
+  if (tanh_approx)
+    map_values(x, y, n, [](float v) { return fast::gelu_tanh(v); });
+  else
+    map_values(x, y, n, [](float v) { return fast::gelu_erf(v); });
 }
 
 void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx) {

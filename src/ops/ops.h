@@ -179,6 +179,33 @@ void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t
 void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst);
 void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst);
 
+// ---- decode.cpp: the cached decoder's work for one new token in each of R streams
+// (gmlp/decoder.h). Row r is the token at position pos[r] of stream stream[r]; a cache
+// holds [streams, n, C], stream s's position i at row s * n + i. On the CPU each row is
+// computed in the same order whatever R is and whichever rows are beside it, so a
+// stream's results do not depend on the others (a device's products may round
+// differently with R).
+// x[r] = E[tokens[r]] (+ pe[pos[r]] when pe).
+void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe, float* x);
+// Y[r, :out] = W[out, in] X[r, :in] + b (+ Y[r] when accumulate).
+void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y, bool accumulate);
+// LayerNorm of R rows of C channels (rows ldx apart) into row rows[r] of y (row r when
+// rows is null), y's rows ldy apart.
+void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
+                      int ldy, const int32_t* rows);
+// The causal spatial mix at each row's position over its stream's cached gates
+// G [streams, n, g]: with i = pos[r], s = stream[r] and gh = g / heads channels per head,
+// F[r, k gh + c] = bias_k[i] + sum_{j <= i} W_k[i, j] G[s, j, k gh + c]. W_k is dense
+// [n, n] or Toeplitz [n] (causal), heads wsz floats apart; bias_k [n], heads n apart.
+void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t wsz, bool toeplitz,
+                const float* bias, const int32_t* stream, const int32_t* pos, int R, float* F);
+// aMLP's tiny attention (p.causal) for each row: writes q|k|v of h[r] (rows of p.d) into
+// the cache qkv [streams, n, 3 da] at (s, i), then adds softmax(q K^T / sqrt(da)) V
+// Wo^T + bo over the keys j <= i to F[r] (p.dout channels). Scratch: P [R, n],
+// O [R, da], A [R, dout].
+void decode_attention(const AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos, int R, int n,
+                      float* qkv, float* P, float* O, float* A, float* F);
+
 // ---- adamw.cpp: one AdamW update over n values (PyTorch's formulation): p *= decay,
 // m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, p -= step_size * m / (sqrt(v)/bc2_sqrt + eps).
 struct AdamWStep {

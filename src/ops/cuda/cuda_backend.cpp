@@ -183,6 +183,26 @@ class CudaBackend final : public Backend {
   void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) override {
     cuda::scatter_rows(src, rows, K, M, d, dst);
   }
+  void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe,
+                    float* x) override {
+    cuda::decode_embed(E, d, tokens, pos, R, pe, x);
+  }
+  void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y,
+                     bool accumulate) override {
+    cuda::decode_linear(W, out, in, X, R, b, Y, accumulate);
+  }
+  void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
+                        int ldy, const int32_t* rows) override {
+    cuda::decode_layernorm(x, ldx, R, C, w, b, eps, y, ldy, rows);
+  }
+  void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t wsz, bool toeplitz,
+                  const float* bias, const int32_t* stream, const int32_t* pos, int R, float* F) override {
+    cuda::decode_mix(G, n, g, heads, W, wsz, toeplitz, bias, stream, pos, R, F);
+  }
+  void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos, int R,
+                        int n, float* qkv, float* P, float* O, float* A, float* F) override {
+    cuda::decode_attention(p, h, stream, pos, R, n, qkv, P, O, A, F);
+  }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
     cuda::adamw_update(p, g, m, v, n, s);
   }

@@ -89,6 +89,16 @@ void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst
 void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst);
 void zero_padding(const int32_t* lengths, int T, int B, int C, float* X);
 
+// decode.cu (layernorm.cu: decode_layernorm): the cached decoder's one-token ops.
+void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe, float* x);
+void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y, bool accumulate);
+void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
+                      int ldy, const int32_t* rows);
+void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t wsz, bool toeplitz,
+                const float* bias, const int32_t* stream, const int32_t* pos, int R, float* F);
+void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos, int R, int n,
+                      float* qkv, float* P, float* O, float* A, float* F);
+
 // adamw.cu
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s);
 double sum_squares(const float* x, size_t n);

@@ -7,8 +7,9 @@ namespace {
 
 constexpr int kRowThreads = 128;
 
+// Row r goes to row rows[r] of y when rows is given (the decoder's gate cache).
 __global__ void ln_forward(const float* x, int ldx, int C, const float* w, const float* b, float eps, float* y,
-                           int ldy, float* mean, float* rstd) {
+                           int ldy, float* mean, float* rstd, const int32_t* rows) {
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * ldx;
@@ -21,7 +22,7 @@ __global__ void ln_forward(const float* x, int ldx, int C, const float* w, const
     v += d * d;
   }
   const float rs = rsqrtf(block_sum(v, sh) / float(C) + eps);
-  float* yr = y + r * ldy;
+  float* yr = y + (rows ? int64_t(rows[r]) : r) * ldy;
   for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (xr[c] - mu) * rs * w[c] + b[c];
   if (threadIdx.x == 0) {
     if (mean) mean[r] = mu;
@@ -95,8 +96,15 @@ __global__ void ln_backward_dwdb_finish(const float* part, int chunks, int C, fl
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd) {
   if (M <= 0) return;
-  ln_forward<<<unsigned(M), kRowThreads>>>(x, ldx, C, w, b, eps, y, ldy, mean, rstd);
+  ln_forward<<<unsigned(M), kRowThreads>>>(x, ldx, C, w, b, eps, y, ldy, mean, rstd, nullptr);
   check_launch("layernorm forward");
+}
+
+void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
+                      int ldy, const int32_t* rows) {
+  if (R <= 0) return;
+  ln_forward<<<unsigned(R), kRowThreads>>>(x, ldx, C, w, b, eps, y, ldy, nullptr, nullptr, rows);
+  check_launch("decode layernorm");
 }
 
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
