@@ -88,6 +88,12 @@ const std::vector<Variant>& variants() {
       {"mlm_amlp_heads", [](ModelConfig& c) { c.task = Task::mlm; c.d_attn = 8; c.sgu_heads = 2; }},
       {"classify_padded", [](ModelConfig& c) { c = tiny(Task::classify); c.d_attn = 8; }},
       {"vision_stochastic_depth", [](ModelConfig& c) { c = tiny(Task::vision); c.survival_prob = 0.5f; }},
+      {"lm_dropout_stochastic_depth", [](ModelConfig& c) { c.dropout = 0.2f; c.survival_prob = 0.5f; }},
+      {"classify_dropout", [](ModelConfig& c) {  // finetune's defaults: dropout on the blocks and the head
+         c = tiny(Task::classify);
+         c.dropout = 0.1f;
+         c.head_dropout = 0.3f;
+       }},
   };
   return v;
 }
@@ -101,7 +107,7 @@ ModelConfig config_of(const Variant& v) {
 // One batch of the config's task with random content; owns its buffers.
 struct TestBatch {
   Ids tokens, targets, lengths;
-  Vec images, keep;
+  Vec images, keep, drop, head_drop;
   Batch batch;
   TestBatch(const ModelConfig& c, int B, uint64_t seed) {
     std::mt19937 rng{uint32_t(seed)};
@@ -142,6 +148,10 @@ struct TestBatch {
       draw_keep(c, B, r, keep.data());
       batch.keep = keep.data();
     }
+    Rng r(seed, 5);
+    draw_dropout(c, B, T, r, drop, head_drop);
+    if (!drop.empty()) batch.drop = drop.data();
+    if (!head_drop.empty()) batch.head_drop = head_drop.data();
   }
 };
 
@@ -475,6 +485,32 @@ TEST(CudaOps, DecodeOpsOverStreamsAtTheirPositions) {
                                 "decode_attention cache"));
     EXPECT_TRUE(test::all_close(dv.down(dF, F.size()).data(), F.data(), F.size(), 1e-4f, 1e-4f, "decode_attention"));
   }
+}
+
+TEST(CudaOps, DropoutWithAndWithoutStochasticDepth) {
+  REQUIRE_GPU();
+  const int T = 7, B = 3, M = T * B, d = 40;
+  const Vec x = randn(size_t(M) * d, 60), h = randn(size_t(M) * d, 61), keep = {2.f, 0.f, 1.f};
+  Vec mask(size_t(M) * d);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 3 == 0 ? 0.f : 1.25f;
+  Backend& cb = cpu_backend();
+  OnDevice dv;
+  const float *dX = dv.up(x), *dH = dv.up(h), *dMask = dv.up(mask), *dKeep = dv.up(keep);
+  for (bool with_keep : {false, true}) {
+    Vec out(x.size()), dh(x.size());
+    cb.residual_dropout(x.data(), h.data(), with_keep ? keep.data() : nullptr, mask.data(), M, B, d, out.data());
+    cb.residual_dropout_backward(x.data(), with_keep ? keep.data() : nullptr, mask.data(), M, B, d, dh.data());
+    float *dOut = dv.up(Vec(x.size())), *dDh = dv.up(Vec(x.size()));
+    dv.be.residual_dropout(dX, dH, with_keep ? dKeep : nullptr, dMask, M, B, d, dOut);
+    dv.be.residual_dropout_backward(dX, with_keep ? dKeep : nullptr, dMask, M, B, d, dDh);
+    EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 0.f, 1e-6f, "residual"));
+    EXPECT_TRUE(test::all_close(dv.down(dDh, dh.size()).data(), dh.data(), dh.size(), 0.f, 1e-6f, "backward"));
+  }
+  Vec y(x.size());
+  cb.dropout_apply(x.data(), mask.data(), int64_t(x.size()), y.data());
+  float* dY = dv.up(Vec(x.size()));
+  dv.be.dropout_apply(dX, dMask, int64_t(x.size()), dY);
+  EXPECT_TRUE(test::all_close(dv.down(dY, y.size()).data(), y.data(), y.size(), 0.f, 0.f, "dropout"));
 }
 
 TEST(CudaOps, CrossEntropyWithIgnoredRows) {

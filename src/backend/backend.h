@@ -84,8 +84,8 @@ class Backend {
   virtual void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d,
                              float* out) = 0;
   virtual void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) = 0;
-  // Dropout (ops/ops.h): out = x + keep[b] * mask * h (keep may be null), its branch's
-  // backward, and y = x * mask. A backend without them refuses model.dropout > 0.
+  // Dropout (ops/ops.h): out = x + keep[b] * mask * h (keep and mask each may be null),
+  // its branch's backward, and y = x * mask.
   virtual void residual_dropout(const float* x, const float* h, const float* keep, const float* mask, int M, int B,
                                 int d, float* out) = 0;
   virtual void residual_dropout_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
