@@ -503,8 +503,8 @@ TEST(CudaOps, DropoutWithAndWithoutStochasticDepth) {
     float *dOut = dv.up(Vec(x.size())), *dDh = dv.up(Vec(x.size()));
     dv.be.residual_dropout(dX, dH, with_keep ? dKeep : nullptr, dMask, M, B, d, dOut);
     dv.be.residual_dropout_backward(dX, with_keep ? dKeep : nullptr, dMask, M, B, d, dDh);
-    EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 0.f, 1e-6f, "residual"));
-    EXPECT_TRUE(test::all_close(dv.down(dDh, dh.size()).data(), dh.data(), dh.size(), 0.f, 1e-6f, "backward"));
+    EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 1e-6f, 1e-6f, "residual"));
+    EXPECT_TRUE(test::all_close(dv.down(dDh, dh.size()).data(), dh.data(), dh.size(), 1e-6f, 1e-6f, "backward"));
   }
   Vec y(x.size());
   cb.dropout_apply(x.data(), mask.data(), int64_t(x.size()), y.data());

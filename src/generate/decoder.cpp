@@ -24,12 +24,11 @@ struct Decoder::State {
   std::vector<DeviceBuffer<float>> qkv;    // per layer [streams, n, 3 d_attn]: the attention's q|k|v rows (aMLP)
   // Scratch: prefill uses [n, ...] rows, step one row per stream stepped.
   DeviceBuffer<float> x, h, u, z, F, S, out, gstats, Wd, P, O, A;
-  // A step's index arrays, [4][rows]: token ids, streams, positions, cache rows
-  // (stream * n + position); a prefill's token ids use the first part. Copied to the
-  // backend once per call (used in place on the CPU).
+  // A step's index arrays, [4][R] for its R rows: token ids, streams, positions, cache
+  // rows (stream * n + position); a prefill's token ids alone. Copied to the backend
+  // once per call (used in place on the CPU).
   std::vector<int32_t> idx;
   DeviceBuffer<int32_t> idx_dev;
-  size_t idx_rows = 0;
   std::vector<float> logits, out_host;  // [streams, V] on the host; a device step's rows read back
 
   explicit State(Backend& b) : be(b) {}
@@ -79,7 +78,6 @@ Decoder::Decoder(const Model& model, int streams) : cfg_(model.config()), stream
   st.S = DeviceBuffer<float>(be, n * s);
   st.out = DeviceBuffer<float>(be, S * size_t(cfg_.vocab_size));
   st.logits.assign(S * size_t(cfg_.vocab_size), 0.f);
-  st.idx_rows = rows;
   st.idx.assign(4 * rows, 0);
   if (!be.host_memory()) st.idx_dev = DeviceBuffer<int32_t>(be, 4 * rows);
   len_.assign(S, 0);
@@ -166,7 +164,7 @@ const float* Decoder::step(const int32_t* tokens, const int* which, int R) {
   Backend& be = st.be;
   const int g = st.g;
   // Row r of every scratch buffer is stream which[r] at its position len_[which[r]].
-  const size_t rows = st.idx_rows;
+  const size_t rows = size_t(R);
   for (int r = 0; r < R; ++r) {
     const int s = which[r], i = len_[size_t(s)];
     st.idx[size_t(r)] = tokens[r];

@@ -98,11 +98,11 @@ void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t
     const int i = pos[r];
     const float* Gs = G + size_t(stream[r]) * n * g;
     for (int k = 0; k < heads; ++k) {
-      const float* wrow = W + k * wsz + size_t(i) * n;
-      if (toeplitz) {
+      const float* wrow = row.data();
+      if (toeplitz)
         toeplitz_row(W + k * wsz, n, true, i, i + 1, row.data());
-        wrow = row.data();
-      }
+      else
+        wrow = W + k * wsz + size_t(i) * n;
       mix_history(Gs + k * gh, g, i + 1, gh, wrow, bias[size_t(k) * n + i], F + size_t(r) * g + k * gh);
     }
   }

@@ -187,7 +187,7 @@ void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, fl
 // differently with R).
 // x[r] = E[tokens[r]] (+ pe[pos[r]] when pe).
 void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe, float* x);
-// Y[r, :out] = W[out, in] X[r, :in] + b (+ Y[r] when accumulate).
+// Y[r, :out] = W[out, in] X[r, :in] + b (+ Y[r] when accumulate); b is required.
 void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y, bool accumulate);
 // LayerNorm of R rows of C channels (rows ldx apart) into row rows[r] of y (row r when
 // rows is null), y's rows ldy apart.
