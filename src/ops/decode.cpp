@@ -1,19 +1,15 @@
 // The cached decoder's one-token work (ops.h, decode.cpp): plain loops over a few rows,
-// threaded only where a matrix is large enough to repay waking the team.
+// threaded only where a matrix is large enough to repay waking the team (parallel.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/parallel.h"
 
 namespace gmlp::ops {
 namespace {
-
-// Below this many multiply-adds a product runs on one thread: waking the team costs
-// more than it saves (with 2 threads, 17 small BLAS GEMVs per token took 0.8 ms against
-// 0.06 ms on one thread).
-constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
 void layernorm_row(const float* x, int C, const float* w, const float* b, float eps, float* y) {
   float s = 0.f;
@@ -28,8 +24,8 @@ void layernorm_row(const float* x, int C, const float* w, const float* b, float 
 // F[c] = bias + sum_{j < rows} w[j] G[j, c] for c < cols: the cached gates (rows ldg
 // apart) weighted by row i of W. One head's channel group is a column slice of G.
 void mix_history(const float* G, int ldg, int rows, int cols, const float* w, float bias, float* F) {
-  const auto chunk = [&](int c0) {
-    const int c1 = std::min(cols, c0 + 64);
+  const auto chunk = [&](int k) {  // columns [64 k, 64 k + 64)
+    const int c0 = 64 * k, c1 = std::min(cols, c0 + 64);
     for (int c = c0; c < c1; ++c) F[c] = bias;
     for (int j = 0; j < rows; ++j) {
       const float wj = w[j];
@@ -38,15 +34,7 @@ void mix_history(const float* G, int ldg, int rows, int cols, const float* w, fl
       for (int c = c0; c < c1; ++c) F[c] += wj * g[c];
     }
   };
-  // Small work stays off the OpenMP runtime altogether: even a parallel region whose if
-  // clause is false costs a team of one, which at a few microseconds per call was a
-  // tenth of a small model's token.
-  if (int64_t(rows) * cols < kParallelMacs) {
-    for (int c0 = 0; c0 < cols; c0 += 64) chunk(c0);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int c0 = 0; c0 < cols; c0 += 64) chunk(c0);
+  parallel_for_if((cols + 63) / 64, int64_t(rows) * cols, kParallelMacs, chunk);
 }
 
 }  // namespace
@@ -75,12 +63,7 @@ void decode_linear(const float* W, int out, int in, const float* X, int R, const
       y = (accumulate ? y : 0.f) + b[o] + acc;
     }
   };
-  if (int64_t(out) * in * R < kParallelMacs) {
-    for (int o = 0; o < out; ++o) output(o);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int o = 0; o < out; ++o) output(o);
+  parallel_for_if(out, int64_t(out) * in * R, kParallelMacs, output);
 }
 
 void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,

@@ -3,15 +3,13 @@
 
 #include "ops/fast_math.h"
 #include "ops/ops.h"
+#include "ops/parallel.h"
 
 namespace gmlp::ops {
 using fast::kInvSqrt2, fast::kInvSqrt2Pi, fast::kSqrt2OverPi, fast::kTanhCoef;
 
-// Below this many values GELU runs on one thread, outside any parallel region: the
-// cached decoder's few rows per token would spend more on the OpenMP runtime (even a
-// region whose if clause is false makes a team of one) than on the values.
-constexpr int64_t kParallelValues = int64_t(1) << 16;
-
+// A vectorised map, threaded only from kParallelValues values on (parallel.h): the
+// cached decoder's few rows per token stay off the OpenMP runtime.
 template <typename F>
 void map_values(const float* x, float* y, int64_t n, F f) {
   if (n < kParallelValues) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/parallel.h"
 
 namespace gmlp::ops {
 namespace {
@@ -66,14 +67,10 @@ void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float*
 }
 
 void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
-  const auto row = [&](int r) { sgu_combine_row(kind, Z + int64_t(r) * ldz, F + int64_t(r) * g, S + int64_t(r) * g, g); };
-  // A few rows (the cached decoder's) outside the OpenMP runtime: a team would cost more.
-  if (int64_t(M) * g < (int64_t(1) << 16)) {
-    for (int r = 0; r < M; ++r) row(r);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < M; ++r) row(r);
+  // A few rows (the cached decoder's) stay off the OpenMP runtime (parallel.h).
+  parallel_for_if(M, int64_t(M) * g, kParallelValues, [&](int r) {
+    sgu_combine_row(kind, Z + int64_t(r) * ldz, F + int64_t(r) * g, S + int64_t(r) * g, g);
+  });
 }
 
 void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
