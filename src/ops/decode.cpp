@@ -11,16 +11,6 @@
 namespace gmlp::ops {
 namespace {
 
-void layernorm_row(const float* x, int C, const float* w, const float* b, float eps, float* y) {
-  float s = 0.f;
-  for (int c = 0; c < C; ++c) s += x[c];
-  const float mu = s / float(C);
-  float v = 0.f;
-  for (int c = 0; c < C; ++c) v += (x[c] - mu) * (x[c] - mu);
-  const float rs = 1.f / std::sqrt(v / float(C) + eps);
-  for (int c = 0; c < C; ++c) y[c] = (x[c] - mu) * rs * w[c] + b[c];
-}
-
 // F[c] = bias + sum_{j < rows} w[j] G[j, c] for c < cols: the cached gates (rows ldg
 // apart) weighted by row i of W. One head's channel group is a column slice of G.
 void mix_history(const float* G, int ldg, int rows, int cols, const float* w, float bias, float* F) {

@@ -6,28 +6,28 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/reduce.h"
 
 namespace gmlp::ops {
+
+void layernorm_row(const float* x, int C, const float* w, const float* b, float eps, float* y, float* mean,
+                   float* rstd) {
+  const float mu = lane_sum(C, [x](int c) { return x[c]; }) / float(C);
+  // Two passes: the one-pass E[x^2]-E[x]^2 loses precision on large means.
+  const float v = lane_sum(C, [x, mu](int c) { return (x[c] - mu) * (x[c] - mu); });
+  const float rs = 1.f / std::sqrt(v / float(C) + eps);
+#pragma omp simd
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - mu) * rs * w[c] + b[c];
+  if (mean) *mean = mu;
+  if (rstd) *rstd = rs;
+}
 
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd) {
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < M; ++r) {
-    const float* xr = x + int64_t(r) * ldx;
-    float* yr = y + int64_t(r) * ldy;
-    float s = 0.f;
-    for (int c = 0; c < C; ++c) s += xr[c];
-    const float mu = s / float(C);
-    float v = 0.f;  // two passes: the one-pass E[x^2]-E[x]^2 loses precision on large means
-    for (int c = 0; c < C; ++c) {
-      const float d = xr[c] - mu;
-      v += d * d;
-    }
-    const float rs = 1.f / std::sqrt(v / float(C) + eps);
-    for (int c = 0; c < C; ++c) yr[c] = (xr[c] - mu) * rs * w[c] + b[c];
-    if (mean) mean[r] = mu;
-    if (rstd) rstd[r] = rs;
-  }
+  for (int r = 0; r < M; ++r)
+    layernorm_row(x + int64_t(r) * ldx, C, w, b, eps, y + int64_t(r) * ldy, mean ? mean + r : nullptr,
+                  rstd ? rstd + r : nullptr);
 }
 
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
@@ -60,16 +60,17 @@ void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, cons
       const float* dyr = dy + int64_t(r) * lddy;
       float* dxr = dx + int64_t(r) * lddx;
       const float mu = mean[r], rs = rstd[r];
-      float sum_g = 0.f, sum_gx = 0.f;  // g = dy * w = d loss / d xhat
+      // g = dy * w = d loss / d xhat
+      const float sum_g = lane_sum(C, [dyr, w](int c) { return dyr[c] * w[c]; });
+      const float sum_gx = lane_sum(C, [=](int c) { return dyr[c] * w[c] * ((xr[c] - mu) * rs); });
+#pragma omp simd
       for (int c = 0; c < C; ++c) {
         const float xh = (xr[c] - mu) * rs;
-        const float g = dyr[c] * w[c];
-        sum_g += g;
-        sum_gx += g * xh;
         pw[c] += dyr[c] * xh;
         pb[c] += dyr[c];
       }
       const float mg = sum_g / float(C), mgx = sum_gx / float(C);
+#pragma omp simd
       for (int c = 0; c < C; ++c) {
         const float xh = (xr[c] - mu) * rs;
         const float d = rs * (dyr[c] * w[c] - mg - xh * mgx);

@@ -28,6 +28,10 @@ void linear_backward(const float* dy, const float* x, int M, int in, const float
 // y = (x - mean) * rstd * w + b; saves mean and rstd per row for the backward.
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd);
+// One row of it (the cached decoder normalises single rows with the same arithmetic);
+// mean and rstd may be null.
+void layernorm_row(const float* x, int C, const float* w, const float* b, float eps, float* y, float* mean = nullptr,
+                   float* rstd = nullptr);
 // y = (x - mean) * rstd * w + b with the statistics a forward saved: one pass, and the
 // same values layernorm_forward produced (the backward uses it to rebuild outputs).
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,

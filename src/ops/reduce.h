@@ -1,8 +1,6 @@
 #pragma once
-// A parallel sum whose result depends only on the thread count, never on timing.
-// OpenMP's reduction(+) combines the threads' partials in the order they finish, so
-// with 3 or more threads the last bits of a loss or a gradient norm changed from run
-// to run, and a resumed run could not reproduce an uninterrupted one.
+// Sums whose result depends on nothing but their input (and, for ordered_sum, the
+// thread count): never on timing, never on the vector width of the machine.
 #include <omp.h>
 
 #include <cstdint>
@@ -10,6 +8,32 @@
 
 namespace gmlp::ops {
 
+// Sum of term(c) for c in [0, n) in kSumLanes interleaved partials of type Acc (term c
+// goes to lane c % kSumLanes), folded in halves at the end. A single accumulator is a
+// chain of dependent adds that the compiler may not reorder (strict IEEE order): a row
+// sum of LayerNorm over 128 channels cost ~4 cycles a value. The lanes are the
+// algorithm's, not the vector unit's, so AVX2 and AVX-512 machines give the same bits.
+constexpr int kSumLanes = 32;
+template <typename Acc = float, typename Term>
+inline Acc lane_sum(int n, Term term) {
+  Acc acc[kSumLanes] = {};
+  int c = 0;
+  for (; c + kSumLanes <= n; c += kSumLanes) {
+#pragma omp simd
+    for (int j = 0; j < kSumLanes; ++j) acc[j] += term(c + j);
+  }
+  for (int j = 0; c + j < n; ++j) acc[j] += term(c + j);
+  for (int w = kSumLanes / 2; w > 0; w /= 2) {
+#pragma omp simd
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
+// A parallel sum whose result depends only on the thread count, never on timing.
+// OpenMP's reduction(+) combines the threads' partials in the order they finish, so
+// with 3 or more threads the last bits of a loss or a gradient norm changed from run
+// to run, and a resumed run could not reproduce an uninterrupted one.
 // Sum of term(i) for i in [0, n): each thread sums one fixed contiguous range (static
 // schedule) and the partials are added in thread order.
 template <typename Term>

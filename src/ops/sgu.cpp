@@ -8,6 +8,7 @@
 
 #include "ops/ops.h"
 #include "ops/parallel.h"
+#include "ops/reduce.h"
 
 namespace gmlp::ops {
 namespace {
@@ -61,7 +62,18 @@ void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float*
     const float* z = Z + int64_t(r) * f;
     float* fr = F + int64_t(r) * d.g;
     float* s = S + int64_t(r) * d.g;
-    for (int c = 0; c < d.g; ++c) fr[c] += p.bias[(c / d.gh) * p.n + bi] + (extra ? extra[int64_t(r) * d.g + c] : 0.f);
+    for (int k = 0; k < p.heads; ++k) {  // per head: one bias, no division per channel
+      const float bk = p.bias[k * p.n + bi];
+      float* fk = fr + k * d.gh;
+      if (extra) {
+        const float* ek = extra + int64_t(r) * d.g + k * d.gh;
+#pragma omp simd
+        for (int c = 0; c < d.gh; ++c) fk[c] += bk + ek[c];
+      } else {
+#pragma omp simd
+        for (int c = 0; c < d.gh; ++c) fk[c] += bk;
+      }
+    }
     sgu_combine_row(p.kind, z, fr, s, d.g);
   }
 }
@@ -108,11 +120,8 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < B; ++b) {
       const float* df = dF + (int64_t(t) * B + b) * d.g;
-      for (int k = 0; k < p.heads; ++k) {
-        double s = 0.0;
-        for (int c = k * d.gh; c < (k + 1) * d.gh; ++c) s += df[c];
-        rows[size_t(t) * p.heads + k] += s;
-      }
+      for (int k = 0; k < p.heads; ++k)
+        rows[size_t(t) * p.heads + k] += lane_sum<double>(d.gh, [df, k, &d](int c) { return df[k * d.gh + c]; });
     }
   for (int t = 0; t < T; ++t)
     for (int k = 0; k < p.heads; ++k) g.bias[k * p.n + std::min(t, p.n - 1)] += float(rows[size_t(t) * p.heads + k]);
