@@ -2,6 +2,7 @@
 // when asked, the gradient, without materialising probabilities separately.
 #include <cmath>
 
+#include "ops/fast_math.h"
 #include "ops/ops.h"
 #include "ops/reduce.h"
 
@@ -22,14 +23,24 @@ double cross_entropy(const float* logits, int M, int V, const int32_t* targets, 
       return 0.0;
     }
     float mx = lr[0];
+#pragma omp simd reduction(max : mx)
     for (int v = 1; v < V; ++v) mx = lr[v] > mx ? lr[v] : mx;
-    double se = 0.0;
-    for (int v = 0; v < V; ++v) se += std::exp(double(lr[v] - mx));
-    const double lse = double(mx) + std::log(se);
+    // One vectorised float exp per logit (libm's scalar double exp, twice per logit,
+    // was 3.5% of a tiny training step), summed in double: kept in the gradient's row
+    // when there is one, recomputed for the loss alone.
+    double se;
     if (dr) {
-      for (int v = 0; v < V; ++v) dr[v] = float(std::exp(double(lr[v]) - lse)) * scale;
+#pragma omp simd
+      for (int v = 0; v < V; ++v) dr[v] = fast::exp(lr[v] - mx);
+      se = lane_sum<double>(V, [dr](int v) { return dr[v]; });
+      const float k = float(double(scale) / se);
+#pragma omp simd
+      for (int v = 0; v < V; ++v) dr[v] *= k;
       dr[y] -= scale;
+    } else {
+      se = lane_sum<double>(V, [lr, mx](int v) { return fast::exp(lr[v] - mx); });
     }
+    const double lse = double(mx) + std::log(se);
     return lse - double(lr[y]);
   });
   return n > 0 ? total / double(n) : 0.0;
