@@ -40,8 +40,10 @@ inline float exp(float x) {
   return p * scale;
 }
 
+// erf(x) given e = exp(-x * x), which GELU's backward also needs for the normal
+// density: it computes the exponential once for both.
 #pragma omp declare simd
-inline float erf(float x) {
+inline float erf_given_exp(float x, float e) {
   const float a = x < 0.f ? -x : x;
   const float t = 1.f / (1.f + 0.3275911f * a);
   float p = 1.061405429f;
@@ -49,9 +51,12 @@ inline float erf(float x) {
   p = p * t + 1.421413741f;
   p = p * t - 0.284496736f;
   p = p * t + 0.254829592f;
-  const float y = 1.f - p * t * exp(-a * a);
+  const float y = 1.f - p * t * e;
   return x < 0.f ? -y : y;
 }
+
+#pragma omp declare simd
+inline float erf(float x) { return erf_given_exp(x, exp(-x * x)); }
 
 #pragma omp declare simd
 inline float tanh(float x) {

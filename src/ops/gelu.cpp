@@ -60,9 +60,10 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t
   } else {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.f + fast::erf(v * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * fast::exp(-0.5f * v * v);
+      const float v = x[i], u = v * kInvSqrt2;
+      const float e = fast::exp(-u * u);  // exp(-v^2 / 2): erf's and the density's
+      const float cdf = 0.5f * (1.f + fast::erf_given_exp(u, e));
+      const float pdf = kInvSqrt2Pi * e;
       dx[i] = dy[i] * (cdf + v * pdf);
     }
   }
