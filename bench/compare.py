@@ -98,13 +98,23 @@ def ok(rec: dict | None) -> bool:
     return bool(rec) and "error" not in rec
 
 
+def cost(rec: dict) -> float:
+    """What a row compares: seconds per step, or ms per generated token."""
+    return rec["ms_per_token"] if rec["mode"] in ("generate", "batchgen") else rec["median_s"]
+
+
+def ratio(g: dict | None, pt: dict | None) -> float | None:
+    """PyTorch time / gmlp time (> 1: gmlp is faster); None when either failed."""
+    return cost(pt) / cost(g) if ok(g) and ok(pt) else None
+
+
 def speedup(g: dict | None, pt: dict | None) -> str:
     """Best PyTorch time / gmlp time (> 1: gmlp is faster)."""
     if not (ok(g) and ok(pt)):
         return "—"
     if g["mode"] not in ("generate", "batchgen"):
-        return f"{pt['median_s'] / g['median_s']:.2f}x"
-    s = f"{pt['ms_per_token'] / g['ms_per_token']:.2f}x"
+        return f"{ratio(g, pt):.2f}x"
+    s = f"{ratio(g, pt):.2f}x"
     if g["mode"] == "generate" and g.get("ms_per_token_recompute"):  # like for like: both recompute the window
         s += f" (recompute {pt['ms_per_token'] / g['ms_per_token_recompute']:.2f}x)"
     return s
@@ -138,6 +148,32 @@ def table(rows: list[tuple[dict | None, dict | None, dict | None, dict, dict]]) 
     return "\n".join(out)
 
 
+def spread(values: list[float], fmt: str) -> str:
+    """median (min–max) of the values that exist."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return "—"
+    med = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    return (fmt % med) + (f" ({fmt % v[0]}–{fmt % v[-1]})" if len(v) > 1 else "")
+
+
+def summary(by_cell: dict) -> str:
+    """One line per (config, mode) over the rounds: the spread of each round's ratios."""
+    out = ["| config | mode | rounds | speedup default vs default | speedup best vs best "
+           "| gmlp default / gmlp best | gmlp MFU |", "|---|---|---|---|---|---|---|"]
+    for (config, mode), rows in by_cell.items():
+        dd, bb, own, mfu = [], [], [], []
+        for gd, gp, gs, pd, pp in rows:
+            g, best = best_of(gd, gp, gs), best_of(pd, pp)
+            dd.append(ratio(gd, pd))
+            bb.append(ratio(g, best))
+            own.append(cost(gd) / cost(g) if ok(gd) and ok(g) else None)
+            mfu.append(100 * gd["mfu"] if ok(gd) and gd.get("mfu") is not None else None)
+        out.append(f"| {config} | {mode} | {len(rows)} | {spread(dd, '%.2fx')} | {spread(bb, '%.2fx')} | "
+                   f"{spread(own, '%.2f')} | {spread(mfu, '%.1f%%')} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="gmlp bench vs the PyTorch reference model, "
                                  "side by side (see docs/bench.md)")
@@ -161,7 +197,12 @@ def main() -> None:
     ap.add_argument("--skip-gmlp", action="store_true", help="PyTorch side only")
     ap.add_argument("--busy", action="store_true",
                     help="run another process spinning on one core during every run")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the whole sweep this many times; a table per round and the "
+                         "spread of each row's ratios over the rounds")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: expected at least 1")
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in ("train", "infer", "generate", "batchgen") for m in modes):
         ap.error(f"--modes {args.modes}: expected train, infer, generate and/or batchgen")
@@ -170,15 +211,20 @@ def main() -> None:
     if not gmlp.is_absolute():  # relative to the caller's directory, else to the repo
         gmlp = gmlp.resolve() if gmlp.exists() else ROOT / gmlp
     meta = machine()
-    records, rows = [], []
+    records, rounds = [], [[] for _ in range(args.rounds)]
+    by_cell: dict = {}
     hog = None
     if args.busy:  # a plain spinning process: what "another job holds a core" means here
         hog = subprocess.Popen([PYTHON, "-c", "while True: pass"])
         time.sleep(0.5)
+    paths = []
     for c in (c for c in args.configs.split(",") if c):
         path = pathlib.Path(c).resolve() if c.endswith(".json") else ROOT / "configs" / f"{c}.json"
         if not path.exists():
             ap.error(f"config {c}: {path} not found")
+        paths.append(path)
+    for k, path in ((k, p) for k in range(args.rounds) for p in paths):
+        rows = rounds[k]
         plan = PLAN.get(path.stem, PLAN_DEFAULT)
         warmup = plan[0] if args.warmup is None else args.warmup
         repeats = plan[1] if args.repeats is None else args.repeats
@@ -186,8 +232,9 @@ def main() -> None:
         common = ["--config", str(path), "--warmup", str(warmup), "--repeats", str(repeats),
                   "--json"]
         for m in modes:
-            print(f"[{path.stem} {m}]", file=sys.stderr, flush=True)
-            tag = {"config": path.stem, "mode": m}
+            print(f"[{path.stem} {m}" + (f", round {k + 1} of {args.rounds}]" if args.rounds > 1 else "]"),
+                  file=sys.stderr, flush=True)
+            tag = {"config": path.stem, "mode": m, "round": k + 1}
             # batchgen: generation with --streams prompts decoded together by both
             bench_mode = "generate" if m == "batchgen" else m
             streams = ["--streams", str(args.streams)] if m == "batchgen" else []
@@ -223,6 +270,7 @@ def main() -> None:
                 pd["error"] += f" (> {args.slow_cap:g}x the passive run)"
             records += [r for r in (gd, gp, gs, pd, pp) if r]
             rows.append((gd, gp, gs, pd, pp))
+            by_cell.setdefault((path.stem, m), []).append((gd, gp, gs, pd, pp))
             for r in (gd, gp, gs, pd, pp):
                 if r:
                     label = r["impl"] + (f" ({r['env_label']})" if "env_label" in r else "")
@@ -246,12 +294,18 @@ def main() -> None:
     if gmlp_choice:
         report.append(f"- gmlp's own choice of OpenMP waiting (default column), e.g.: {gmlp_choice}")
     report += ["- times: median per training step / inference step / generated token; "
-               "speedup = PyTorch time / gmlp time (> 1: gmlp faster)", "",
-               table(rows)]
+               "speedup = PyTorch time / gmlp time (> 1: gmlp faster)"]
+    if args.rounds == 1:
+        report += ["", table(rounds[0])]
+    else:
+        for k, rows in enumerate(rounds):
+            report += ["", f"Round {k + 1} of {args.rounds}:", "", table(rows)]
+        report += ["", f"Over the {args.rounds} rounds, each row's ratio per round: median (min–max):", "",
+                   summary(by_cell)]
     print("\n".join(report))
     out = ROOT / args.out if not os.path.isabs(args.out) else pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": {**meta, "threads": args.threads,
+    out.write_text(json.dumps({"meta": {**meta, "threads": args.threads, "rounds": args.rounds,
                                         "torch_version": torch_version},
                                "records": records}, indent=1) + "\n")
     print(f"\nraw records: {out}", file=sys.stderr)
