@@ -3,6 +3,7 @@
 // optimizer and schedule arithmetic. Tolerances are set so that a sign error, a dropped
 // term, a transposed index or a factor of two fails (checked by mutating the ops).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -298,6 +299,36 @@ TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
           ops::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C.data(), ldc);
           EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
         }
+}
+
+TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
+  // With several threads gemm gives each a slab of C (gemm.cpp); lengths just past a
+  // slab boundary, both split directions, every transpose, padded leading dimensions.
+  const int saved = omp_get_max_threads();
+  std::mt19937 rng(10);
+  for (int threads : {2, 3})
+    for (auto [M, N] : {std::pair{65, 7}, std::pair{97, 96}, std::pair{5, 131}, std::pair{200, 33}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          omp_set_num_threads(threads);
+          SCOPED_TRACE(::testing::Message() << threads << " threads, M=" << M << " N=" << N << " ta=" << ta
+                                            << " tb=" << tb);
+          const int K = 19, lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+          const Vec A = uniform(size_t(ta ? K : M) * lda, -1, 1, rng);
+          const Vec Bm = uniform(size_t(tb ? N : K) * ldb, -1, 1, rng);
+          const Vec C0 = uniform(size_t(M) * ldc, -1, 1, rng);
+          Vec C = C0, want = C0;
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double s = 0.0;
+              for (int k = 0; k < K; ++k)
+                s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+              want[i * ldc + j] = float(0.5 * s + 0.25 * C0[i * ldc + j]);
+            }
+          ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, 0.25f, C.data(), ldc);
+          EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
+        }
+  omp_set_num_threads(saved);
 }
 
 TEST(OpsCrossEntropy, HandComputedValues) {

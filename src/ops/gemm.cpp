@@ -1,10 +1,25 @@
 // The one GEMM entry point: every matrix product in the engine goes through here, so
 // transposes are flags (never copies) and a future backend swaps in at one place.
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 
 #include "ops/ops.h"
 
 namespace gmlp::ops {
+namespace {
+
+// A slab is at least this long, else the product runs on OpenBLAS as it is.
+constexpr int kGemmSlab = 32;
+
+void blas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
+              alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
@@ -14,8 +29,32 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
       for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[int64_t(i) * ldc + j];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
-              alpha, A, lda, B, ldb, beta, C, ldc);
+  // With several threads, each multiplies one slab of C (rows, or columns when C is
+  // wider than tall) by single-threaded OpenBLAS, which runs on one thread inside a
+  // parallel region. OpenBLAS's own threading of a small product spends its time
+  // synchronising (sched_yield); this way a thread packs the shared operand itself and
+  // never waits inside the product. Each element of C is one thread's, so the result
+  // depends on the thread count only, as before.
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const bool rows = M >= N;
+  const int len = rows ? M : N;
+  if (nt == 1 || len < kGemmSlab * nt) {
+    blas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const int step = ((len + nt - 1) / nt + 15) / 16 * 16;  // whole 16-row panels, nt slabs cover len
+#pragma omp parallel num_threads(nt)
+  {
+    const int lo = std::min(len, omp_get_thread_num() * step), hi = std::min(len, lo + step);
+    if (hi > lo) {
+      if (rows)
+        blas(trans_a, trans_b, hi - lo, N, K, alpha, trans_a ? A + lo : A + int64_t(lo) * lda, lda, B, ldb, beta,
+             C + int64_t(lo) * ldc, ldc);
+      else
+        blas(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, trans_b ? B + int64_t(lo) * ldb : B + lo, ldb, beta,
+             C + lo, ldc);
+    }
+  }
 }
 
 }  // namespace gmlp::ops
