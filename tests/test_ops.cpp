@@ -274,36 +274,40 @@ TEST(OpsSpatial, FastMatchesNaive) {
   }
 }
 
+// ops::gemm on random operands against naive loops in double; op(A) is [M, K], op(B)
+// is [K, N], each stored transposed when flagged, every leading dimension padded, and
+// C compared padding included.
+void gemm_against_naive_loops(bool ta, bool tb, int M, int N, int K, float alpha, float beta, std::mt19937& rng) {
+  const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+  const Vec A = uniform(size_t(ta ? K : M) * lda + 1, -1, 1, rng);
+  const Vec Bm = uniform(size_t(tb ? N : K) * ldb + 1, -1, 1, rng);
+  const Vec C0 = uniform(size_t(M) * ldc, -1, 1, rng);
+  Vec C = C0, want = C0;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0.0;
+      for (int k = 0; k < K; ++k)
+        s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+      want[i * ldc + j] = float(alpha * s + beta * C0[i * ldc + j]);
+    }
+  ops::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C.data(), ldc);
+  EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
+}
+
 TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
   std::mt19937 rng(9);
-  const float alpha = 0.7f;
   for (int K : {3, 0})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.f, 1.f, 0.5f}) {
           SCOPED_TRACE(::testing::Message() << "K=" << K << " ta=" << ta << " tb=" << tb << " beta=" << beta);
-          const int M = 5, N = 4;
-          // op(A) is [M, K], op(B) is [K, N]; stored transposed when flagged, rows padded.
-          const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
-          const Vec A = uniform(size_t(ta ? K : M) * lda + 1, -1, 1, rng);
-          const Vec Bm = uniform(size_t(tb ? N : K) * ldb + 1, -1, 1, rng);
-          const Vec C0 = uniform(size_t(M) * ldc, -1, 1, rng);
-          Vec C = C0, want = C0;
-          for (int i = 0; i < M; ++i)
-            for (int j = 0; j < N; ++j) {
-              double s = 0.0;
-              for (int k = 0; k < K; ++k)
-                s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
-              want[i * ldc + j] = float(alpha * s + beta * C0[i * ldc + j]);
-            }
-          ops::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C.data(), ldc);
-          EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
+          gemm_against_naive_loops(ta, tb, 5, 4, K, 0.7f, beta, rng);
         }
 }
 
 TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
   // With several threads gemm gives each a slab of C (gemm.cpp); lengths just past a
-  // slab boundary, both split directions, every transpose, padded leading dimensions.
+  // slab boundary, both split directions, every transpose.
   const int saved = omp_get_max_threads();
   std::mt19937 rng(10);
   for (int threads : {2, 3})
@@ -313,20 +317,7 @@ TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
           omp_set_num_threads(threads);
           SCOPED_TRACE(::testing::Message() << threads << " threads, M=" << M << " N=" << N << " ta=" << ta
                                             << " tb=" << tb);
-          const int K = 19, lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
-          const Vec A = uniform(size_t(ta ? K : M) * lda, -1, 1, rng);
-          const Vec Bm = uniform(size_t(tb ? N : K) * ldb, -1, 1, rng);
-          const Vec C0 = uniform(size_t(M) * ldc, -1, 1, rng);
-          Vec C = C0, want = C0;
-          for (int i = 0; i < M; ++i)
-            for (int j = 0; j < N; ++j) {
-              double s = 0.0;
-              for (int k = 0; k < K; ++k)
-                s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
-              want[i * ldc + j] = float(0.5 * s + 0.25 * C0[i * ldc + j]);
-            }
-          ops::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, 0.25f, C.data(), ldc);
-          EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
+          gemm_against_naive_loops(ta, tb, M, N, 19, 0.5f, 0.25f, rng);
         }
   omp_set_num_threads(saved);
 }
