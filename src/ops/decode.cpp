@@ -2,7 +2,6 @@
 // threaded only where a matrix is large enough to repay waking the team (parallel.h).
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "ops/ops.h"
@@ -93,24 +92,17 @@ void decode_attention(const AttnParams& p, const float* h, const int32_t* stream
     float* Or = O + size_t(r) * da;
     float* Ar = A + size_t(r) * p.dout;
     decode_linear(p.qkv_w, q3, p.d, h + size_t(r) * p.d, 1, p.qkv_b, row, false);
-    float mx = -std::numeric_limits<float>::infinity();
     for (int j = 0; j <= i; ++j) {
       const float* k = K + size_t(j) * q3 + da;
       float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
       for (int c = 0; c < da; ++c) acc += row[c] * k[c];
       Pr[j] = scale * acc;
-      mx = std::max(mx, Pr[j]);
     }
-    double sum = 0.0;
-    for (int j = 0; j <= i; ++j) {
-      Pr[j] = std::exp(Pr[j] - mx);
-      sum += Pr[j];
-    }
-    const float inv = float(1.0 / sum);
+    softmax_row(Pr, i + 1);
     std::fill(Or, Or + da, 0.f);
     for (int j = 0; j <= i; ++j) {
-      const float pj = Pr[j] * inv;
+      const float pj = Pr[j];
       const float* v = K + size_t(j) * q3 + 2 * da;
 #pragma omp simd
       for (int c = 0; c < da; ++c) Or[c] += pj * v[c];

@@ -132,6 +132,9 @@ struct AttnParams {
 struct AttnGrads {
   float *qkv_w, *qkv_b, *out_w, *out_b;
 };
+// Softmax of row[0, keys) in place, the exponentials summed in double: the scores of
+// the forward's rows and of the cached decoder's step (decode_attention) alike.
+void softmax_row(float* row, int keys);
 // Saves qkv [M, 3 da], P [B, T, T] and O [M, da]; writes A [M, dout].
 void tiny_attention_forward(const AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                             float* A);

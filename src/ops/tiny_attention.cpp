@@ -12,6 +12,18 @@
 
 namespace gmlp::ops {
 
+void softmax_row(float* row, int keys) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < keys; ++j) mx = std::max(mx, row[j]);
+  double sum = 0.0;
+  for (int j = 0; j < keys; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = float(1.0 / sum);
+  for (int j = 0; j < keys; ++j) row[j] *= inv;
+}
+
 void tiny_attention_forward(const AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                             float* A) {
   const int M = T * B, da = p.da, q3 = 3 * da;
@@ -26,15 +38,7 @@ void tiny_attention_forward(const AttnParams& p, const float* H, int T, int B, f
     for (int i = 0; i < T; ++i) {
       float* row = Pb + int64_t(i) * T;
       const int keys = p.causal ? std::min(i + 1, len) : len;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < keys; ++j) mx = std::max(mx, row[j]);
-      double sum = 0.0;
-      for (int j = 0; j < keys; ++j) {
-        row[j] = std::exp(row[j] - mx);
-        sum += row[j];
-      }
-      const float inv = float(1.0 / sum);
-      for (int j = 0; j < keys; ++j) row[j] *= inv;
+      softmax_row(row, keys);
       std::fill(row + keys, row + T, 0.f);
     }
     gemm(false, false, T, da, T, 1.f, Pb, T, Q + 2 * da, B * q3, 0.f, O + int64_t(b) * da, B * da);
