@@ -36,4 +36,20 @@ __device__ inline float block_max(float v, float* shared) {
   return v;
 }
 
+// The block's softmax of row[0, keys) up to its normalisation: each thread takes the
+// entries j = threadIdx.x, + blockDim.x, ..., replaces them by exp(row[j] - max) and the
+// block's sum of those comes back as 1 / sum. The caller scales (and synchronises before
+// reading entries other threads wrote). The tiny attention's rows and the decoder's.
+__device__ inline float block_softmax_exp(float* row, int keys, float* shared) {
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < keys; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, shared);
+  float s = 0.f;
+  for (int j = threadIdx.x; j < keys; j += blockDim.x) {
+    row[j] = expf(row[j] - mx);
+    s += row[j];
+  }
+  return 1.f / block_sum(s, shared);
+}
+
 }  // namespace gmlp::cuda

@@ -48,21 +48,13 @@ __global__ void k_decode_attend(const float* qkv, int n, int da, const int32_t* 
   const float* q = K + int64_t(i) * q3;
   float* Pr = P + int64_t(r) * n;
   const float scale = 1.f / sqrtf(float(da));
-  float mx = -INFINITY;
   for (int j = threadIdx.x; j <= i; j += blockDim.x) {
     const float* k = K + int64_t(j) * q3 + da;
     float acc = 0.f;
     for (int c = 0; c < da; ++c) acc += q[c] * k[c];
     Pr[j] = scale * acc;
-    mx = fmaxf(mx, Pr[j]);
   }
-  mx = block_max(mx, sh);
-  float s = 0.f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-    Pr[j] = expf(Pr[j] - mx);
-    s += Pr[j];
-  }
-  const float inv = 1.f / block_sum(s, sh);
+  const float inv = block_softmax_exp(Pr, i + 1, sh);
   __syncthreads();  // every Pr[j] written before any thread reads them all
   for (int c = threadIdx.x; c < da; c += blockDim.x) {
     float acc = 0.f;

@@ -16,16 +16,7 @@ __global__ void k_softmax(float* P, int T, const int32_t* lengths, int b, bool c
   const int len = lengths ? lengths[b] : T;
   const int keys = causal ? min(i + 1, len) : len;
   float* row = P + int64_t(i) * T;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < keys; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = block_max(mx, sh);
-  float s = 0.f;
-  for (int j = threadIdx.x; j < keys; j += blockDim.x) {
-    const float e = expf(row[j] - mx);
-    row[j] = e;
-    s += e;
-  }
-  const float inv = 1.f / block_sum(s, sh);
+  const float inv = block_softmax_exp(row, keys, sh);
   for (int j = threadIdx.x; j < T; j += blockDim.x) row[j] = j < keys ? row[j] * inv : 0.f;
 }
 
