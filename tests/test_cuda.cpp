@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "gmlp/error.h"
 #include "gmlp/model.h"
 #include "gmlp/optimizer.h"
+#include "ops/ops.h"
 #include "separate_memory.h"
 #include "test_util.h"
 #include "train/data_parallel.h"
@@ -235,16 +237,35 @@ TEST(DeviceChoice, GmlpDeviceSetsTheDefaultAndABadOneIsNamed) {
   EXPECT_NE(help.output.find("GMLP_DEVICE"), std::string::npos) << help.output;
 }
 
-// bf16 needs the GPU for now: on the CPU it is refused, saying whether the CPU has bf16
-// instructions, before anything is written; a misspelt precision is refused as well.
-TEST(DeviceChoice, Bf16OnTheCpuIsAClearErrorAndWritesNothing) {
+// bf16 on the CPU runs on its bf16 instructions; on a CPU without them it is refused
+// before anything is written, unless GMLP_CPU_BF16=emulate asks for the emulation (whose
+// one value is checked); a misspelt precision is refused as well.
+TEST(DeviceChoice, Bf16OnTheCpuWithoutInstructionsIsAClearErrorAndWritesNothing) {
   test::TempDir dir("precision");
   const std::string out = dir.file("run");
-  const auto r = test::run_command(test::gmlp_exe() + " train --device cpu --precision bf16 --steps 1 --data " +
-                                   test::kGplText + " --out " + out + " 2>&1");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("gmlp: error: --precision bf16 on the CPU: this CPU has "), std::string::npos) << r.output;
-  EXPECT_FALSE(std::filesystem::exists(out));
+  const std::string train = " train --device cpu --precision bf16 --steps 2 --data " + test::kGplText + " --out ";
+  const auto r = test::run_command("unset GMLP_CPU_BF16; " + test::gmlp_exe() + train + out + " 2>&1");
+  if (ops::cpu_has_bf16()) {
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors")) << r.output;
+  } else {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("gmlp: error: --precision bf16 on the CPU: this CPU has no bf16 matrix instructions"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("GMLP_CPU_BF16=emulate"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+  const auto typo = test::run_command("GMLP_CPU_BF16=emulated " + test::gmlp_exe() + train + out + "2 2>&1");
+  EXPECT_EQ(typo.exit_code, 1) << typo.output;
+  EXPECT_NE(typo.output.find("GMLP_CPU_BF16: 'emulated' is not 'emulate'"), std::string::npos) << typo.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "2"));
+  const auto emulated = test::run_command("GMLP_CPU_BF16=emulate " + test::gmlp_exe() + train + out + "3 2>&1");
+  EXPECT_EQ(emulated.exit_code, 0) << emulated.output;
+  EXPECT_TRUE(std::filesystem::exists(out + "3/model.safetensors")) << emulated.output;
+  const auto gen = test::run_command("GMLP_CPU_BF16=emulate " + test::gmlp_exe() + " generate --precision bf16 --model " +
+                                     out + "3 --prompt 'The ' --max-tokens 8 2>&1");
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
   const auto bad = test::run_command(test::gmlp_exe() + " bench --precision fp16 --config " + test::source_dir() +
                                      "/configs/tiny.json 2>&1");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
@@ -646,32 +667,64 @@ TEST(CudaGenerate, StreamsSteppedTogetherOnTheDeviceMatchTheCpuDecoder) {
   }
 }
 
-// Mixed precision on the GPU: products with bf16 inputs (8 bits of mantissa) and fp32
+// Mixed precision: products with bf16 inputs (8 bits of mantissa) and fp32
 // accumulation. Ten AdamW steps of every variant stay close to the CPU's float32 run:
 // the losses within 2% (bf16 rounds each input to ~0.4%; sums of many products average
 // that out), and the products measurably not float32 (else the path is not taken).
-TEST(CudaBf16, TenAdamWStepsOfEveryVariantStayNearTheFloat32Run) {
-  REQUIRE_GPU();
+void bf16_steps_stay_near_the_float32_run(Device d) {
   struct Fp32Again {  // the rest of the process runs in fp32, whatever happens here
-    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
-  } restore;
+    Device d;
+    ~Fp32Again() { use_precision(d, Precision::fp32); }
+  } restore{d};
   for (const auto& v : variants()) {
     const ModelConfig c = config_of(v);
-    auto cpu = make(c, cpu_backend());
-    use_precision(Device::cuda, Precision::bf16);
-    auto gpu = make(c, backend_for(Device::cuda));
     TestBatch tb(c, 3, 22);
-    AdamW ocpu(*cpu, train_config()), ogpu(*gpu, train_config());
-    const auto lc = train_steps(*cpu, ocpu, tb.batch, 10);
-    const auto lg = train_steps(*gpu, ogpu, tb.batch, 10);
-    use_precision(Device::cuda, Precision::fp32);
+    auto ref = make(c, cpu_backend());  // first: on the CPU the precision is the process's
+    AdamW oref(*ref, train_config());
+    const auto lc = train_steps(*ref, oref, tb.batch, 10);
+    use_precision(d, Precision::bf16);
+    auto m = make(c, backend_for(d));
+    AdamW om(*m, train_config());
+    const auto lb = train_steps(*m, om, tb.batch, 10);
+    use_precision(d, Precision::fp32);
     bool differs = false;
     for (size_t s = 0; s < lc.size(); ++s) {
-      EXPECT_NEAR(lg[s], lc[s], 2e-2 * std::fabs(lc[s])) << v.name << " step " << s + 1;
-      differs = differs || std::fabs(lg[s] - lc[s]) > 1e-5 * std::fabs(lc[s]);
+      EXPECT_NEAR(lb[s], lc[s], 2e-2 * std::fabs(lc[s])) << v.name << " step " << s + 1;
+      differs = differs || std::fabs(lb[s] - lc[s]) > 1e-5 * std::fabs(lc[s]);
     }
     EXPECT_TRUE(differs) << v.name << ": bf16 gave the float32 losses; were the products rounded at all?";
   }
+}
+
+// GMLP_CPU_BF16 for the length of a test, then as it was.
+struct CpuBf16Env {
+  std::string saved;
+  bool had;
+  explicit CpuBf16Env(const char* value) : had(std::getenv("GMLP_CPU_BF16") != nullptr) {
+    if (had) saved = std::getenv("GMLP_CPU_BF16");
+    if (value) setenv("GMLP_CPU_BF16", value, 1);
+    else unsetenv("GMLP_CPU_BF16");
+  }
+  ~CpuBf16Env() {
+    if (had) setenv("GMLP_CPU_BF16", saved.c_str(), 1);
+    else unsetenv("GMLP_CPU_BF16");
+  }
+};
+
+TEST(CudaBf16, TenAdamWStepsOfEveryVariantStayNearTheFloat32Run) {
+  REQUIRE_GPU();
+  bf16_steps_stay_near_the_float32_run(Device::cuda);
+}
+
+TEST(CpuBf16, EmulatedTenAdamWStepsOfEveryVariantStayNearTheFloat32Run) {
+  CpuBf16Env env("emulate");
+  bf16_steps_stay_near_the_float32_run(Device::cpu);
+}
+
+TEST(CpuBf16, TenAdamWStepsOfEveryVariantOnTheInstructionsStayNearTheFloat32Run) {
+  if (!ops::cpu_has_bf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX-BF16";
+  CpuBf16Env env(nullptr);
+  bf16_steps_stay_near_the_float32_run(Device::cpu);
 }
 
 // A model trained with its gradients sent through DataParallel's reduction path on a

@@ -17,6 +17,7 @@
 #include "gmlp/files.h"
 #include "gmlp/generate.h"
 #include "separate_memory.h"
+#include "ops/ops.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -177,6 +178,33 @@ TEST_P(DecoderVariants, PrefillAndStepsMatchTheForwardAtEveryPosition) {
     EXPECT_EQ(dec.length(), n);
   }
   EXPECT_THROW(dec.step(tokens[0]), Error) << "a full context cannot take another token";
+}
+
+// With bf16 products (emulated: the same rounding as the instructions) the cached
+// decoder's logits stay near the float32 forward's, and are not float32's.
+TEST_P(DecoderVariants, Bf16StepsStayNearTheFloat32Forward) {
+  const ModelConfig c = variant_config(GetParam());
+  auto model = random_model(c, 7);
+  const int n = c.seq_len, V = c.vocab_size;
+  Rng rng(12);
+  std::vector<int32_t> tokens(size_t(n), 0);
+  for (auto& t : tokens) t = int32_t(rng.below(uint64_t(V)));
+  NoGrad no_grad(*model);
+  model->forward(tokens.data(), nullptr, n, 1, n);
+  const std::vector<float> want(model->logits(), model->logits() + size_t(n) * V);
+  struct Fp32Again {
+    ~Fp32Again() { ops::set_products(ops::Products::fp32); }
+  } restore;
+  ops::set_products(ops::Products::bf16_emulated);
+  Decoder dec(*model);
+  double moved = 0.0;
+  for (int len = 1; len <= n; ++len) {
+    const float* got = len == 1 ? dec.prefill(tokens.data(), 1) : dec.step(tokens[size_t(len - 1)]);
+    const float* w = want.data() + size_t(len - 1) * V;
+    ASSERT_TRUE(test::all_close(got, w, size_t(V), 2e-2f, 2e-2f, "logits at length " + std::to_string(len)));
+    for (int v = 0; v < V; ++v) moved = std::max(moved, std::fabs(double(got[v]) - w[v]));
+  }
+  EXPECT_GT(moved, 1e-4) << "bf16 gave the float32 logits; were the products rounded at all?";
 }
 
 TEST_P(DecoderVariants, CachedAndUncachedGenerateTheSameTokensThroughSlides) {

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -277,21 +279,34 @@ TEST(OpsSpatial, FastMatchesNaive) {
 // ops::gemm on random operands against naive loops in double; op(A) is [M, K], op(B)
 // is [K, N], each stored transposed when flagged, every leading dimension padded, and
 // C compared padding included.
-void gemm_against_naive_loops(bool ta, bool tb, int M, int N, int K, float alpha, float beta, std::mt19937& rng) {
+float as_is(float x) { return x; }
+
+// C = alpha op(A) op(B) + beta C by ops::gemm, padded leading dimensions, against naive
+// double loops over the inputs as `input` makes them (bf16 products: rounded). Returns
+// how far gemm's C is from the loops over the inputs as they are.
+double gemm_against_naive_loops(bool ta, bool tb, int M, int N, int K, float alpha, float beta, std::mt19937& rng,
+                                float (*input)(float) = as_is, float atol = 1e-6f, float rtol = 1e-5f) {
   const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
   const Vec A = uniform(size_t(ta ? K : M) * lda + 1, -1, 1, rng);
   const Vec Bm = uniform(size_t(tb ? N : K) * ldb + 1, -1, 1, rng);
   const Vec C0 = uniform(size_t(M) * ldc, -1, 1, rng);
-  Vec C = C0, want = C0;
+  Vec C = C0, want = C0, exact = C0;
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
-      double s = 0.0;
-      for (int k = 0; k < K; ++k)
-        s += double(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+      double s = 0.0, e = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const float a = ta ? A[k * lda + i] : A[i * lda + k], b = tb ? Bm[j * ldb + k] : Bm[k * ldb + j];
+        s += double(input(a)) * input(b);
+        e += double(a) * b;
+      }
       want[i * ldc + j] = float(alpha * s + beta * C0[i * ldc + j]);
+      exact[i * ldc + j] = float(alpha * e + beta * C0[i * ldc + j]);
     }
   ops::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C.data(), ldc);
-  EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-6f, 1e-5f, "C (padding included)"));
+  EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), atol, rtol, "C (padding included)"));
+  double moved = 0.0;
+  for (size_t i = 0; i < C.size(); ++i) moved = std::max(moved, std::fabs(double(C[i]) - exact[i]));
+  return moved;
 }
 
 TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
@@ -319,6 +334,142 @@ TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
                                             << " tb=" << tb);
           gemm_against_naive_loops(ta, tb, M, N, 19, 0.5f, 0.25f, rng);
         }
+  omp_set_num_threads(saved);
+}
+
+// ---- bf16 products (bf16.cpp)
+
+// Rounding to bf16 by arithmetic, to check the bit trick: the two bf16 neighbours of x
+// (the truncation and one unit further out, 2^128 standing for infinity), the nearer
+// one, ties to the one with an even last bit.
+float bf16_by_arithmetic(float x) {
+  if (!std::isfinite(x)) return x;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t lo = u & 0xffff0000u;
+  float down;
+  std::memcpy(&down, &lo, 4);
+  const int biased = int((u >> 23) & 0xffu);
+  const double unit = std::ldexp(1.0, std::max(biased, 1) - 127 - 7);
+  const double up = double(down) + std::copysign(unit, double(x));
+  const double d_down = std::fabs(double(x) - down), d_up = std::fabs(up - double(x));
+  const bool take_up = d_up < d_down || (d_up == d_down && ((lo >> 16) & 1u));
+  if (!take_up) return down;
+  return std::fabs(up) >= std::ldexp(1.0, 128) ? std::copysign(std::numeric_limits<float>::infinity(), x) : float(up);
+}
+
+// The process's product precision back to fp32 when a test ends, pass or fail.
+struct Fp32ProductsAgain {
+  ~Fp32ProductsAgain() { ops::set_products(ops::Products::fp32); }
+};
+
+TEST(OpsBf16, RoundingIsToNearestTiesToEven) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float one_ulp = std::ldexp(1.f, -7);  // bf16's unit at 1
+  // 1 + half a unit is a tie: to 1 (even); 1 + 3 halves ties between 1 + 1 unit (odd)
+  // and 1 + 2 units: up; anything past the half goes up; the largest floats overflow.
+  EXPECT_EQ(ops::round_to_bf16(1.f + one_ulp / 2), 1.f);
+  EXPECT_EQ(ops::round_to_bf16(1.f + 3 * one_ulp / 2), 1.f + 2 * one_ulp);
+  EXPECT_EQ(ops::round_to_bf16(1.f + one_ulp / 2 + std::ldexp(1.f, -20)), 1.f + one_ulp);
+  EXPECT_EQ(ops::round_to_bf16(-(1.f + one_ulp / 2 + std::ldexp(1.f, -20))), -(1.f + one_ulp));
+  EXPECT_EQ(ops::round_to_bf16(std::numeric_limits<float>::max()), inf);
+  EXPECT_EQ(ops::round_to_bf16(-inf), -inf);
+  EXPECT_TRUE(std::isnan(ops::round_to_bf16(kNaN)));
+  EXPECT_EQ(ops::bf16_bits(1.f), 0x3f80);
+  EXPECT_EQ(ops::bf16_bits(-2.f), 0xc000);
+  // Against the arithmetic on every kind of finite float: random bit patterns (normal
+  // and subnormal), and the ties of each binade.
+  std::mt19937 rng(21);
+  std::vector<float> xs;
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t u = rng() & (i % 10 == 0 ? 0x807fffffu : 0xffffffffu);  // every tenth subnormal
+    float x;
+    std::memcpy(&x, &u, 4);
+    if (std::isfinite(x)) xs.push_back(x);
+  }
+  for (int e = -133; e < 128; ++e) xs.push_back(std::ldexp(1.f + one_ulp / 2, e));
+  Vec rounded(xs.size());
+  ops::round_to_bf16(xs.data(), 1, int(xs.size()), int(xs.size()), rounded.data());
+  int wrong = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = bf16_by_arithmetic(xs[i]);
+    wrong += rounded[i] != want || ops::round_to_bf16(xs[i]) != want;
+    if (wrong == 1 && rounded[i] != want) ADD_FAILURE() << xs[i] << " rounded to " << rounded[i] << ", not " << want;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(OpsBf16, EmulatedProductsAreExactProductsOfRoundedInputs) {
+  Fp32ProductsAgain restore;
+  ops::set_products(ops::Products::bf16_emulated);
+  std::mt19937 rng(22);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.f, 0.5f}) {
+        SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb << " beta=" << beta);
+        // Rounding moves a 40-term product of [-1, 1] values by ~1e-2: the inputs were rounded.
+        EXPECT_GT(gemm_against_naive_loops(ta, tb, 37, 21, 40, 0.7f, beta, rng, ops::round_to_bf16), 1e-4);
+      }
+}
+
+// The bf16 path's use of oneDNN (dense copies, transposes as strides, alpha as output
+// scales, beta as a sum post-op, the primitive cache, a scratchpad per thread) with fp32
+// inputs, which oneDNN runs on any CPU: the same code as bf16's but the element type.
+TEST(OpsBf16, OneDnnProductsInFp32AgainstNaiveLoops) {
+  if (!ops::have_onednn()) GTEST_SKIP() << "gmlp built without oneDNN";
+  std::mt19937 rng(24);
+  for (int round = 0; round < 2; ++round)  // the second round's primitives come from the cache
+    for (auto [M, N, K] : {std::array{5, 4, 3}, std::array{37, 21, 40}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (float alpha : {1.f, 0.7f})
+            for (float beta : {0.f, 1.f, 0.5f}) {
+              SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " ta=" << ta << " tb=" << tb
+                                                << " alpha=" << alpha << " beta=" << beta);
+              const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+              const Vec A = uniform(size_t(ta ? K : M) * lda, -1, 1, rng);
+              const Vec Bm = uniform(size_t(tb ? N : K) * ldb, -1, 1, rng);
+              Vec C = uniform(size_t(M) * ldc, -1, 1, rng), want = C;
+              ops::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, want.data(), ldc);
+              ops::gemm_onednn(false, ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C.data(), ldc);
+              EXPECT_TRUE(test::all_close(C.data(), want.data(), C.size(), 1e-5f, 1e-5f, "C (padding included)"));
+            }
+  // Products on several threads at once, each of its own shape.
+  std::vector<Vec> out(4);
+#pragma omp parallel for num_threads(2)
+  for (int t = 0; t < 4; ++t) {
+    const int M = 8 + t, N = 6, K = 5;
+    const Vec A(size_t(M) * K, 1.f), Bm(size_t(K) * N, 0.5f);
+    out[size_t(t)].assign(size_t(M) * N, 0.f);
+    ops::gemm_onednn(false, false, false, M, N, K, 1.f, A.data(), K, Bm.data(), N, 0.f, out[size_t(t)].data(), N);
+  }
+  for (const Vec& o : out)
+    for (float x : o) EXPECT_EQ(x, 2.5f);
+}
+
+TEST(OpsBf16, ProductsOnTheInstructionsAgreeWithTheEmulation) {
+  if (!ops::cpu_has_bf16()) {
+    EXPECT_NE(error_of([] { ops::set_products(ops::Products::bf16); }).find("no bf16 matrix instructions"),
+              std::string::npos);
+    GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX-BF16";
+  }
+  ASSERT_TRUE(ops::have_onednn()) << "a CPU with bf16 instructions, and gmlp built without oneDNN";
+  Fp32ProductsAgain restore;
+  ops::set_products(ops::Products::bf16);
+  std::mt19937 rng(23);
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2})
+    for (auto [M, N, K] : {std::array{5, 4, 3}, std::array{37, 21, 40}, std::array{130, 66, 257}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (float beta : {0.f, 1.f, 0.5f}) {
+            omp_set_num_threads(threads);
+            SCOPED_TRACE(::testing::Message() << threads << " threads, " << M << "x" << N << "x" << K
+                                              << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+            // Sums in another order than the loops', and the instructions may flush subnormals.
+            EXPECT_GT(gemm_against_naive_loops(ta, tb, M, N, K, 0.7f, beta, rng, ops::round_to_bf16, 1e-5f, 1e-4f),
+                      1e-4);
+          }
   omp_set_num_threads(saved);
 }
 

@@ -360,7 +360,8 @@ void add_device_option(CLI::App* c, std::string& device, std::string& precision)
       ->capture_default_str();
   c->add_option("--precision", precision,
                 "Matrix products in fp32, or bf16 (mixed precision: bf16 inputs, fp32 accumulation, weights and "
-                "optimizer; GPUs only for now)")
+                "optimizer) on GPUs and on CPUs with AVX512-BF16 or AMX; GMLP_CPU_BF16=emulate gives bf16's "
+                "rounding on any CPU, at fp32's speed")
       ->capture_default_str();
 }
 

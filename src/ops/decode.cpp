@@ -41,6 +41,14 @@ void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* p
 // the same order whatever R is.
 void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y,
                    bool accumulate) {
+  if (products() != Products::fp32) {  // the rows as one product, rounded as training's are
+    for (int r = 0; r < R; ++r) {
+      float* y = Y + size_t(r) * out;
+      for (int o = 0; o < out; ++o) y[o] = (accumulate ? y[o] : 0.f) + b[o];
+    }
+    gemm(false, true, R, out, in, 1.f, X, in, W, in, 1.f, Y, out);
+    return;
+  }
   const auto output = [&](int o) {
     const float* w = W + size_t(o) * in;
     for (int r = 0; r < R; ++r) {

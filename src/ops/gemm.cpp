@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -19,16 +20,8 @@ void blas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
               alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-}  // namespace
-
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // BLAS leaves C untouched for K = 0 only when beta = 1
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[int64_t(i) * ldc + j];
-    return;
-  }
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc) {
   // With several threads, each multiplies one slab of C (rows, or columns when C is
   // wider than tall) by single-threaded OpenBLAS, which runs on one thread inside a
   // parallel region. OpenBLAS's own threading of a small product spends its time
@@ -53,6 +46,37 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
       else
         blas(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, trans_b ? B + int64_t(lo) * ldb : B + lo, ldb, beta,
              C + lo, ldc);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // BLAS leaves C untouched for K = 0 only when beta = 1
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[int64_t(i) * ldc + j];
+    return;
+  }
+  switch (products()) {
+    case Products::fp32:
+      sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    case Products::bf16:
+      gemm_onednn(true, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    case Products::bf16_emulated: {
+      // Dense rounded copies of the stored operands, then the fp32 product.
+      thread_local std::vector<float> a, b;
+      const int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
+      a.resize(size_t(ar) * ac);
+      b.resize(size_t(br) * bc);
+      round_to_bf16(A, ar, ac, lda, a.data());
+      round_to_bf16(B, br, bc, ldb, b.data());
+      sgemm(trans_a, trans_b, M, N, K, alpha, a.data(), ac, b.data(), bc, beta, C, ldc);
+      return;
     }
   }
 }

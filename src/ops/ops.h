@@ -14,9 +14,33 @@ namespace gmlp::ops {
 
 using gmlp::Sgu;
 
-// ---- gemm.cpp: C[M,N] = alpha * op(A) * op(B) + beta * C (row-major, via OpenBLAS).
+// ---- gemm.cpp: C[M,N] = alpha * op(A) * op(B) + beta * C (row-major, via OpenBLAS),
+// in the process's product precision below.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// ---- bf16.cpp: how gemm multiplies. fp32; or mixed precision, bf16 inputs and fp32
+// accumulation, on the CPU's bf16 instructions (through oneDNN), or emulated: the same
+// rounding of the inputs, then fp32 SGEMM (a product of two bf16 values is exact in
+// fp32, so only the order of the sums differs from the instructions). Matrices stay
+// fp32 in memory either way. The causal spatial product's triangle stays fp32, as on
+// the GPU.
+enum class Products { fp32, bf16, bf16_emulated };
+void set_products(Products p);
+Products products();
+// AVX512-BF16 or AMX-BF16, from CPUID; and whether this build has oneDNN to use them.
+bool cpu_has_bf16();
+bool have_onednn();
+// The nearest bf16 (ties to even), as a float; NaN stays NaN, infinities stay.
+float round_to_bf16(float x);
+uint16_t bf16_bits(float x);
+// rows x cols of x (rows ld apart) rounded so, into the dense out.
+void round_to_bf16(const float* x, int rows, int cols, int ld, float* out);
+// gemm on oneDNN, with the inputs rounded to bf16 (Products::bf16; throws where the
+// CPU or the build lacks it) or as they are (fp32: the same shapes, strides and
+// scalars, which the tests check on any CPU).
+void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc);
 
 // ---- linear.cpp: y[M,out] = x[M,in] W[out,in]^T + b.
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);

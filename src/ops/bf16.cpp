@@ -1,0 +1,188 @@
+// Mixed precision on the CPU: the product precision gemm uses, bf16 rounding, and the
+// bf16 product on the CPU's own instructions through oneDNN (AVX512-BF16 or AMX; oneDNN
+// picks the kernel at run time). ops.h says what each precision computes.
+#include <cpuid.h>
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "gmlp/error.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+
+#ifdef GMLP_HAVE_DNNL
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#if DNNL_VERSION_MAJOR != 2
+#error "gmlp's bf16 products are written for oneDNN 2.x (output scales, matmul::desc); CMake checks the version"
+#endif
+#include <vector>
+#endif
+
+namespace gmlp::ops {
+namespace {
+Products g_products = Products::fp32;
+}  // namespace
+
+void set_products(Products p) {
+  if (p == Products::bf16) {
+    require(cpu_has_bf16(), "bf16 products: this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor AMX-BF16)");
+    require(have_onednn(), "bf16 products: this build of gmlp has no oneDNN (install libdnnl-dev and rebuild)");
+  }
+  g_products = p;
+}
+
+Products products() { return g_products; }
+
+// CPUID leaf 7: AMX-BF16 is subleaf 0, EDX bit 22; AVX512-BF16 subleaf 1, EAX bit 5.
+bool cpu_has_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if ((d >> 22) & 1u) return true;
+  const unsigned subleaves = a;
+  return subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1u);
+}
+
+bool have_onednn() {
+#ifdef GMLP_HAVE_DNNL
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+// Branch-free and inlined, so that the loops below are vector code: to nearest, ties to
+// even (the largest floats round to infinity); a NaN keeps its top bits and is made
+// quiet, so it stays a NaN.
+inline uint32_t bf16_of(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded;
+}
+inline float rounded(float x) { return std::bit_cast<float>(bf16_of(x) << 16); }
+}  // namespace
+
+uint16_t bf16_bits(float x) { return uint16_t(bf16_of(x)); }
+float round_to_bf16(float x) { return rounded(x); }
+
+void round_to_bf16(const float* x, int rows, int cols, int ld, float* out) {
+  parallel_for_if(rows, int64_t(rows) * cols, kParallelValues, [&](int i) {
+    const float* r = x + int64_t(i) * ld;
+    float* o = out + int64_t(i) * cols;
+#pragma omp simd
+    for (int j = 0; j < cols; ++j) o[j] = rounded(r[j]);
+  });
+}
+
+#ifdef GMLP_HAVE_DNNL
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+// One product's inputs' type, shape and scalars; the copies of A and B it multiplies
+// are dense, so their strides follow from the shape.
+struct Shape {
+  bool bf16, ta, tb;
+  int M, N, K, ldc;
+  float alpha, beta;
+  auto operator<=>(const Shape&) const = default;
+};
+
+// The scratchpad is the caller's (a buffer per thread), so that products of different
+// shapes may run on several threads at once whatever oneDNN was built with.
+struct Product {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c, scratch;
+};
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// Making a primitive costs far more than a small product, and a model has a few dozen
+// shapes: they are kept. The handles are reference counted, so a caller's copy stays
+// valid if the cache is emptied (it is, should a caller's shapes run into thousands).
+Product product_for(const Shape& s) {
+  static std::mutex mu;
+  static std::map<Shape, Product> cache;
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(s); it != cache.end()) return it->second;
+  const dt in = s.bf16 ? dt::bf16 : dt::f32;
+  Product p;
+  p.a = dnnl::memory::desc({s.M, s.K}, in, s.ta ? dims{1, s.M} : dims{s.K, 1});
+  p.b = dnnl::memory::desc({s.K, s.N}, in, s.tb ? dims{1, s.K} : dims{s.N, 1});
+  p.c = dnnl::memory::desc({s.M, s.N}, dt::f32, dims{s.ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.alpha != 1.f) attr.set_output_scales(0, {s.alpha});
+  if (s.beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(s.beta);
+    attr.set_post_ops(po);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, engine());
+  p.prim = dnnl::matmul(pd);
+  p.scratch = pd.scratchpad_desc();
+  if (cache.size() >= 4096) cache.clear();
+  cache.emplace(s, p);
+  return p;
+}
+
+// rows x cols of x (rows ld apart), dense: as bf16 bits, or as they are.
+template <typename E>
+void dense(const float* x, int rows, int cols, int ld, std::vector<E>& out) {
+  out.resize(size_t(rows) * cols);
+  parallel_for_if(rows, int64_t(rows) * cols, kParallelValues, [&](int i) {
+    const float* r = x + int64_t(i) * ld;
+    E* o = out.data() + int64_t(i) * cols;
+#pragma omp simd
+    for (int j = 0; j < cols; ++j) {
+      if constexpr (sizeof(E) == 2) o[j] = E(bf16_of(r[j]));
+      else o[j] = r[j];
+    }
+  });
+}
+
+template <typename E>
+void onednn_product(const Shape& s, const float* A, int lda, const float* B, int ldb, float* C) {
+  thread_local std::vector<E> ad, bd;
+  dense(A, s.ta ? s.K : s.M, s.ta ? s.M : s.K, lda, ad);
+  dense(B, s.tb ? s.N : s.K, s.tb ? s.K : s.N, ldb, bd);
+  try {
+    const Product p = product_for(s);
+    thread_local dnnl::stream stream(engine());
+    thread_local std::vector<char> scratch;
+    scratch.resize(std::max<size_t>(scratch.size(), p.scratch.get_size()));
+    dnnl::memory a(p.a, engine(), ad.data()), b(p.b, engine(), bd.data()), c(p.c, engine(), C),
+        pad(p.scratch, engine(), scratch.data());
+    p.prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string(s.bf16 ? "bf16" : "fp32") + " product " + std::to_string(s.M) + "x" +
+                std::to_string(s.K) + " by " + std::to_string(s.K) + "x" + std::to_string(s.N) + " on oneDNN: " +
+                e.what());
+  }
+}
+
+}  // namespace
+
+void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  const Shape s{bf16, trans_a, trans_b, M, N, K, ldc, alpha, beta};
+  if (!bf16) return onednn_product<float>(s, A, lda, B, ldb, C);
+  require(cpu_has_bf16(), "bf16 products: this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor AMX-BF16)");
+  onednn_product<uint16_t>(s, A, lda, B, ldb, C);
+}
+#else
+void gemm_onednn(bool, bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
+  throw Error("bf16 products: this build of gmlp has no oneDNN (install libdnnl-dev and rebuild)");
+}
+#endif
+
+}  // namespace gmlp::ops
