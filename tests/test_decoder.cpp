@@ -155,19 +155,30 @@ std::unique_ptr<Model> random_model(const ModelConfig& c, uint64_t seed) {
 
 class DecoderVariants : public ::testing::TestWithParam<Variant> {};
 
+// A window of random tokens, and the logits of one forward over it: causal, so position
+// t's logits are those of the prefix ending at t.
+struct Window {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+};
+Window random_window(Model& model, uint64_t seed) {
+  const int n = model.config().seq_len, V = model.config().vocab_size;
+  Rng rng(seed);
+  Window w;
+  w.tokens.resize(size_t(n));
+  for (auto& t : w.tokens) t = int32_t(rng.below(uint64_t(V)));
+  NoGrad no_grad(model);
+  model.forward(w.tokens.data(), nullptr, n, 1, n);
+  w.logits.assign(model.logits(), model.logits() + size_t(n) * V);
+  return w;
+}
+
 TEST_P(DecoderVariants, PrefillAndStepsMatchTheForwardAtEveryPosition) {
   const ModelConfig c = variant_config(GetParam());
   ASSERT_TRUE(Decoder::supports(c));
   auto model = random_model(c, 7);
   const int n = c.seq_len, V = c.vocab_size;
-  Rng rng(11);
-  std::vector<int32_t> tokens(size_t(n), 0);
-  for (auto& t : tokens) t = int32_t(rng.below(uint64_t(V)));
-  // One forward over the whole window: causal, so position t's logits are those of the
-  // prefix ending at t.
-  NoGrad no_grad(*model);
-  model->forward(tokens.data(), nullptr, n, 1, n);
-  const std::vector<float> want(model->logits(), model->logits() + size_t(n) * V);
+  const auto [tokens, want] = random_window(*model, 11);
   Decoder dec(*model);
   for (int first : {1, 5, n}) {
     for (int len = first; len <= n; ++len) {
@@ -186,12 +197,7 @@ TEST_P(DecoderVariants, Bf16StepsStayNearTheFloat32Forward) {
   const ModelConfig c = variant_config(GetParam());
   auto model = random_model(c, 7);
   const int n = c.seq_len, V = c.vocab_size;
-  Rng rng(12);
-  std::vector<int32_t> tokens(size_t(n), 0);
-  for (auto& t : tokens) t = int32_t(rng.below(uint64_t(V)));
-  NoGrad no_grad(*model);
-  model->forward(tokens.data(), nullptr, n, 1, n);
-  const std::vector<float> want(model->logits(), model->logits() + size_t(n) * V);
+  const auto [tokens, want] = random_window(*model, 12);
   struct Fp32Again {
     ~Fp32Again() { ops::set_products(ops::Products::fp32); }
   } restore;

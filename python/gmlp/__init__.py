@@ -35,10 +35,11 @@ except ImportError as _e:  # not built or not installed: only the pure-Python pa
 else:
     _core_error = None
 
-__all__ = ["Model", "Error", "train", "finetune_config", "set_threads", "get_threads"]
+__all__ = ["Model", "Error", "train", "finetune_config", "set_threads", "get_threads", "set_precision",
+           "get_precision"]
 
 if _core is not None:
-    from ._core import Error, get_threads, set_threads
+    from ._core import Error, get_precision, get_threads, set_precision, set_threads
     from .model import Model
     from .training import finetune_config, train
 

@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "common.h"
+#include "gmlp/device.h"
+#include "gmlp/error.h"
 #include "gmlp/threads.h"
 
 namespace gmlp::py_api {
@@ -91,6 +93,19 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("n"));
   m.def("get_threads", [] { return api::threads_setting() > 0 ? api::threads_setting() : omp_get_max_threads(); });
+  // The process's matrix-product precision, as --precision sets it for a command: bf16
+  // runs on the CPU's bf16 instructions, or on any CPU with GMLP_CPU_BF16=emulate.
+  static std::string precision = "fp32";
+  m.def(
+      "set_precision",
+      [](const std::string& p) {
+        if (p != "fp32" && p != "bf16")
+          throw py::value_error("set_precision: '" + p + "' is not one of fp32, bf16");
+        gmlp::use_precision(gmlp::Device::cpu, gmlp::parse_precision(p));
+        precision = p;
+      },
+      py::arg("precision"));
+  m.def("get_precision", [] { return precision; });
   api::bind_model(m);
   api::bind_train(m);
 }

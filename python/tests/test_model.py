@@ -177,3 +177,30 @@ def test_the_gil_is_released_during_inference(lm_run):
     quarter = (t1 - t0) / 4
     inside = [x for x in ticks if t0 + quarter < x < t1 - quarter]
     assert len(inside) > 100, f"{len(inside)} main-thread steps during the engine's {t1 - t0:.3f} s"
+
+
+def _cpu_has_bf16():
+    flags = open("/proc/cpuinfo").read()
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def test_bf16_precision_rounds_the_products_and_fp32_restores_them(lm, monkeypatch):
+    ids = lm.encode("In the beginning")
+    fp32 = lm(ids)
+    with pytest.raises(ValueError, match="'fp16' is not one of fp32, bf16"):
+        gmlp.set_precision("fp16")
+    monkeypatch.delenv("GMLP_CPU_BF16", raising=False)
+    if not _cpu_has_bf16():
+        with pytest.raises(gmlp.Error, match="no bf16 matrix instructions"):
+            gmlp.set_precision("bf16")
+        assert gmlp.get_precision() == "fp32"
+        monkeypatch.setenv("GMLP_CPU_BF16", "emulate")
+    try:
+        gmlp.set_precision("bf16")
+        assert gmlp.get_precision() == "bf16"
+        bf16 = lm(ids)
+    finally:
+        gmlp.set_precision("fp32")
+    assert not np.array_equal(bf16, fp32)
+    np.testing.assert_allclose(bf16, fp32, rtol=2e-2, atol=2e-2)
+    np.testing.assert_array_equal(lm(ids), fp32)
