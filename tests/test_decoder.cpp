@@ -198,9 +198,7 @@ TEST_P(DecoderVariants, Bf16StepsStayNearTheFloat32Forward) {
   auto model = random_model(c, 7);
   const int n = c.seq_len, V = c.vocab_size;
   const auto [tokens, want] = random_window(*model, 12);
-  struct Fp32Again {
-    ~Fp32Again() { ops::set_products(ops::Products::fp32); }
-  } restore;
+  test::Fp32ProductsAgain restore;
   ops::set_products(ops::Products::bf16_emulated);
   Decoder dec(*model);
   double moved = 0.0;

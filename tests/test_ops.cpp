@@ -358,11 +358,6 @@ float bf16_by_arithmetic(float x) {
   return std::fabs(up) >= std::ldexp(1.0, 128) ? std::copysign(std::numeric_limits<float>::infinity(), x) : float(up);
 }
 
-// The process's product precision back to fp32 when a test ends, pass or fail.
-struct Fp32ProductsAgain {
-  ~Fp32ProductsAgain() { ops::set_products(ops::Products::fp32); }
-};
-
 TEST(OpsBf16, RoundingIsToNearestTiesToEven) {
   const float inf = std::numeric_limits<float>::infinity();
   const float one_ulp = std::ldexp(1.f, -7);  // bf16's unit at 1

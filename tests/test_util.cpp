@@ -2,6 +2,7 @@
 
 #include "gmlp/error.h"
 #include "gmlp/trainer.h"
+#include "ops/ops.h"
 
 #include <unistd.h>
 
@@ -40,6 +41,8 @@ CommandResult run_command(const std::string& cmd) {
 
 std::string gmlp_exe() { return GMLP_EXE; }
 std::string source_dir() { return GMLP_SOURCE_DIR; }
+
+Fp32ProductsAgain::~Fp32ProductsAgain() { ops::set_products(ops::Products::fp32); }
 
 std::string error_of(const std::function<void()>& f) {
   try {

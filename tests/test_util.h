@@ -35,6 +35,12 @@ CommandResult run_command(const std::string& cmd);
 std::string gmlp_exe();
 std::string source_dir();
 
+// The process's product precision (ops::set_products) back to fp32 when a test ends,
+// pass or fail.
+struct Fp32ProductsAgain {
+  ~Fp32ProductsAgain();
+};
+
 // Runs f, which must throw gmlp::Error, and returns the message for content checks;
 // records a test failure (and returns "") when f throws nothing.
 std::string error_of(const std::function<void()>& f);

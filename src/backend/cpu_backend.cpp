@@ -22,13 +22,10 @@ void CpuBackend::set_precision(Precision p) {
     ops::set_products(ops::Products::bf16_emulated);
     return;
   }
-  if (!ops::cpu_has_bf16())
-    throw Error("--precision bf16 on the CPU: this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor "
-                "AMX-BF16); use --precision fp32, or --device cuda (GMLP_CPU_BF16=emulate gives bf16's rounding "
-                "at fp32's speed, for accuracy studies)");
-  if (!ops::have_onednn())
-    throw Error("--precision bf16 on the CPU: this CPU has bf16 instructions, but this build of gmlp has no oneDNN; "
-                "run scripts/setup.sh (it installs libdnnl-dev) and rebuild");
+  if (const char* why = ops::bf16_unavailable())
+    throw Error(std::string("--precision bf16 on the CPU: ") + why +
+                "; use --precision fp32, or --device cuda (GMLP_CPU_BF16=emulate gives bf16's rounding at fp32's "
+                "speed, for accuracy studies)");
   ops::set_products(ops::Products::bf16);
 }
 

@@ -28,22 +28,24 @@ Products g_products = Products::fp32;
 }  // namespace
 
 void set_products(Products p) {
-  if (p == Products::bf16) {
-    require(cpu_has_bf16(), "bf16 products: this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor AMX-BF16)");
-    require(have_onednn(), "bf16 products: this build of gmlp has no oneDNN (install libdnnl-dev and rebuild)");
-  }
+  if (p == Products::bf16)
+    if (const char* why = bf16_unavailable()) throw Error(std::string("bf16 products: ") + why);
   g_products = p;
 }
 
 Products products() { return g_products; }
 
 // CPUID leaf 7: AMX-BF16 is subleaf 0, EDX bit 22; AVX512-BF16 subleaf 1, EAX bit 5.
+// Asked once: CPUID is slow (under a hypervisor it traps), and gemm_onednn asks per product.
 bool cpu_has_bf16() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  if ((d >> 22) & 1u) return true;
-  const unsigned subleaves = a;
-  return subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1u);
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if ((d >> 22) & 1u) return true;
+    const unsigned subleaves = a;
+    return subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1u);
+  }();
+  return has;
 }
 
 bool have_onednn() {
@@ -52,6 +54,14 @@ bool have_onednn() {
 #else
   return false;
 #endif
+}
+
+const char* bf16_unavailable() {
+  if (!cpu_has_bf16()) return "this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor AMX-BF16)";
+  if (!have_onednn())
+    return "this CPU has bf16 instructions, but this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, which "
+           "installs libdnnl-dev, and rebuild)";
+  return nullptr;
 }
 
 namespace {
@@ -64,18 +74,24 @@ inline uint32_t bf16_of(float x) {
   return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded;
 }
 inline float rounded(float x) { return std::bit_cast<float>(bf16_of(x) << 16); }
+
+// rows x cols of x (rows ld apart) into the dense out, each value through f.
+template <typename E, typename F>
+void dense_copy(const float* x, int rows, int cols, int ld, E* out, F f) {
+  parallel_for_if(rows, int64_t(rows) * cols, kParallelValues, [&](int i) {
+    const float* r = x + int64_t(i) * ld;
+    E* o = out + int64_t(i) * cols;
+#pragma omp simd
+    for (int j = 0; j < cols; ++j) o[j] = f(r[j]);
+  });
+}
 }  // namespace
 
 uint16_t bf16_bits(float x) { return uint16_t(bf16_of(x)); }
 float round_to_bf16(float x) { return rounded(x); }
 
 void round_to_bf16(const float* x, int rows, int cols, int ld, float* out) {
-  parallel_for_if(rows, int64_t(rows) * cols, kParallelValues, [&](int i) {
-    const float* r = x + int64_t(i) * ld;
-    float* o = out + int64_t(i) * cols;
-#pragma omp simd
-    for (int j = 0; j < cols; ++j) o[j] = rounded(r[j]);
-  });
+  dense_copy(x, rows, cols, ld, out, [](float v) { return rounded(v); });  // a lambda: inlined in the loop
 }
 
 #ifdef GMLP_HAVE_DNNL
@@ -138,15 +154,8 @@ Product product_for(const Shape& s) {
 template <typename E>
 void dense(const float* x, int rows, int cols, int ld, std::vector<E>& out) {
   out.resize(size_t(rows) * cols);
-  parallel_for_if(rows, int64_t(rows) * cols, kParallelValues, [&](int i) {
-    const float* r = x + int64_t(i) * ld;
-    E* o = out.data() + int64_t(i) * cols;
-#pragma omp simd
-    for (int j = 0; j < cols; ++j) {
-      if constexpr (sizeof(E) == 2) o[j] = E(bf16_of(r[j]));
-      else o[j] = r[j];
-    }
-  });
+  if constexpr (sizeof(E) == 2) dense_copy(x, rows, cols, ld, out.data(), [](float v) { return E(bf16_of(v)); });
+  else dense_copy(x, rows, cols, ld, out.data(), [](float v) { return v; });
 }
 
 template <typename E>
@@ -176,12 +185,13 @@ void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, flo
                  const float* B, int ldb, float beta, float* C, int ldc) {
   const Shape s{bf16, trans_a, trans_b, M, N, K, ldc, alpha, beta};
   if (!bf16) return onednn_product<float>(s, A, lda, B, ldb, C);
-  require(cpu_has_bf16(), "bf16 products: this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor AMX-BF16)");
+  if (const char* why = bf16_unavailable()) throw Error(std::string("bf16 products: ") + why);
   onednn_product<uint16_t>(s, A, lda, B, ldb, C);
 }
 #else
 void gemm_onednn(bool, bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
-  throw Error("bf16 products: this build of gmlp has no oneDNN (install libdnnl-dev and rebuild)");
+  throw Error("oneDNN products: this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, which installs "
+              "libdnnl-dev, and rebuild)");
 }
 #endif
 

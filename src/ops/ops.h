@@ -31,6 +31,8 @@ Products products();
 // AVX512-BF16 or AMX-BF16, from CPUID; and whether this build has oneDNN to use them.
 bool cpu_has_bf16();
 bool have_onednn();
+// Why Products::bf16 cannot run here (no instructions, or no oneDNN), or null when it can.
+const char* bf16_unavailable();
 // The nearest bf16 (ties to even), as a float; NaN stays NaN, infinities stay.
 float round_to_bf16(float x);
 uint16_t bf16_bits(float x);
