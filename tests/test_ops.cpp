@@ -309,7 +309,19 @@ double gemm_against_naive_loops(bool ta, bool tb, int M, int N, int K, float alp
   return moved;
 }
 
-TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
+// Runs body with gemm's fp32 products on the given library (products.cpp), then gives
+// the process its own choice back, pass or fail.
+template <typename Body>
+void on_library(ops::Fp32Engine e, Body body) {
+  struct Restore {
+    ops::Fp32Engine saved = ops::fp32_engine();
+    ~Restore() { ops::set_fp32_engine(saved); }
+  } restore;
+  ops::set_fp32_engine(e);
+  body();
+}
+
+void all_transposes_against_naive_loops() {
   std::mt19937 rng(9);
   for (int K : {3, 0})
     for (bool ta : {false, true})
@@ -320,7 +332,7 @@ TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
         }
 }
 
-TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
+void slabs_per_thread_cover_every_row_and_column() {
   // With several threads gemm gives each a slab of C (gemm.cpp); lengths just past a
   // slab boundary, both split directions, every transpose.
   const int saved = omp_get_max_threads();
@@ -337,7 +349,25 @@ TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
   omp_set_num_threads(saved);
 }
 
-// ---- bf16 products (bf16.cpp)
+TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
+  on_library(ops::Fp32Engine::openblas, all_transposes_against_naive_loops);
+}
+
+TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
+  on_library(ops::Fp32Engine::openblas, slabs_per_thread_cover_every_row_and_column);
+}
+
+// oneDNN's SGEMM runs on any x86 CPU (its widest vectors there), so both of the checks
+// above run on it wherever the build has oneDNN, whichever library the machine chose.
+TEST(OpsGemm, OneDnnSgemmAgainstNaiveLoops) {
+  if (!ops::have_onednn()) GTEST_SKIP() << "this build has no oneDNN 2.x";
+  on_library(ops::Fp32Engine::onednn, [] {
+    all_transposes_against_naive_loops();
+    slabs_per_thread_cover_every_row_and_column();
+  });
+}
+
+// ---- bf16 products (products.cpp)
 
 // Rounding to bf16 by arithmetic, to check the bit trick: the two bf16 neighbours of x
 // (the truncation and one unit further out, 2^128 standing for infinity), the nearer

@@ -21,6 +21,7 @@
 #include "gmlp/tokenizer.h"
 #include "gmlp/threads.h"
 #include "gmlp/trainer.h"
+#include "ops/ops.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -349,6 +350,37 @@ TEST(ThreadWait, TheCliChoosesUnlessTheUserHas) {
   EXPECT_TRUE(std::regex_match(omp_wait(clean + "OMP_NUM_THREADS=1 "), std::regex("passive: 1 threads, .*")));
   EXPECT_EQ(omp_wait(clean + "OMP_WAIT_POLICY=ACTIVE "), "OMP_WAIT_POLICY=ACTIVE");
   EXPECT_EQ(omp_wait(clean + "GOMP_SPINCOUNT=1000 "), "GOMP_SPINCOUNT=1000");
+}
+
+// Which library multiplies fp32 matrices (products.cpp): OpenBLAS, unless it runs AVX2
+// kernels on an AVX-512 CPU and oneDNN is built in. OPENBLAS_CORETYPE=Haswell forces
+// OpenBLAS's AVX2 kernels, so the expected choice follows from the CPU alone, which
+// GCC's own CPU detection (an independent reading of CPUID and the OS's XCR0) gives.
+// GMLP_CPU_GEMM overrides; a misspelt value stops the program before it writes.
+TEST(CpuGemm, TheCliChoosesTheLibraryUnlessTheUserHas) {
+  const std::string cmd = " bench --config " + test::source_dir() + "/configs/tiny.json --mode infer --repeats 1 "
+                          "--warmup 0 --batch-size 1 --json";
+  auto cpu_gemm = [&](const std::string& prefix) {
+    const auto r = run_command("env -u GMLP_CPU_GEMM OPENBLAS_CORETYPE=Haswell " + prefix + gmlp() + cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output.substr(r.output.find('{')))["cpu_gemm"].get<std::string>();
+  };
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512cd");
+  EXPECT_EQ(cpu_gemm(""), avx512 && ops::have_onednn()
+                              ? "oneDNN, AVX-512 (OpenBLAS runs Haswell kernels on this AVX-512 CPU)"
+                              : "OpenBLAS, Haswell kernels");
+  EXPECT_EQ(cpu_gemm("GMLP_CPU_GEMM=openblas "), "OpenBLAS, Haswell kernels (GMLP_CPU_GEMM=openblas)");
+  if (ops::have_onednn()) EXPECT_EQ(cpu_gemm("GMLP_CPU_GEMM=onednn "), "oneDNN (GMLP_CPU_GEMM=onednn)");
+  test::TempDir dir("cpu_gemm");
+  const auto bad = run_command("GMLP_CPU_GEMM=mkl " + gmlp() + " train --steps 2 --data " + test::kGplText +
+                               " --out " + dir.file("run") + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("gmlp: error: GMLP_CPU_GEMM='mkl' is not one of openblas, onednn"), std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
 }
 
 TEST(TasksCli, AblateTwoVariants) {

@@ -85,6 +85,7 @@ int run_bench(const BenchArgs& a) {
                     : policy                   ? std::string("OMP_WAIT_POLICY=") + policy
                     : spins                    ? std::string("GOMP_SPINCOUNT=") + spins
                                                : std::string("libgomp default");
+  out["cpu_gemm"] = cpu_gemm();  // which library multiplied the fp32 products, and why
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -106,6 +107,7 @@ int run_bench(const BenchArgs& a) {
     if (out.contains("device_peak_mb"))
       std::printf("  peak device memory %.0f MiB (the backend's allocations)\n", r.device_peak_mb);
     std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());
+    std::printf("  fp32 products: %s\n", out["cpu_gemm"].get<std::string>().c_str());
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "gmlp/comm.h"
+#include "gmlp/device.h"
 #include "gmlp/error.h"
 #include "gmlp/threads.h"
 
@@ -43,7 +44,10 @@ int main(int argc, char** argv) {
   gmlp::cli::add_baseline(app, exit_code);
   gmlp::cli::add_convert(app, exit_code);
   // One thread pool: BLAS (OpenMP build) and our loops share libgomp's threads.
-  app.parse_complete_callback([&] { gmlp::set_threads(threads); });
+  app.parse_complete_callback([&] {
+    gmlp::set_threads(threads);
+    gmlp::cpu_gemm();  // a bad GMLP_CPU_GEMM stops the run here, before anything is written
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

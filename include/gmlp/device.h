@@ -24,6 +24,12 @@ enum class Precision { fp32, bf16 };
 std::string name_of(Precision p);
 // "fp32" or "bf16"; error for another word.
 Precision parse_precision(const std::string& s);
+// Which library multiplies fp32 matrices on the CPU, its kernels and why (OpenBLAS, or
+// oneDNN on AVX-512 CPUs where OpenBLAS runs narrower kernels; src/ops/ops.h). Error for
+// a GMLP_CPU_GEMM other than openblas or onednn: the gmlp program and the Python module
+// ask once at start, so that a misspelling stops them before they do anything.
+std::string cpu_gemm();
+
 // Sets the precision of the device's backend for the rest of the process. Error naming
 // why when the device cannot do it (bf16 on the CPU).
 void use_precision(Device d, Precision p);

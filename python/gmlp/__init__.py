@@ -36,10 +36,10 @@ else:
     _core_error = None
 
 __all__ = ["Model", "Error", "train", "finetune_config", "set_threads", "get_threads", "set_precision",
-           "get_precision"]
+           "get_precision", "cpu_gemm"]
 
 if _core is not None:
-    from ._core import Error, get_precision, get_threads, set_precision, set_threads
+    from ._core import Error, cpu_gemm, get_precision, get_threads, set_precision, set_threads
     from .model import Model
     from .training import finetune_config, train
 

@@ -85,6 +85,9 @@ PYBIND11_MODULE(_core, m) {
   namespace api = gmlp::py_api;
   m.doc() = "gmlp.cpp engine (use the gmlp package, not this module)";
   py::register_exception<gmlp::Error>(m, "Error", PyExc_RuntimeError);
+  gmlp::cpu_gemm();  // a bad GMLP_CPU_GEMM fails the import with its message, before any work
+  m.def("cpu_gemm", &gmlp::cpu_gemm,
+        "Which library multiplies fp32 matrices on the CPU, its kernels and why (GMLP_CPU_GEMM overrides)");
   m.def(
       "set_threads",
       [](int n) {

@@ -153,6 +153,22 @@ def test_importing_chooses_how_openmp_threads_wait_unless_the_user_has():
     assert choice == "''" and env == "ACTIVE None"
 
 
+def test_the_cpu_gemm_library_is_reported_and_a_misspelt_choice_fails_the_import():
+    """gmlp.cpu_gemm() names the library multiplying fp32 matrices; GMLP_CPU_GEMM chooses it."""
+    import os
+    import subprocess
+    import sys
+    assert re.fullmatch(r"(OpenBLAS, \S+ kernels|oneDNN, AVX-512 \(OpenBLAS runs \S+ kernels on this AVX-512 CPU\))",
+                        gmlp.cpu_gemm()), gmlp.cpu_gemm()
+    code = "import gmlp; print(gmlp.cpu_gemm())"
+    run = lambda value: subprocess.run([sys.executable, "-c", code], env={**os.environ, "GMLP_CPU_GEMM": value},
+                                       capture_output=True, text=True)
+    r = run("openblas")
+    assert r.returncode == 0 and r.stdout.strip().endswith("kernels (GMLP_CPU_GEMM=openblas)"), r.stdout + r.stderr
+    r = run("mkl")
+    assert r.returncode != 0 and "GMLP_CPU_GEMM='mkl' is not one of openblas, onednn" in r.stderr, r.stderr
+
+
 def test_the_gil_is_released_during_inference(lm_run):
     """Another Python thread runs while the engine computes a long forward."""
     import threading

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "gmlp/comm.h"
 #include "gmlp/error.h"
+#include "ops/ops.h"
 
 #ifdef GMLP_HAVE_CUDA
 #include <dlfcn.h>
@@ -98,6 +99,8 @@ Precision parse_precision(const std::string& s) {
 }
 
 void use_precision(Device d, Precision p) { backend_for(d).set_precision(p); }
+
+std::string cpu_gemm() { return ops::fp32_engine_description(); }
 
 Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu;

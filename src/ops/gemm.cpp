@@ -1,5 +1,6 @@
 // The one GEMM entry point: every matrix product in the engine goes through here, so
-// transposes are flags (never copies) and a future backend swaps in at one place.
+// transposes are flags (never copies) and the library that multiplies (products.cpp:
+// OpenBLAS or oneDNN, fp32 or bf16) is chosen at one place.
 #include <cblas.h>
 #include <omp.h>
 
@@ -16,6 +17,7 @@ constexpr int kGemmSlab = 32;
 
 void blas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
+  if (fp32_engine() == Fp32Engine::onednn) return sgemm_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
               alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -24,7 +26,7 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
            int ldb, float beta, float* C, int ldc) {
   // With several threads, each multiplies one slab of C (rows, or columns when C is
   // wider than tall) by single-threaded OpenBLAS, which runs on one thread inside a
-  // parallel region. OpenBLAS's own threading of a small product spends its time
+  // parallel region (oneDNN's SGEMM likewise). OpenBLAS's own threading of a small product spends its time
   // synchronising (sched_yield); this way a thread packs the shared operand itself and
   // never waits inside the product. Each element of C is one thread's, so the result
   // depends on the thread count only, as before.

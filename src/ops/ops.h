@@ -19,7 +19,25 @@ using gmlp::Sgu;
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
 
-// ---- bf16.cpp: how gemm multiplies. fp32; or mixed precision, bf16 inputs and fp32
+// ---- products.cpp: how gemm multiplies. First, which library runs fp32 products:
+// OpenBLAS, unless it runs narrower kernels than the CPU has. OpenBLAS picks its kernels
+// once, when it loads, from CPUID or OPENBLAS_CORETYPE; where that leaves an AVX-512 CPU
+// on AVX2 kernels (these machines' environment sets OPENBLAS_CORETYPE=Haswell), oneDNN's
+// JIT SGEMM, which uses AVX-512, multiplies instead: 1.4-1.65x faster steps on a Zen 5,
+// and as fast as OpenBLAS's own AVX-512 kernels there (docs/bench.md, "Which library
+// multiplies"). GMLP_CPU_GEMM=openblas|onednn overrides the choice; another value is an
+// error at the first product (the gmlp program checks it at start).
+enum class Fp32Engine { openblas, onednn };
+Fp32Engine fp32_engine();
+// The library, its kernels and why, for reports ("OpenBLAS, Haswell kernels").
+const std::string& fp32_engine_description();
+// For tests: both engines against the same oracle on any CPU (oneDNN's needs the build's oneDNN).
+void set_fp32_engine(Fp32Engine e);
+// The fp32 product on oneDNN's SGEMM (cblas_sgemm's arguments, row-major).
+void sgemm_onednn(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc);
+
+// Then the precision: fp32; or mixed precision, bf16 inputs and fp32
 // accumulation, on the CPU's bf16 instructions (through oneDNN), or emulated: the same
 // rounding of the inputs, then fp32 SGEMM (a product of two bf16 values is exact in
 // fp32, so only the order of the sums differs from the instructions). Matrices stay

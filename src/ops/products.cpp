@@ -1,7 +1,14 @@
-// Mixed precision on the CPU: the product precision gemm uses, bf16 rounding, and the
-// bf16 product on the CPU's own instructions through oneDNN (AVX512-BF16 or AMX; oneDNN
-// picks the kernel at run time). ops.h says what each precision computes.
+// How gemm multiplies on the CPU: which library runs fp32 products (OpenBLAS, or
+// oneDNN where OpenBLAS runs narrower kernels than the CPU has), the product precision,
+// bf16 rounding, and the bf16 product on the CPU's own instructions through oneDNN
+// (AVX512-BF16 or AMX; oneDNN picks the kernel at run time). ops.h says what each
+// precision computes.
+#include <cblas.h>
 #include <cpuid.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdlib>
 
 #include <bit>
 #include <cstring>
@@ -15,6 +22,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #if DNNL_VERSION_MAJOR != 2
 #error "gmlp's bf16 products are written for oneDNN 2.x (output scales, matmul::desc); CMake checks the version"
@@ -25,7 +33,61 @@
 namespace gmlp::ops {
 namespace {
 Products g_products = Products::fp32;
+
+// OpenBLAS's kernels that use AVX-512 (its core names, openblas_get_corename()).
+bool openblas_runs_avx512() {
+  const std::string core = openblas_get_corename();
+  return core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+}
+
+// oneDNN's JIT would use AVX-512 here (its ISA masks include avx512_core's bits).
+bool onednn_runs_avx512() {
+#ifdef GMLP_HAVE_DNNL
+  return (unsigned(dnnl_get_effective_cpu_isa()) & unsigned(dnnl_cpu_isa_avx512_core)) ==
+         unsigned(dnnl_cpu_isa_avx512_core);
+#else
+  return false;
+#endif
+}
+
+struct EngineChoice {
+  Fp32Engine engine;
+  std::string why;
+};
+
+EngineChoice initial_engine() {
+  const std::string core = openblas_get_corename();
+  if (const char* env = std::getenv("GMLP_CPU_GEMM")) {
+    const std::string v = env;
+    if (v == "openblas") return {Fp32Engine::openblas, "OpenBLAS, " + core + " kernels (GMLP_CPU_GEMM=openblas)"};
+    if (v == "onednn") {
+      require(have_onednn(), "GMLP_CPU_GEMM=onednn: this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, "
+                             "which installs libdnnl-dev, and rebuild)");
+      return {Fp32Engine::onednn, "oneDNN (GMLP_CPU_GEMM=onednn)"};
+    }
+    throw Error("GMLP_CPU_GEMM='" + v + "' is not one of openblas, onednn (unset: gmlp chooses)");
+  }
+  if (have_onednn() && onednn_runs_avx512() && !openblas_runs_avx512())
+    return {Fp32Engine::onednn, "oneDNN, AVX-512 (OpenBLAS runs " + core + " kernels on this AVX-512 CPU)"};
+  return {Fp32Engine::openblas, "OpenBLAS, " + core + " kernels"};
+}
+
+EngineChoice& engine_choice() {
+  static EngineChoice c = initial_engine();
+  return c;
+}
 }  // namespace
+
+Fp32Engine fp32_engine() { return engine_choice().engine; }
+
+const std::string& fp32_engine_description() { return engine_choice().why; }
+
+void set_fp32_engine(Fp32Engine e) {
+  require(e == Fp32Engine::openblas || have_onednn(), "fp32 products on oneDNN: this build of gmlp has no oneDNN 2.x");
+  engine_choice() = {e, e == Fp32Engine::onednn ? "oneDNN (set by the caller)"
+                                                 : std::string("OpenBLAS, ") + openblas_get_corename() +
+                                                       " kernels (set by the caller)"};
+}
 
 void set_products(Products p) {
   if (p == Products::bf16)
@@ -96,6 +158,33 @@ void round_to_bf16(const float* x, int rows, int cols, int ld, float* out) {
 
 #ifdef GMLP_HAVE_DNNL
 namespace {
+
+// Asynchronous signals wait while this thread runs oneDNN's JIT code. A SIGTERM handled
+// in the middle of a training step's oneDNN SGEMM corrupted the heap about every other
+// time (glibc: "free(): invalid size", abort: 6 of 12 runs of gmlp train stopped by
+// SIGTERM; 0 of 6 on OpenBLAS; 0 of 12 with this), as if the JIT code kept data below
+// its stack pointer where the kernel writes the signal frame. Held for the length of a
+// product (microseconds to milliseconds), a signal is handled right after it, by this
+// thread or another. Faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT) are
+// never held.
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    static const sigset_t held = [] {
+      sigset_t s;
+      sigfillset(&s);
+      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&s, sig);
+      return s;
+    }();
+    pthread_sigmask(SIG_BLOCK, &held, &saved_);
+  }
+  ~SignalsHeld() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+
+ private:
+  sigset_t saved_;
+};
 
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
@@ -170,6 +259,7 @@ void onednn_product(const Shape& s, const float* A, int lda, const float* B, int
     scratch.resize(std::max<size_t>(scratch.size(), p.scratch.get_size()));
     dnnl::memory a(p.a, engine(), ad.data()), b(p.b, engine(), bd.data()), c(p.c, engine(), C),
         pad(p.scratch, engine(), scratch.data());
+    const SignalsHeld held;
     p.prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     stream.wait();
   } catch (const dnnl::error& e) {
@@ -181,6 +271,18 @@ void onednn_product(const Shape& s, const float* A, int lda, const float* B, int
 
 }  // namespace
 
+void sgemm_onednn(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc) {
+  // Row-major, like cblas; no primitive to make or cache: oneDNN's JIT SGEMM for the CPU.
+  // Inside a parallel region it runs on the calling thread.
+  const SignalsHeld held;
+  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+                                      beta, C, ldc);
+  if (st != dnnl_success)
+    throw Error("fp32 product " + std::to_string(M) + "x" + std::to_string(K) + " by " + std::to_string(K) + "x" +
+                std::to_string(N) + " on oneDNN failed (status " + std::to_string(int(st)) + ")");
+}
+
 void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
   const Shape s{bf16, trans_a, trans_b, M, N, K, ldc, alpha, beta};
@@ -189,9 +291,17 @@ void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, flo
   onednn_product<uint16_t>(s, A, lda, B, ldb, C);
 }
 #else
-void gemm_onednn(bool, bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
+namespace {
+[[noreturn]] void no_onednn() {
   throw Error("oneDNN products: this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, which installs "
               "libdnnl-dev, and rebuild)");
+}
+}  // namespace
+void sgemm_onednn(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
+  no_onednn();
+}
+void gemm_onednn(bool, bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
+  no_onednn();
 }
 #endif
 
