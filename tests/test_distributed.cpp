@@ -246,9 +246,18 @@ TEST(Distributed, ShardedOptimizerStateChangesNoNumber) {
 // Starts a long two-rank run in the background, waits for its first checkpoint, does
 // `act` (a shell snippet; $MPIRUN is the launcher's pid, $RANK1 rank 1's), and waits
 // for the launcher. Prints "launcher exit N after S s".
+//
+// Its model is larger than kTiny: mpirun stops reading the ranks' output when it is
+// signalled, before it signals them, and rank 0 logs every step; at kTiny's ~2,000 steps
+// a second the 64 KB pipe filled first, and rank 0 blocked in a write never reached the
+// step's stop vote (SIGKILL a second later). This one runs ~250 steps a second.
+const std::string kBackgroundModel =
+    " --set model.d_model=64 --set model.d_ffn=256 --set model.n_layers=2 --set model.seq_len=64"
+    " --set train.batch_size=16 --set train.warmup=2 --set train.eval_batches=4 --no-progress";
+
 std::string background_run(const std::string& out, const std::string& act) {
   const std::string log = out + ".log";
-  return launch(2) + " train --data " + test::kGplText + kTiny +
+  return launch(2) + " train --data " + test::kGplText + kBackgroundModel +
          " --steps 1000000 --log-every 1 --eval-every 1000000 --ckpt-every 5 --out " + out + " > " + log +
          " 2>&1 & T=$!\n"
          "for i in $(seq 600); do [ -f " + state_file(out) + " ] && break; sleep 0.1; done\n"
@@ -290,7 +299,7 @@ TEST(Distributed, SigtermOnTheLauncherStopsEveryRankAfterTheSameStep) {
   // (the same total steps, so the same schedule).
   r = run_command(launch(2) + " train --resume --no-progress --stop-after 3 --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(launch(2) + " train --data " + test::kGplText + kTiny + " --steps 1000000 --stop-after " +
+  r = run_command(launch(2) + " train --data " + test::kGplText + kBackgroundModel + " --steps 1000000 --stop-after " +
                   std::to_string(stopped + 3) + " --log-every 1 --eval-every 1000000 --ckpt-every 5 --out " +
                   dir.file("straight"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
