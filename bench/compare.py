@@ -12,8 +12,9 @@ mode. Each implementation runs first as a user gets it (its defaults: gmlp choos
 OpenMP threads wait itself, PyTorch inherits libgomp's spinning), then in the other
 OpenMP environments (gmlp: forced passive, forced spin; PyTorch: OMP_WAIT_POLICY=PASSIVE),
 because on small virtual machines spinning workers are faster on an idle machine and far
-slower on a busy one. The headline ratio is default against default; best against best
-follows. With --busy, another process spins on one core during every run. Prints a
+slower on a busy one; where the environment sets OPENBLAS_CORETYPE, PyTorch also runs
+without it (OpenBLAS's own choice of kernels, AVX-512 ones on an AVX-512 CPU). The
+headline ratio is default against default; best against best follows. With --busy, another process spins on one core during every run. Prints a
 Markdown report and writes the raw records. See docs/bench.md.
 """
 from __future__ import annotations
@@ -124,13 +125,13 @@ def best_of(*recs: dict | None) -> dict | None:
     return min((r for r in recs if ok(r)), key=lambda r: r["median_s"], default=None)
 
 
-def table(rows: list[tuple[dict | None, dict | None, dict | None, dict, dict]]) -> str:
+def table(rows: list[tuple]) -> str:
     out = ["| config | mode | gmlp (default) | gmlp (passive) | gmlp (spin) | pytorch (default) "
-           "| pytorch (passive) | speedup default vs default | speedup best vs best "
+           "| pytorch (passive) | pytorch (own BLAS kernels) | speedup default vs default | speedup best vs best "
            "| gmlp default / gmlp best | peak RSS gmlp / pytorch (MB) | RSS ratio | gmlp MFU |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for gd, gp, gs, pd, pp in rows:
-        best = best_of(pd, pp)
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for gd, gp, gs, pd, pp, pk in rows:
+        best = best_of(pd, pp, pk)
         g = best_of(gd, gp, gs)
         rss, ratio, mfu, own = "—", "—", "—", "—"
         if ok(gd) and ok(pd):
@@ -141,10 +142,11 @@ def table(rows: list[tuple[dict | None, dict | None, dict | None, dict, dict]]) 
         if ok(gd) and ok(g):
             own = f"{gd['median_s'] / g['median_s']:.2f}"
         mark = lambda r, b, group: fmt_time(r) + (" **best**" if r is b and all(map(ok, group)) else "")
-        gmlp_group = (gd, gp, gs)
+        gmlp_group, torch_group = (gd, gp, gs), tuple(r for r in (pd, pp, pk) if r is not None)
+        own_kernels = mark(pk, best, torch_group) if pk is not None else "—"
         out.append(f"| {pd['config']} | {pd['mode']} | {mark(gd, g, gmlp_group)} | {mark(gp, g, gmlp_group)} | "
-                   f"{mark(gs, g, gmlp_group)} | {mark(pd, best, (pd, pp))} | {mark(pp, best, (pd, pp))} | "
-                   f"{speedup(gd, pd)} | {speedup(g, best)} | {own} | {rss} | {ratio} | {mfu} |")
+                   f"{mark(gs, g, gmlp_group)} | {mark(pd, best, torch_group)} | {mark(pp, best, torch_group)} | "
+                   f"{own_kernels} | {speedup(gd, pd)} | {speedup(g, best)} | {own} | {rss} | {ratio} | {mfu} |")
     return "\n".join(out)
 
 
@@ -163,8 +165,8 @@ def summary(by_cell: dict) -> str:
            "| gmlp default / gmlp best | gmlp MFU |", "|---|---|---|---|---|---|---|"]
     for (config, mode), rows in by_cell.items():
         dd, bb, own, mfu = [], [], [], []
-        for gd, gp, gs, pd, pp in rows:
-            g, best = best_of(gd, gp, gs), best_of(pd, pp)
+        for gd, gp, gs, pd, pp, pk in rows:
+            g, best = best_of(gd, gp, gs), best_of(pd, pp, pk)
             dd.append(ratio(gd, pd))
             bb.append(ratio(g, best))
             own.append(cost(gd) / cost(g) if ok(gd) and ok(g) else None)
@@ -268,10 +270,17 @@ def main() -> None:
                          {**tag, "impl": "pytorch", "env_label": "default"})
             if cap < args.timeout and pd.get("error", "").startswith("timed out"):
                 pd["error"] += f" (> {args.slow_cap:g}x the passive run)"
-            records += [r for r in (gd, gp, gs, pd, pp) if r]
-            rows.append((gd, gp, gs, pd, pp))
-            by_cell.setdefault((path.stem, m), []).append((gd, gp, gs, pd, pp))
-            for r in (gd, gp, gs, pd, pp):
+            # The environment's OPENBLAS_CORETYPE binds PyTorch's OpenBLAS (these machines
+            # set Haswell: AVX2 on AVX-512 CPUs); without it OpenBLAS picks its own kernels.
+            pk = None
+            if os.environ.get("OPENBLAS_CORETYPE"):
+                pk = run_one(torch_cmd, {k: v for k, v in os.environ.items()
+                                         if k not in ("OMP_WAIT_POLICY", "OPENBLAS_CORETYPE")}, cap,
+                             {**tag, "impl": "pytorch", "env_label": "own BLAS kernels"})
+            records += [r for r in (gd, gp, gs, pd, pp, pk) if r]
+            rows.append((gd, gp, gs, pd, pp, pk))
+            by_cell.setdefault((path.stem, m), []).append((gd, gp, gs, pd, pp, pk))
+            for r in (gd, gp, gs, pd, pp, pk):
                 if r:
                     label = r["impl"] + (f" ({r['env_label']})" if "env_label" in r else "")
                     print(f"    {label}: {fmt_time(r)}", file=sys.stderr, flush=True)
@@ -293,6 +302,12 @@ def main() -> None:
     gmlp_choice = next((r["omp_wait"] for r in records if r.get("env_label") == "default" and "omp_wait" in r), None)
     if gmlp_choice:
         report.append(f"- gmlp's own choice of OpenMP waiting (default column), e.g.: {gmlp_choice}")
+    gemm_choice = next((r["cpu_gemm"] for r in records if r.get("env_label") == "default" and "cpu_gemm" in r), None)
+    if gemm_choice:
+        report.append(f"- gmlp's fp32 products: {gemm_choice}")
+    report.append("- BLAS environment: " + (f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} (PyTorch's "
+                  "default runs OpenBLAS on these kernels; the 'own BLAS kernels' column without it)"
+                  if os.environ.get("OPENBLAS_CORETYPE") else "OPENBLAS_CORETYPE not set (OpenBLAS picks its kernels)"))
     report += ["- times: median per training step / inference step / generated token; "
                "speedup = PyTorch time / gmlp time (> 1: gmlp faster)"]
     if args.rounds == 1:
