@@ -41,8 +41,8 @@ void sgemm_onednn(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 // accumulation, on the CPU's bf16 instructions (through oneDNN), or emulated: the same
 // rounding of the inputs, then fp32 SGEMM (a product of two bf16 values is exact in
 // fp32, so only the order of the sums differs from the instructions). Matrices stay
-// fp32 in memory either way. The causal spatial product's triangle stays fp32, as on
-// the GPU.
+// fp32 in memory either way. Every product is rounded, the causal spatial product's
+// diagonal blocks too (the GPU keeps those in fp32: cuBLAS's TRMM has no bf16).
 enum class Products { fp32, bf16, bf16_emulated };
 void set_products(Products p);
 Products products();
@@ -96,8 +96,8 @@ void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool ta
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
 
 // ---- spatial.cpp: the SGU's token mixing (no bias): G, F, dF, dG are [T, cols] with rows ld
-// apart. Causal uses tril(W) only (row blocks of GEMM plus a triangular
-// multiply on the diagonal block); otherwise W[:T,:T]
+// apart. Causal uses tril(W) only (one GEMM per row block over a masked copy of W's
+// block rows: docs/backward.md); otherwise W[:T,:T]
 // is one GEMM. The backward overwrites dG and accumulates dW.
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,

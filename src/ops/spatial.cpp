@@ -1,21 +1,38 @@
 // The spatial projection F = W G, the SGU's token mixing, causal or not (the bias
 // is added by the SGU).
 //
-// Causal: W is [T, T] but only its lower triangle counts. Rows are cut into blocks of kBlock:
-// for block [i0, i1) the part left of the diagonal is one GEMM over rows [0, i0) of G
-// and the diagonal block is a triangular multiply (TRMM). No FLOP is spent on the
-// masked half except inside the diagonal blocks of the dW product, where the strict
-// upper part is computed and then cleared (kBlock^2 / 2 per block, small next to T^2).
-#include <cblas.h>
-
+// Causal: W is [T, T] but only its lower triangle counts. Rows are cut into blocks of
+// kBlock; block [i0, i1) of F is one GEMM of W's rows [i0, i1), columns [0, i1), over
+// rows [0, i1) of G, those rows of W copied first with the strict upper part of their
+// diagonal block cleared (a few KB). The diagonal block's masked half costs kBlock^2 / 2
+// multiply-adds per block and column, small next to T^2 / 2; in exchange every product
+// runs on gemm's library, where the triangular multiply (OpenBLAS's TRMM) needed a copy
+// of the block's rows of G (megabytes) and ran on OpenBLAS's kernels, AVX2 ones on this
+// environment's AVX-512 CPUs. The backward's dG is the same with W's columns.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "ops/ops.h"
 
 namespace gmlp::ops {
 namespace {
 constexpr int kBlock = 64;
+
+// rows x cols of W (rows ldw apart) from (r0, c0) into the dense out, every entry above
+// W's diagonal (column > row, in W's own indices) zero.
+float* lower_part(const float* W, int ldw, int r0, int c0, int rows, int cols) {
+  thread_local std::vector<float> out;
+  out.resize(size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r) {
+    const float* w = W + int64_t(r0 + r) * ldw + c0;
+    float* o = out.data() + size_t(r) * cols;
+    const int keep = std::clamp(r0 + r - c0 + 1, 0, cols);  // columns c0 .. row of W
+    std::copy(w, w + keep, o);
+    std::fill(o + keep, o + cols, 0.f);
+  }
+  return out.data();
+}
 
 }  // namespace
 
@@ -26,12 +43,8 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
   }
   for (int i0 = 0; i0 < T; i0 += kBlock) {
     const int i1 = std::min(T, i0 + kBlock), m = i1 - i0;
-    float* Fb = F + int64_t(i0) * ld;
-    for (int r = 0; r < m; ++r)
-      std::memcpy(Fb + int64_t(r) * ld, G + int64_t(i0 + r) * ld, sizeof(float) * size_t(cols));
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, m, cols, 1.f,
-                W + int64_t(i0) * ldw + i0, ldw, Fb, ld);
-    if (i0 > 0) gemm(false, false, m, cols, i0, 1.f, W + int64_t(i0) * ldw, ldw, G, ld, 1.f, Fb, ld);
+    const float* Wr = lower_part(W, ldw, i0, 0, m, i1);  // W[i0:i1, 0:i1], causal
+    gemm(false, false, m, cols, i1, 1.f, Wr, i1, G, ld, 0.f, F + int64_t(i0) * ld, ld);
   }
 }
 
@@ -44,15 +57,9 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
   }
   for (int j0 = 0; j0 < T; j0 += kBlock) {
     const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
-    float* dGb = dG + int64_t(j0) * ld;
-    // dG[j] = sum_{i >= j} W[i, j] dF[i]: the diagonal block transposed, then the rows below it.
-    for (int r = 0; r < m; ++r)
-      std::memcpy(dGb + int64_t(r) * ld, dF + int64_t(j0 + r) * ld, sizeof(float) * size_t(cols));
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, m, cols, 1.f,
-                W + int64_t(j0) * ldw + j0, ldw, dGb, ld);
-    if (j1 < T)
-      gemm(true, false, m, cols, T - j1, 1.f, W + int64_t(j1) * ldw + j0, ldw, dF + int64_t(j1) * ld, ld, 1.f, dGb,
-           ld);
+    // dG[j] = sum_{i >= j} W[i, j] dF[i]: W[j0:T, j0:j1] (causal) transposed, over dF[j0:T].
+    const float* Wc = lower_part(W, ldw, j0, j0, T - j0, m);
+    gemm(true, false, m, cols, T - j0, 1.f, Wc, m, dF + int64_t(j0) * ld, ld, 0.f, dG + int64_t(j0) * ld, ld);
     // dW[i, j] += dF[i] . G[j] for j <= i: rows [j0, j1), columns [0, j1). The strict
     // upper part of the diagonal block, computed on the way, is cleared: causal dW
     // entries above the diagonal are always zero.
