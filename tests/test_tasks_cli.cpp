@@ -373,7 +373,9 @@ TEST(CpuGemm, TheCliChoosesTheLibraryUnlessTheUserHas) {
                               ? "oneDNN, AVX-512 (OpenBLAS runs Haswell kernels on this AVX-512 CPU)"
                               : "OpenBLAS, Haswell kernels");
   EXPECT_EQ(cpu_gemm("GMLP_CPU_GEMM=openblas "), "OpenBLAS, Haswell kernels (GMLP_CPU_GEMM=openblas)");
-  if (ops::have_onednn()) EXPECT_EQ(cpu_gemm("GMLP_CPU_GEMM=onednn "), "oneDNN (GMLP_CPU_GEMM=onednn)");
+  if (ops::have_onednn()) {
+    EXPECT_EQ(cpu_gemm("GMLP_CPU_GEMM=onednn "), "oneDNN (GMLP_CPU_GEMM=onednn)");
+  }
   test::TempDir dir("cpu_gemm");
   const auto bad = run_command("GMLP_CPU_GEMM=mkl " + gmlp() + " train --steps 2 --data " + test::kGplText +
                                " --out " + dir.file("run") + " 2>&1");

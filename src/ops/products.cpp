@@ -8,9 +8,8 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <cstdlib>
-
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -72,8 +71,13 @@ EngineChoice initial_engine() {
   return {Fp32Engine::openblas, "OpenBLAS, " + core + " kernels"};
 }
 
+const EngineChoice& first_choice() {
+  static const EngineChoice c = initial_engine();
+  return c;
+}
+
 EngineChoice& engine_choice() {
-  static EngineChoice c = initial_engine();
+  static EngineChoice c = first_choice();
   return c;
 }
 }  // namespace
@@ -84,9 +88,11 @@ const std::string& fp32_engine_description() { return engine_choice().why; }
 
 void set_fp32_engine(Fp32Engine e) {
   require(e == Fp32Engine::openblas || have_onednn(), "fp32 products on oneDNN: this build of gmlp has no oneDNN 2.x");
-  engine_choice() = {e, e == Fp32Engine::onednn ? "oneDNN (set by the caller)"
-                                                 : std::string("OpenBLAS, ") + openblas_get_corename() +
-                                                       " kernels (set by the caller)"};
+  if (e == first_choice().engine) engine_choice() = first_choice();  // back to the process's own choice
+  else
+    engine_choice() = {e, e == Fp32Engine::onednn ? "oneDNN (set by the caller)"
+                                                   : std::string("OpenBLAS, ") + openblas_get_corename() +
+                                                         " kernels (set by the caller)"};
 }
 
 void set_products(Products p) {
