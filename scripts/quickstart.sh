@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole first experience in one command: install dependencies, fetch the KJV
 # corpus, build, install the Python module gmlp for /usr/bin/python3 (user
-# site-packages, docs/python.md), train the default model (about 2 minutes on 2
+# site-packages, docs/python.md), train the default model (1-4 minutes on 2
 # cores), print a sample.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
