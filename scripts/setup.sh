@@ -14,7 +14,7 @@ PKGS=(
   libsentencepiece-dev sentencepiece           # subword tokenizers (gmlp tokenizer train)
   libstb-dev zlib1g-dev                        # PNG read/write (stb_image), gzipped IDX (vision data)
   libopenmpi-dev openmpi-bin                   # data-parallel training across processes (mpirun)
-  libdnnl-dev                                  # oneDNN: bf16 matrix products on CPUs that have them
+  libdnnl-dev                                  # oneDNN: bf16 products where the CPU has them; AVX-512 fp32
 )
 
 missing=()

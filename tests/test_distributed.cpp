@@ -37,9 +37,10 @@ std::string single() { return test::gmlp_exe() + " --threads 1"; }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-const std::string kTiny =
-    " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
-    " --set train.batch_size=8 --set train.warmup=2 --set train.eval_batches=4 --no-progress";
+// What every run here shares besides its model and batch.
+const std::string kRunSettings = " --set train.warmup=2 --set train.eval_batches=4 --no-progress";
+const std::string kTiny = " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
+                          " --set train.batch_size=8" + kRunSettings;
 
 // The losses of two runs agree to float tolerance (the ranks' sums round differently).
 void expect_close_losses(const std::vector<double>& a, const std::vector<double>& b) {
@@ -253,7 +254,7 @@ TEST(Distributed, ShardedOptimizerStateChangesNoNumber) {
 // step's stop vote (SIGKILL a second later). This one runs ~250 steps a second.
 const std::string kBackgroundModel =
     " --set model.d_model=64 --set model.d_ffn=256 --set model.n_layers=2 --set model.seq_len=64"
-    " --set train.batch_size=16 --set train.warmup=2 --set train.eval_batches=4 --no-progress";
+    " --set train.batch_size=16" + kRunSettings;
 
 std::string background_run(const std::string& out, const std::string& act) {
   const std::string log = out + ".log";

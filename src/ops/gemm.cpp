@@ -17,7 +17,8 @@ constexpr int kGemmSlab = 32;
 
 void blas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
-  if (fp32_engine() == Fp32Engine::onednn) return sgemm_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (fp32_engine() == Fp32Engine::onednn)
+    return sgemm_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
               alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -25,10 +26,10 @@ void blas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc) {
   // With several threads, each multiplies one slab of C (rows, or columns when C is
-  // wider than tall) by single-threaded OpenBLAS, which runs on one thread inside a
-  // parallel region (oneDNN's SGEMM likewise). OpenBLAS's own threading of a small product spends its time
-  // synchronising (sched_yield); this way a thread packs the shared operand itself and
-  // never waits inside the product. Each element of C is one thread's, so the result
+  // wider than tall) by a single-threaded product: OpenBLAS and oneDNN's SGEMM both run
+  // on the calling thread inside a parallel region. OpenBLAS's own threading of a small
+  // product spends its time synchronising (sched_yield); this way a thread packs the
+  // shared operand itself and never waits inside the product. Each element of C is one thread's, so the result
   // depends on the thread count only, as before.
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool rows = M >= N;

@@ -33,6 +33,13 @@ namespace gmlp::ops {
 namespace {
 Products g_products = Products::fp32;
 
+// Why oneDNN cannot run, whatever asked for it.
+constexpr const char* kNoOneDnn =
+    "this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, which installs libdnnl-dev, and rebuild)";
+
+// "OpenBLAS, Haswell kernels": the library and the kernels it picked when it loaded.
+std::string openblas_kernels() { return std::string("OpenBLAS, ") + openblas_get_corename() + " kernels"; }
+
 // OpenBLAS's kernels that use AVX-512 (its core names, openblas_get_corename()).
 bool openblas_runs_avx512() {
   const std::string core = openblas_get_corename();
@@ -55,20 +62,19 @@ struct EngineChoice {
 };
 
 EngineChoice initial_engine() {
-  const std::string core = openblas_get_corename();
   if (const char* env = std::getenv("GMLP_CPU_GEMM")) {
     const std::string v = env;
-    if (v == "openblas") return {Fp32Engine::openblas, "OpenBLAS, " + core + " kernels (GMLP_CPU_GEMM=openblas)"};
+    if (v == "openblas") return {Fp32Engine::openblas, openblas_kernels() + " (GMLP_CPU_GEMM=openblas)"};
     if (v == "onednn") {
-      require(have_onednn(), "GMLP_CPU_GEMM=onednn: this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, "
-                             "which installs libdnnl-dev, and rebuild)");
+      require(have_onednn(), std::string("GMLP_CPU_GEMM=onednn: ") + kNoOneDnn);
       return {Fp32Engine::onednn, "oneDNN (GMLP_CPU_GEMM=onednn)"};
     }
     throw Error("GMLP_CPU_GEMM='" + v + "' is not one of openblas, onednn (unset: gmlp chooses)");
   }
   if (have_onednn() && onednn_runs_avx512() && !openblas_runs_avx512())
-    return {Fp32Engine::onednn, "oneDNN, AVX-512 (OpenBLAS runs " + core + " kernels on this AVX-512 CPU)"};
-  return {Fp32Engine::openblas, "OpenBLAS, " + core + " kernels"};
+    return {Fp32Engine::onednn, std::string("oneDNN, AVX-512 (OpenBLAS runs ") + openblas_get_corename() +
+                                    " kernels on this AVX-512 CPU)"};
+  return {Fp32Engine::openblas, openblas_kernels()};
 }
 
 const EngineChoice& first_choice() {
@@ -87,12 +93,11 @@ Fp32Engine fp32_engine() { return engine_choice().engine; }
 const std::string& fp32_engine_description() { return engine_choice().why; }
 
 void set_fp32_engine(Fp32Engine e) {
-  require(e == Fp32Engine::openblas || have_onednn(), "fp32 products on oneDNN: this build of gmlp has no oneDNN 2.x");
+  require(e == Fp32Engine::openblas || have_onednn(), std::string("fp32 products on oneDNN: ") + kNoOneDnn);
   if (e == first_choice().engine) engine_choice() = first_choice();  // back to the process's own choice
   else
     engine_choice() = {e, e == Fp32Engine::onednn ? "oneDNN (set by the caller)"
-                                                   : std::string("OpenBLAS, ") + openblas_get_corename() +
-                                                         " kernels (set by the caller)"};
+                                                   : openblas_kernels() + " (set by the caller)"};
 }
 
 void set_products(Products p) {
@@ -126,9 +131,8 @@ bool have_onednn() {
 
 const char* bf16_unavailable() {
   if (!cpu_has_bf16()) return "this CPU has no bf16 matrix instructions (neither AVX512-BF16 nor AMX-BF16)";
-  if (!have_onednn())
-    return "this CPU has bf16 instructions, but this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, which "
-           "installs libdnnl-dev, and rebuild)";
+  static const std::string no_onednn = std::string("this CPU has bf16 instructions, but ") + kNoOneDnn;
+  if (!have_onednn()) return no_onednn.c_str();
   return nullptr;
 }
 
@@ -164,6 +168,12 @@ void round_to_bf16(const float* x, int rows, int cols, int ld, float* out) {
 
 #ifdef GMLP_HAVE_DNNL
 namespace {
+
+// "fp32 product 2048x128 by 128x512": what failed, in an error message.
+std::string product_name(const char* type, int M, int N, int K) {
+  return std::string(type) + " product " + std::to_string(M) + "x" + std::to_string(K) + " by " + std::to_string(K) +
+         "x" + std::to_string(N);
+}
 
 // Asynchronous signals wait while this thread runs oneDNN's JIT code. A SIGTERM handled
 // in the middle of a training step's oneDNN SGEMM corrupted the heap about every other
@@ -269,9 +279,7 @@ void onednn_product(const Shape& s, const float* A, int lda, const float* B, int
     p.prim.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
     stream.wait();
   } catch (const dnnl::error& e) {
-    throw Error(std::string(s.bf16 ? "bf16" : "fp32") + " product " + std::to_string(s.M) + "x" +
-                std::to_string(s.K) + " by " + std::to_string(s.K) + "x" + std::to_string(s.N) + " on oneDNN: " +
-                e.what());
+    throw Error(product_name(s.bf16 ? "bf16" : "fp32", s.M, s.N, s.K) + " on oneDNN: " + e.what());
   }
 }
 
@@ -285,8 +293,7 @@ void sgemm_onednn(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
   const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
                                       beta, C, ldc);
   if (st != dnnl_success)
-    throw Error("fp32 product " + std::to_string(M) + "x" + std::to_string(K) + " by " + std::to_string(K) + "x" +
-                std::to_string(N) + " on oneDNN failed (status " + std::to_string(int(st)) + ")");
+    throw Error(product_name("fp32", M, N, K) + " on oneDNN failed (status " + std::to_string(int(st)) + ")");
 }
 
 void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -298,10 +305,7 @@ void gemm_onednn(bool bf16, bool trans_a, bool trans_b, int M, int N, int K, flo
 }
 #else
 namespace {
-[[noreturn]] void no_onednn() {
-  throw Error("oneDNN products: this build of gmlp has no oneDNN 2.x (run scripts/setup.sh, which installs "
-              "libdnnl-dev, and rebuild)");
-}
+[[noreturn]] void no_onednn() { throw Error(std::string("oneDNN products: ") + kNoOneDnn); }
 }  // namespace
 void sgemm_onednn(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
   no_onednn();
