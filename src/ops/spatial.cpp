@@ -9,15 +9,26 @@
 // runs on gemm's library, where the triangular multiply (OpenBLAS's TRMM) needed a copy
 // of the block's rows of G (megabytes) and ran on OpenBLAS's kernels, AVX2 ones on this
 // environment's AVX-512 CPUs. The backward's dG is the same with W's columns.
+//
+// dW = dF G^T is a product of a few rows by a few rows over B*g columns (K in the
+// thousands, the output T x T). gemm splits a product into slabs of its output, and a
+// thread's slab (32 rows of dW by 64 to 128 columns) ran at a fifth of the peak; here
+// each thread takes a share of the columns instead, multiplies all of dW's (causal:
+// lower, in 128-row blocks) into a private T x T copy, and the copies are added in a
+// fixed order: the result depends on the thread count only, as every product's does.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/parallel.h"
 
 namespace gmlp::ops {
 namespace {
 constexpr int kBlock = 64;
+constexpr int kGradBlock = 128;  // dW's row blocks: longer rows ran faster than 64 (T = 128 to 512)
 
 // rows x cols of W (rows ldw apart) from (r0, c0) into the dense out, every entry above
 // W's diagonal (column > row, in W's own indices) zero.
@@ -32,6 +43,63 @@ float* lower_part(const float* W, int ldw, int r0, int c0, int rows, int cols) {
     std::fill(o + keep, o + cols, 0.f);
   }
   return out.data();
+}
+
+// dW[i, j] += sum_c dF[i, c] G[j, c] over c in [c0, c1), into P (T x T, ldp) with
+// beta = 0: causal, only blocks of rows [i0, i1) by columns [0, i1) are computed, and of
+// those only the lower triangle is read back.
+void weight_grad_part(bool causal, int T, int c0, int c1, const float* G, const float* dF, int ld, float* P,
+                      int ldp) {
+  if (!causal) {
+    gemm(false, true, T, T, c1 - c0, 1.f, dF + c0, ld, G + c0, ld, 0.f, P, ldp);
+    return;
+  }
+  for (int i0 = 0; i0 < T; i0 += kGradBlock) {
+    const int i1 = std::min(T, i0 + kGradBlock);
+    gemm(false, true, i1 - i0, i1, c1 - c0, 1.f, dF + int64_t(i0) * ld + c0, ld, G + c0, ld, 0.f,
+         P + int64_t(i0) * ldp, ldp);
+  }
+}
+
+void weight_grad(bool causal, int T, int cols, const float* G, const float* dF, int ld, float* dW, int ldw) {
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // Below a few columns per thread, or little work, the product is left to gemm whole.
+  if (nt == 1 || cols < 64 * nt || int64_t(T) * T * cols < kParallelMacs) {
+    if (!causal) {
+      gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
+      return;
+    }
+    thread_local std::vector<float> part;
+    part.resize(size_t(T) * T);
+    weight_grad_part(true, T, 0, cols, G, dF, ld, part.data(), T);
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j <= i; ++j) dW[int64_t(i) * ldw + j] += part[size_t(i) * T + j];
+    return;
+  }
+  thread_local std::vector<float> parts;
+  parts.resize(size_t(nt) * T * T);
+  float* P = parts.data();
+  const int step = ((cols + nt - 1) / nt + 15) / 16 * 16;
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), c0 = std::min(cols, t * step), c1 = std::min(cols, c0 + step);
+    float* mine = P + size_t(t) * T * T;
+    if (c1 > c0)
+      weight_grad_part(causal, T, c0, c1, G, dF, ld, mine, T);
+    else
+      std::fill(mine, mine + size_t(T) * T, 0.f);
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int i = 0; i < T; ++i) {
+      const int n = causal ? i + 1 : T;
+      float* w = dW + int64_t(i) * ldw;
+      for (int k = 0; k < nt; ++k) {
+        const float* p = P + size_t(k) * T * T + size_t(i) * T;
+#pragma omp simd
+        for (int j = 0; j < n; ++j) w[j] += p[j];
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -52,7 +120,7 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
                           int ld, float* dG, float* dW) {
   if (!causal) {
     gemm(true, false, T, cols, T, 1.f, W, ldw, dF, ld, 0.f, dG, ld);
-    gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
+    weight_grad(false, T, cols, G, dF, ld, dW, ldw);
     return;
   }
   for (int j0 = 0; j0 < T; j0 += kBlock) {
@@ -60,12 +128,9 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
     // dG[j] = sum_{i >= j} W[i, j] dF[i]: W[j0:T, j0:j1] (causal) transposed, over dF[j0:T].
     const float* Wc = lower_part(W, ldw, j0, j0, T - j0, m);
     gemm(true, false, m, cols, T - j0, 1.f, Wc, m, dF + int64_t(j0) * ld, ld, 0.f, dG + int64_t(j0) * ld, ld);
-    // dW[i, j] += dF[i] . G[j] for j <= i: rows [j0, j1), columns [0, j1). The strict
-    // upper part of the diagonal block, computed on the way, is cleared: causal dW
-    // entries above the diagonal are always zero.
-    gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
-    for (int r = j0; r < j1; ++r) std::fill(dW + int64_t(r) * ldw + r + 1, dW + int64_t(r) * ldw + j1, 0.f);
   }
+  // dW[i, j] += dF[i] . G[j] for j <= i; the entries above the diagonal are not written.
+  weight_grad(true, T, cols, G, dF, ld, dW, ldw);
 }
 
 void toeplitz_row(const float* w, int n, bool causal, int i, int T, float* row) {
