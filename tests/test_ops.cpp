@@ -349,6 +349,17 @@ void slabs_per_thread_cover_every_row_and_column() {
   omp_set_num_threads(saved);
 }
 
+// On oneDNN, A^T B with M > N (from 1024 rows) is multiplied as B^T A and added
+// transposed (gemm.cpp): tall and square-ish shapes, every beta, a padded C.
+void flipped_products_against_naive_loops() {
+  std::mt19937 rng(11);
+  for (auto [M, N] : {std::pair{1030, 17}, std::pair{1024, 1023}})
+    for (float beta : {0.f, 1.f, 0.25f}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " beta=" << beta);
+      gemm_against_naive_loops(true, false, M, N, 21, 0.5f, beta, rng);
+    }
+}
+
 TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
   on_library(ops::Fp32Engine::openblas, all_transposes_against_naive_loops);
 }
@@ -357,13 +368,14 @@ TEST(OpsGemm, SlabsPerThreadCoverEveryRowAndColumn) {
   on_library(ops::Fp32Engine::openblas, slabs_per_thread_cover_every_row_and_column);
 }
 
-// oneDNN's SGEMM runs on any x86 CPU (its widest vectors there), so both of the checks
-// above run on it wherever the build has oneDNN, whichever library the machine chose.
+// oneDNN's SGEMM runs on any x86 CPU (its widest vectors there), so the checks above
+// run on it wherever the build has oneDNN, whichever library the machine chose.
 TEST(OpsGemm, OneDnnSgemmAgainstNaiveLoops) {
   if (!ops::have_onednn()) GTEST_SKIP() << "this build has no oneDNN 2.x";
   on_library(ops::Fp32Engine::onednn, [] {
     all_transposes_against_naive_loops();
     slabs_per_thread_cover_every_row_and_column();
+    flipped_products_against_naive_loops();
   });
 }
 

@@ -53,6 +53,34 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
   }
 }
 
+// C = alpha A^T B + beta C for M > N multiplied the other way round: T = B^T A into a
+// scratch, then added transposed. oneDNN's SGEMM ran A^T B 7-30% slower with M > N than
+// with the same sizes swapped (weight gradients dW = dY^T X of a layer with more outputs
+// than inputs: 2048 x 512 over 8192 rows at 362-382 GFLOP/s against 444), and OpenBLAS
+// at the same speed both ways; the transposed add costs one pass over C.
+bool flip_pays(bool trans_a, bool trans_b, int M, int N) {
+  return trans_a && !trans_b && M > N && M >= 1024 && fp32_engine() == Fp32Engine::onednn;
+}
+
+void sgemm_flipped(int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb, float beta,
+                   float* C, int ldc) {
+  thread_local std::vector<float> t;
+  t.resize(size_t(M) * N);
+  sgemm(true, false, N, M, K, 1.f, B, ldb, A, lda, 0.f, t.data(), M);
+  const float* T = t.data();
+  // 16 x 16 tiles: a tile's reads and writes each stay within 16 cache lines.
+#pragma omp parallel for schedule(static)
+  for (int i0 = 0; i0 < M; i0 += 16)
+    for (int j0 = 0; j0 < N; j0 += 16)
+      for (int i = i0; i < std::min(M, i0 + 16); ++i) {
+        float* c = C + int64_t(i) * ldc;
+        for (int j = j0; j < std::min(N, j0 + 16); ++j) {
+          const float v = alpha * T[size_t(j) * M + i];
+          c[j] = beta == 0.f ? v : v + beta * c[j];
+        }
+      }
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -65,7 +93,10 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   }
   switch (products()) {
     case Products::fp32:
-      sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      if (flip_pays(trans_a, trans_b, M, N))
+        sgemm_flipped(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      else
+        sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     case Products::bf16:
       gemm_onednn(true, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
