@@ -20,8 +20,9 @@ class CpuBackend : public Backend {
 
   // Cache-line aligned: glibc's calloc returns a large block 16 bytes past a page
   // boundary, and then every 64-byte vector load of it straddled two lines (an
-  // annotated training step ran 3% slower, 1425 ms against 1380). calloc still provides the memory, so pages
-  // never touched stay unmapped; the block's own start is kept just before p.
+  // annotated training step ran 3% slower, 1425 ms against 1380). calloc still
+  // provides the memory, so pages never touched stay unmapped; the block's own start
+  // is kept just before p.
   void* alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* raw = std::calloc(1, bytes + kAlign);
