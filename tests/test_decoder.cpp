@@ -86,6 +86,12 @@ TEST_P(DecoderVsForward, NoGradForwardGivesTheSameLogitsAndRefusesBackward) {
     EXPECT_THROW(model->backward(), Error);
   }
   EXPECT_TRUE(model->grad_enabled()) << "NoGrad restores the setting";
+  // A model whose first forward has no gradients builds the smaller arena (no U: the
+  // GELU runs in place) and still gives the same logits.
+  auto fresh = load();
+  NoGrad no_grad(*fresh);
+  EXPECT_EQ(fresh->forward(tokens.data(), tokens.data() + 1, n + 1, B, n), loss);
+  EXPECT_TRUE(std::equal(with_grad.begin(), with_grad.end(), fresh->logits()));
 }
 
 INSTANTIATE_TEST_SUITE_P(DecoderFixtures, DecoderVsForward, ::testing::Values("tiny", "odd", "deep", "long"));

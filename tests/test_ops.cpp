@@ -687,5 +687,24 @@ TEST(OpsGelu, FastMatchesLibmReference) {
   }
 }
 
+// The bias + GELU pass in place (y = u, as a forward without gradients runs it) gives
+// the bits of the pass into a separate y, whose u holds the biased projection.
+TEST(OpsGelu, BiasGeluInPlaceEqualsOutOfPlace) {
+  std::mt19937 rng(21);
+  const int M = 300, n = 257;  // past kParallelValues: threaded, and an odd row length
+  const Vec u0 = uniform(size_t(M) * n, -4, 4, rng), b = uniform(size_t(n), -1, 1, rng);
+  for (bool tanh_approx : {false, true}) {
+    Vec u = u0, y(u0.size(), kNaN), in_place = u0;
+    bias_gelu_forward(u.data(), b.data(), M, n, y.data(), tanh_approx);
+    bias_gelu_forward(in_place.data(), b.data(), M, n, in_place.data(), tanh_approx);
+    EXPECT_EQ(in_place, y) << (tanh_approx ? "tanh" : "erf");
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < n; ++c) ASSERT_EQ(u[size_t(r) * n + c], u0[size_t(r) * n + c] + b[size_t(c)]);
+    float g;
+    gelu_forward(&u[5], &g, 1, tanh_approx);
+    EXPECT_EQ(y[5], g);
+  }
+}
+
 }  // namespace
 }  // namespace gmlp::ops

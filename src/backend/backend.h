@@ -57,7 +57,8 @@ class Backend {
                                   const float* rstd, const float* w, int M, int C, float* dx, int lddx,
                                   bool accumulate_dx, float* dw, float* db) = 0;
   virtual void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) = 0;
-  virtual void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx) = 0;
+  virtual void bias_gelu_forward(float* u, const float* b, int M, int n, float* y,
+                                 bool tanh_approx) = 0;  // y may be u
   virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) = 0;
   virtual void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) = 0;
   virtual void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) = 0;

@@ -22,7 +22,8 @@ struct BlockSaved {
   const float* x = nullptr;                    // [M, d] the block's input (the residual stream)
   float *ln_mean = nullptr, *ln_rstd = nullptr;  // [M] the block LayerNorm's statistics (may be null
                                                //     in a forward that no backward follows)
-  float* u = nullptr;                          // [M, f] the projection before the GELU
+  float* u = nullptr;                          // [M, f] the projection before the GELU (may be
+                                               //     BlockScratch::z when no backward follows)
   float *g_mean = nullptr, *g_rstd = nullptr;  // [M] the gate LayerNorm's statistics (SGU models)
   float* F = nullptr;                          // [M, g] the spatial output, attention added (SGU models)
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]

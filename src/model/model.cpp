@@ -167,7 +167,9 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->x = f32((grad ? L + 1 : 2) * M * d);  // one slot per layer input, plus the output
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
-  a->u = f32(L * M * f);
+  // Without gradients nothing reads U after its GELU: the projection lands in z and
+  // the GELU runs in place (M x d_ffn floats fewer: 64 MB for the annotated model).
+  if (grad) a->u = f32(L * M * f);
   if (cfg_.has_sgu()) {
     a->g_mean = f32(L * M);
     a->g_rstd = f32(L * M);
@@ -230,7 +232,7 @@ BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
   s.x = stream(l, grad, B, T);
   s.ln_mean = at(ln_mean, k * M);
   s.ln_rstd = at(ln_rstd, k * M);
-  s.u = at(u, k * M * f);
+  s.u = u.empty() ? z.data() : at(u, k * M * f);
   s.g_mean = at(g_mean, k * M);
   s.g_rstd = at(g_rstd, k * M);
   s.F = at(F, k * M * g);

@@ -34,12 +34,21 @@ void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool ta
   for (int r = 0; r < M; ++r) {
     float* ur = u + int64_t(r) * n;
     float* yr = y + int64_t(r) * n;
+    // Each value is read, then written to u and to y in that order, so y == u is safe.
     if (tanh_approx) {
 #pragma omp simd
-      for (int c = 0; c < n; ++c) yr[c] = fast::gelu_tanh(ur[c] += b[c]);
+      for (int c = 0; c < n; ++c) {
+        const float v = ur[c] + b[c];
+        ur[c] = v;
+        yr[c] = fast::gelu_tanh(v);
+      }
     } else {
 #pragma omp simd
-      for (int c = 0; c < n; ++c) yr[c] = fast::gelu_erf(ur[c] += b[c]);
+      for (int c = 0; c < n; ++c) {
+        const float v = ur[c] + b[c];
+        ur[c] = v;
+        yr[c] = fast::gelu_erf(v);
+      }
     }
   }
 }

@@ -90,7 +90,8 @@ void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, cons
 // ---- gelu.cpp: exact (erf) or tanh-approximated GELU, elementwise over n values.
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx);
 // u[r, :] += b, then y = GELU(u), in one pass over the M rows of n values: the bias
-// of the projection before a GELU, so the GEMM need not be seeded with it.
+// of the projection before a GELU, so the GEMM need not be seeded with it. y may be u
+// (a forward that no backward follows keeps GELU's output only).
 void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx);
 // dx = dy * gelu'(x) (dx may alias dy).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
