@@ -360,6 +360,32 @@ void flipped_products_against_naive_loops() {
     }
 }
 
+// Timing by shape (gmlp bench --products): a call per entry, and a product inside a timed
+// one is part of its time, not an entry of its own.
+TEST(OpsGemm, ProductTimingCountsTheOutermostProduct) {
+  std::mt19937 rng(12);
+  const Vec A = uniform(6 * 4, -1, 1, rng), Bm = uniform(4 * 5, -1, 1, rng);
+  Vec C(6 * 5);
+  ops::product_timing_start();
+  for (int i = 0; i < 3; ++i) ops::gemm(false, false, 6, 5, 4, 1.f, A.data(), 4, Bm.data(), 5, 0.f, C.data(), 5);
+  {
+    const ops::TimedProduct outer("NT/k", 7, 8, 9);
+    ops::gemm(true, true, 5, 6, 4, 1.f, Bm.data(), 5, A.data(), 4, 0.f, C.data(), 6);
+  }
+  const auto t = ops::product_timing_stop();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].kind, "NN");
+  EXPECT_EQ(std::tie(t[0].M, t[0].N, t[0].K), std::make_tuple(6, 5, 4));
+  EXPECT_EQ(t[0].seconds.size(), 3u);
+  EXPECT_EQ(t[1].kind, "NT/k");
+  EXPECT_EQ(std::tie(t[1].M, t[1].N, t[1].K), std::make_tuple(7, 8, 9));
+  EXPECT_EQ(t[1].seconds.size(), 1u);
+  // Stopped: nothing more is timed, and a new start begins empty.
+  ops::gemm(false, false, 6, 5, 4, 1.f, A.data(), 4, Bm.data(), 5, 0.f, C.data(), 5);
+  ops::product_timing_start();
+  EXPECT_TRUE(ops::product_timing_stop().empty());
+}
+
 TEST(OpsGemm, AllTransposesAgainstNaiveLoops) {
   on_library(ops::Fp32Engine::openblas, all_transposes_against_naive_loops);
 }

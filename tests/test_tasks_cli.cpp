@@ -323,6 +323,39 @@ TEST(TasksCli, BenchEveryTask) {
   EXPECT_TRUE(contains(r.output, "needs a causal LM")) << r.output;
 }
 
+// --products: every product of the steps by shape, the layers' count of calls each; the
+// spatial weight gradient as one product split by K. Generation has no steps to time.
+TEST(TasksCli, BenchTimesProductsByShape) {
+  const std::string src = test::source_dir();
+  const std::string cmd = gmlp() + " bench --config " + src + "/configs/tiny.json --repeats 2 --warmup 0 --batch-size 4 ";
+  auto r = run_command(cmd + "--mode train --products --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  ASSERT_TRUE(j.contains("products")) << r.output;
+  // tiny: d 128, d_ffn 512, 4 layers, n 128; 4 windows: M = 512 rows, B * g = 1024 columns.
+  auto find = [&](const std::string& kind, int M, int N, int K) -> const nlohmann::json* {
+    for (const auto& p : j["products"])
+      if (p["kind"] == kind && p["M"] == M && p["N"] == N && p["K"] == K) return &p;
+    return nullptr;
+  };
+  const auto* proj_in = find("NT", 512, 512, 128);
+  const auto* spatial_dw = find("NT/k", 128, 128, 1024);
+  ASSERT_NE(proj_in, nullptr) << r.output;
+  ASSERT_NE(spatial_dw, nullptr) << r.output;
+  EXPECT_EQ((*proj_in)["calls_per_step"].get<double>(), 4.0);
+  EXPECT_EQ((*spatial_dw)["calls_per_step"].get<double>(), 4.0);
+  for (const auto& p : j["products"]) {
+    EXPECT_GT(p["median_s"].get<double>(), 0.0) << p;
+    EXPECT_GT(p["gflops"].get<double>(), 0.0) << p;
+  }
+  r = run_command(cmd + "--mode infer --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(nlohmann::json::parse(r.output.substr(r.output.find('{'))).contains("products"));
+  r = run_command(cmd + "--mode generate --products");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--products times training or inference steps")) << r.output;
+}
+
 // How OpenMP threads wait: spinning only when every thread has a core nobody else runs on.
 TEST(ThreadWait, SpinOnlyWhenTheThreadsFitOnFreeCores) {
   EXPECT_TRUE(spin_fits(2, 0, 2));

@@ -18,7 +18,7 @@ struct BenchArgs {
   std::string config, mode = "train";
   std::vector<std::string> sets;
   int batch_size = 0, warmup = 3, repeats = 10, gen_tokens = 0, threads = 0, streams = 1;
-  bool json = false;
+  bool json = false, products = false;
   std::string device = "auto";
   std::string precision = "fp32";
 };
@@ -51,6 +51,9 @@ int run_bench(const BenchArgs& a) {
   o.gen_tokens = a.gen_tokens;
   o.streams = a.streams;
   o.device = choose_device(a.device, a.precision);
+  o.products = a.products;
+  require(!a.products || mode != BenchMode::generate, "--products times training or inference steps, not --mode generate");
+  require(!a.products || o.device == Device::cpu, "--products times the CPU's products; this run is on " + name_of(o.device));
   const BenchResult r = bench_model(rc, mode, o);
 
   nlohmann::json out = {{"impl", "gmlp"},
@@ -86,6 +89,14 @@ int run_bench(const BenchArgs& a) {
                     : spins                    ? std::string("GOMP_SPINCOUNT=") + spins
                                                : std::string("libgomp default");
   out["cpu_gemm"] = cpu_gemm();  // which library multiplied the fp32 products, and why
+  double product_s = 0;
+  for (const auto& p : r.products) product_s += p.median_s * p.calls_per_run;
+  if (a.products) {
+    out["products"] = nlohmann::json::array();
+    for (const auto& p : r.products)
+      out["products"].push_back({{"kind", p.kind}, {"M", p.M}, {"N", p.N}, {"K", p.K}, {"calls_per_step", p.calls_per_run},
+                                 {"median_s", p.median_s}, {"gflops", p.gflops}});
+  }
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -108,6 +119,16 @@ int run_bench(const BenchArgs& a) {
       std::printf("  peak device memory %.0f MiB (the backend's allocations)\n", r.device_peak_mb);
     std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());
     std::printf("  fp32 products: %s\n", out["cpu_gemm"].get<std::string>().c_str());
+    if (a.products) {
+      std::printf("  products by shape, over %d more steps (each call timed alone; NT/k: the spatial weight gradient,\n"
+                  "  split by K), %.1f ms per step in all, %.0f%% of the median step:\n",
+                  a.repeats, product_s * 1e3, 100 * product_s / r.median_s);
+      std::printf("    %-5s %6s %6s %6s %10s %10s %8s %7s\n", "kind", "M", "N", "K", "per step", "ms/call", "GFLOP/s",
+                  "share");
+      for (const auto& p : r.products)
+        std::printf("    %-5s %6d %6d %6d %10.2f %10.3f %8.1f %6.1f%%\n", p.kind.c_str(), p.M, p.N, p.K, p.calls_per_run,
+                    p.median_s * 1e3, p.gflops, 100 * p.median_s * p.calls_per_run / product_s);
+    }
   }
   return 0;
 }
@@ -129,6 +150,8 @@ void add_bench(CLI::App& app, int& exit_code) {
   c->add_option("--streams", a->streams, "generate: prompts decoded together (batched generation)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
   add_device_option(c, a->device, a->precision);
+  c->add_flag("--products", a->products,
+              "train, infer: then time every matrix product by shape over --repeats more steps (CPU)");
   c->add_flag("--json", a->json, "One JSON object on stdout");
   c->callback([a, &exit_code] {
     a->threads = omp_get_max_threads();  // what --threads (or the default) put in force

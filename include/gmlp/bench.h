@@ -4,6 +4,7 @@
 // runs, with the sgemm peak measured in the same process so that MFU means something
 // here. `gmlp bench` prints these; bench/compare.py runs it beside PyTorch.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gmlp/config.h"
@@ -20,6 +21,19 @@ struct BenchOptions {
   int gen_tokens = 0;  // generate: tokens per run (0: 2n, so the context slides twice)
   int streams = 1;     // generate: prompts decoded together (generate_batch when > 1)
   Device device = Device::cpu;
+  // train and infer: after the timed runs, `repeats` more with every matrix product timed
+  // by shape (BenchResult::products); the headline figures are not affected.
+  bool products = false;
+};
+
+// One shape of product and its calls in the runs timed by shape (BenchOptions::products).
+struct ProductTime {
+  std::string kind;  // "NN", "NT", "TN", "TT": A and B as stored or transposed; "NT/k":
+                     // the spatial weight gradient, split over the threads by K
+  int M = 0, N = 0, K = 0;
+  double calls_per_run = 0;
+  double median_s = 0;  // per call
+  double gflops = 0;    // 2 M N K per call over the median
 };
 
 struct BenchResult {
@@ -31,6 +45,7 @@ struct BenchResult {
   double sgemm_peak_gflops = 0;
   double peak_rss_mb = 0;
   double device_peak_mb = 0;  // a device backend's peak allocation (0 on the CPU)
+  std::vector<ProductTime> products;  // most time first (BenchOptions::products)
 };
 
 BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions& o);

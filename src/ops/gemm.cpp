@@ -5,6 +5,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "ops/ops.h"
@@ -81,11 +86,56 @@ void sgemm_flipped(int M, int N, int K, float alpha, const float* A, int lda, co
       }
 }
 
+std::atomic<bool> timing{false};
+std::mutex timing_mu;
+std::map<std::tuple<std::string, int, int, int>, std::vector<double>>& timings() {
+  static std::map<std::tuple<std::string, int, int, int>, std::vector<double>> t;
+  return t;
+}
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
+
+void product_timing_start() {
+  std::lock_guard lock(timing_mu);
+  timings().clear();
+  timing = true;
+}
+
+std::vector<ProductTiming> product_timing_stop() {
+  std::lock_guard lock(timing_mu);
+  timing = false;
+  std::vector<ProductTiming> out;
+  for (auto& [key, secs] : timings()) out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), secs});
+  timings().clear();
+  return out;
+}
+
+// Products inside a timed one (spatial.cpp's blocks) are part of its time, not their own.
+thread_local int timed_depth = 0;
+
+TimedProduct::TimedProduct(const char* kind, int M, int N, int K) : kind_(kind), M_(M), N_(N), K_(K) {
+  if (!timing.load(std::memory_order_relaxed) || omp_in_parallel()) return;
+  counted_ = true;
+  if (timed_depth++ == 0) start_ = now_s();
+}
+
+TimedProduct::~TimedProduct() {
+  if (!counted_) return;
+  --timed_depth;
+  if (start_ < 0) return;
+  const double s = now_s() - start_;
+  std::lock_guard lock(timing_mu);
+  timings()[{kind_, M_, N_, K_}].push_back(s);
+}
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  static const char* const kKinds[] = {"NN", "NT", "TN", "TT"};
+  const TimedProduct timed(kKinds[2 * trans_a + trans_b], M, N, K);
   if (K <= 0) {  // BLAS leaves C untouched for K = 0 only when beta = 1
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < N; ++j) C[int64_t(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[int64_t(i) * ldc + j];

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gmlp/kinds.h"
 
@@ -18,6 +19,31 @@ using gmlp::Sgu;
 // in the process's product precision below.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// Wall time of products by shape, for `gmlp bench --products`: off until started. A
+// product is timed where it is called outside a parallel region (a product split among
+// the threads is timed whole: spatial.cpp times its weight gradient, "NT/k").
+struct ProductTiming {
+  std::string kind;  // "NN", "NT", "TN", "TT": the transposes of A and B
+  int M = 0, N = 0, K = 0;
+  std::vector<double> seconds;  // one per call
+};
+void product_timing_start();  // clears what was timed before
+std::vector<ProductTiming> product_timing_stop();
+// Times the enclosing scope as one product of this shape when timing is on.
+class TimedProduct {
+ public:
+  TimedProduct(const char* kind, int M, int N, int K);
+  ~TimedProduct();
+  TimedProduct(const TimedProduct&) = delete;
+  TimedProduct& operator=(const TimedProduct&) = delete;
+
+ private:
+  const char* kind_;
+  int M_, N_, K_;
+  bool counted_ = false;  // timing was on: this product is counted in the nesting depth
+  double start_ = -1;     // < 0: not timed (timing off, or inside a timed product)
+};
 
 // ---- products.cpp: how gemm multiplies. First, which library runs fp32 products:
 // OpenBLAS, unless it runs narrower kernels than the CPU has. OpenBLAS picks its kernels

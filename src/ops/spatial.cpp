@@ -62,6 +62,7 @@ void weight_grad_part(bool causal, int T, int c0, int c1, const float* G, const 
 }
 
 void weight_grad(bool causal, int T, int cols, const float* G, const float* dF, int ld, float* dW, int ldw) {
+  const TimedProduct timed("NT/k", T, T, cols);
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below a few columns per thread, or little work, the product is left to gemm whole.
   if (nt == 1 || cols < 64 * nt || int64_t(T) * T * cols < kParallelMacs) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
 
 #include "backend/backend.h"
 #include "gmlp/error.h"
@@ -117,24 +119,30 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   const Batch& batch = data.batch;
   double flops = 0;  // per timed unit
   Stats s;
+  std::optional<AdamW> opt;
+  std::optional<NoGrad> no_grad;
+  std::function<void()> step;  // train and infer: one timed unit
   if (mode == BenchMode::train) {
-    AdamW opt(model, rc.train);
-    s = time_it(o.warmup, o.repeats, [&] {
+    opt.emplace(model, rc.train);
+    step = [&] {
       model.zero_grad();
       model.forward(batch);
       model.backward();
       clip_grad_norm(model, 1.f);
-      opt.step(model, 1e-4f);
+      opt->step(model, 1e-4f);
       model.backend().synchronize();  // a device runs ahead of the host otherwise
-    });
+    };
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
   } else if (mode == BenchMode::infer) {
-    NoGrad no_grad(model);
-    s = time_it(o.warmup, o.repeats, [&] {
+    no_grad.emplace(model);
+    step = [&] {
       model.forward(batch);
       model.backend().synchronize();
-    });
+    };
     flops = forward_flops_per_token(mc, n) * B * n;
+  }
+  if (step) {
+    s = time_it(o.warmup, o.repeats, step);
   } else {
     // Steady-state generation: from half-window prompts, 2n tokens per stream (two slides
     // of the context included), greedy; per-token time = run time / all tokens drawn.
@@ -162,6 +170,20 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
     r.tokens_per_s = 1.0 / s.median;
     r.recompute_s = time_it(0, 1, [&] { run(false); }).median / gen;  // one stream
     flops = forward_flops_per_token(mc, n);
+  }
+  if (o.products && mode != BenchMode::generate) {
+    require(o.device == Device::cpu, "bench: products are timed by shape on the CPU only");
+    ops::product_timing_start();
+    for (int i = 0; i < o.repeats; ++i) step();
+    for (const auto& t : ops::product_timing_stop()) {
+      std::vector<double> v = t.seconds;
+      std::sort(v.begin(), v.end());
+      const double med = v[v.size() / 2];
+      r.products.push_back({t.kind, t.M, t.N, t.K, double(v.size()) / o.repeats, med, 2.0 * t.M * t.N * t.K / med / 1e9});
+    }
+    std::sort(r.products.begin(), r.products.end(), [](const ProductTime& a, const ProductTime& b) {
+      return a.median_s * a.calls_per_run > b.median_s * b.calls_per_run;
+    });
   }
   r.median_s = s.median;
   r.min_s = s.min;
