@@ -52,8 +52,10 @@ int run_bench(const BenchArgs& a) {
   o.streams = a.streams;
   o.device = choose_device(a.device, a.precision);
   o.products = a.products;
-  require(!a.products || mode != BenchMode::generate, "--products times training or inference steps, not --mode generate");
-  require(!a.products || o.device == Device::cpu, "--products times the CPU's products; this run is on " + name_of(o.device));
+  require(!a.products || mode != BenchMode::generate,
+          "--products times training or inference steps, not --mode generate");
+  require(!a.products || o.device == Device::cpu,
+          "--products times the CPU's products; this run is on " + name_of(o.device));
   const BenchResult r = bench_model(rc, mode, o);
 
   nlohmann::json out = {{"impl", "gmlp"},
@@ -94,8 +96,13 @@ int run_bench(const BenchArgs& a) {
   if (a.products) {
     out["products"] = nlohmann::json::array();
     for (const auto& p : r.products)
-      out["products"].push_back({{"kind", p.kind}, {"M", p.M}, {"N", p.N}, {"K", p.K}, {"calls_per_step", p.calls_per_run},
-                                 {"median_s", p.median_s}, {"gflops", p.gflops}});
+      out["products"].push_back({{"kind", p.kind},
+                                 {"M", p.M},
+                                 {"N", p.N},
+                                 {"K", p.K},
+                                 {"calls_per_step", p.calls_per_run},
+                                 {"median_s", p.median_s},
+                                 {"gflops", p.gflops}});
   }
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());

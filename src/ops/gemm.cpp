@@ -108,7 +108,8 @@ std::vector<ProductTiming> product_timing_stop() {
   std::lock_guard lock(timing_mu);
   timing = false;
   std::vector<ProductTiming> out;
-  for (auto& [key, secs] : timings()) out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), secs});
+  for (auto& [key, secs] : timings())
+    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), std::move(secs)});
   timings().clear();
   return out;
 }

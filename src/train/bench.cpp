@@ -179,7 +179,8 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
       std::vector<double> v = t.seconds;
       std::sort(v.begin(), v.end());
       const double med = v[v.size() / 2];
-      r.products.push_back({t.kind, t.M, t.N, t.K, double(v.size()) / o.repeats, med, 2.0 * t.M * t.N * t.K / med / 1e9});
+      r.products.push_back(
+          {t.kind, t.M, t.N, t.K, double(v.size()) / o.repeats, med, 2.0 * t.M * t.N * t.K / med / 1e9});
     }
     std::sort(r.products.begin(), r.products.end(), [](const ProductTime& a, const ProductTime& b) {
       return a.median_s * a.calls_per_run > b.median_s * b.calls_per_run;
