@@ -26,6 +26,7 @@ __global__ void k_gelu(const float* x, float* y, int64_t n, bool t) {
   if (i < n) y[i] = gelu(x[i], t);
 }
 
+// y may be u (a forward without gradients): each thread writes u, then y, of its own value.
 __global__ void k_bias_gelu(float* u, const float* b, int64_t total, int n, float* y, bool t) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
