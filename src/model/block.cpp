@@ -110,8 +110,10 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
-    // In place: dZ over Z, G in S's buffer (S is dead once proj_out's backward ran).
-    be.sgu_backward(sp, sg, s.dS, s.z, T, B, f, saved.g_mean, saved.g_rstd, saved.F, s.z, s.S, s.dF, s.dG);
+    // In place: dZ over Z, G in S's buffer (S is dead once proj_out's backward ran); for
+    // the split form dG over dS too (ops.h: only the other forms read dS again).
+    float* dG = c.sgu == Sgu::split ? s.dS : s.dG;
+    be.sgu_backward(sp, sg, s.dS, s.z, T, B, f, saved.g_mean, saved.g_rstd, saved.F, s.z, s.S, s.dF, dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)
         be.toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),

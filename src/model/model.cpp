@@ -198,7 +198,7 @@ void Model::ensure_arena(int B, int T, int layers) {
     a->dS = f32(M * s);
     if (cfg_.has_sgu()) {
       a->dF = f32(M * g);
-      a->dG = f32(M * g);
+      if (cfg_.sgu != Sgu::split) a->dG = f32(M * g);  // split: dG lives in dS (block.cpp)
     }
     if (da > 0) {
       a->dO = f32(M * da);
