@@ -49,7 +49,7 @@ class TimedProduct {
 // OpenBLAS, unless it runs narrower kernels than the CPU has. OpenBLAS picks its kernels
 // once, when it loads, from CPUID or OPENBLAS_CORETYPE; where that leaves an AVX-512 CPU
 // on AVX2 kernels (these machines' environment sets OPENBLAS_CORETYPE=Haswell), oneDNN's
-// JIT SGEMM, which uses AVX-512, multiplies instead: 1.4-1.65x faster steps on a Zen 5,
+// JIT SGEMM, which uses AVX-512, multiplies instead: 1.6-1.9x faster steps on a Zen 5,
 // and as fast as OpenBLAS's own AVX-512 kernels there (docs/bench.md, "Which library
 // multiplies"). GMLP_CPU_GEMM=openblas|onednn overrides the choice; another value is an
 // error at the first product (the gmlp program checks it at start).

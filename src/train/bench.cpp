@@ -108,6 +108,10 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   require(o.repeats >= 1 && o.warmup >= 0, "bench: repeats must be >= 1 and warmup >= 0");
   require(mode != BenchMode::generate || mc.task == Task::causal_lm,
           "bench: generation needs a causal LM config; this one is \"" + name_of(mc.task) + "\"");
+  require(!o.products || mode != BenchMode::generate,
+          "bench: --products times training or inference steps, not generation");
+  require(!o.products || o.device == Device::cpu,
+          "bench: --products times the CPU's products; this run is on " + name_of(o.device));
   BenchResult r;
   Model model(mc, o.device);
   Rng rng(rc.train.seed, 1);
@@ -171,12 +175,11 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
     r.recompute_s = time_it(0, 1, [&] { run(false); }).median / gen;  // one stream
     flops = forward_flops_per_token(mc, n);
   }
-  if (o.products && mode != BenchMode::generate) {
-    require(o.device == Device::cpu, "bench: products are timed by shape on the CPU only");
+  if (o.products) {
     ops::product_timing_start();
     for (int i = 0; i < o.repeats; ++i) step();
-    for (const auto& t : ops::product_timing_stop()) {
-      std::vector<double> v = t.seconds;
+    for (auto& t : ops::product_timing_stop()) {
+      std::vector<double>& v = t.seconds;
       std::sort(v.begin(), v.end());
       const double med = v[v.size() / 2];
       r.products.push_back(
