@@ -44,7 +44,9 @@ inline float exp(float x) {
 // density: it computes the exponential once for both.
 #pragma omp declare simd
 inline float erf_given_exp(float x, float e) {
-  const float a = x < 0.f ? -x : x;
+  // fabs, not a select: GCC turned the select into the whole polynomial (and its
+  // division) computed for both signs.
+  const float a = __builtin_fabsf(x);
   const float t = 1.f / (1.f + 0.3275911f * a);
   float p = 1.061405429f;
   p = p * t - 1.453152027f;
