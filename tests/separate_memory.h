@@ -95,14 +95,15 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("toeplitz_fold", {dW, dw});
     CpuBackend::toeplitz_fold(dW, T, n, causal, dw);
   }
-  void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
-                   float* F, float* G, const float* extra) override {
-    mine("sgu_forward", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, Z, S, gmean, grstd, F, G, extra});
-    CpuBackend::sgu_forward(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
+  void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
+                   float* grstd, float* F, float* G, const float* extra) override {
+    mine("sgu_forward", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, Z, zbias, S, gmean, grstd, F, G, extra});
+    CpuBackend::sgu_forward(p, Z, zbias, T, B, f, S, gmean, grstd, F, G, extra);
   }
-  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
+  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S,
+                   ops::ZInput zin) override {
     mine("sgu_combine", {Z, F, S});
-    CpuBackend::sgu_combine(kind, Z, ldz, F, M, g, S);
+    CpuBackend::sgu_combine(kind, Z, ldz, F, M, g, S, zin);
   }
   void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
                     int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,

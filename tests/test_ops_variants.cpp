@@ -40,16 +40,18 @@ struct SguCase {
   bool causal;
   bool padded;
   int T, n;  // T > n: dense [T, T] weights (as the model materialises Toeplitz) and rows past n on bias[n - 1]
+  ops::ZInput zin = {};  // given U, Z = GELU(U): the forward adds a bias to U, the backward runs in place
 };
 
 std::string case_name(const SguCase& c) {
   return std::string(kind_name(c.kind)) + (c.causal ? " causal" : " bidirectional") + (c.padded ? " padded" : "") +
-         " T=" + std::to_string(c.T) + " n=" + std::to_string(c.n);
+         " T=" + std::to_string(c.T) + " n=" + std::to_string(c.n) +
+         (c.zin.gelu ? (c.zin.form == Gelu::tanh ? " given U (tanh GELU)" : " given U (GELU)") : "");
 }
 
 void check_sgu(const SguCase& c) {
   SCOPED_TRACE(case_name(c));
-  std::mt19937 rng(11 + int(c.kind) * 7 + c.causal * 3 + c.padded + c.T);
+  std::mt19937 rng(11 + int(c.kind) * 7 + c.causal * 3 + c.padded + c.T + 13 * c.zin.gelu);
   const int heads = 2, gh = 3, B = 2, T = c.T, n = c.n, M = T * B;
   const int g = heads * gh, f = c.kind == Sgu::split ? 2 * g : g;
   // The weights as the op reads them: [heads, ldw, ldw] with ldw = n (full W, T <= n)
@@ -93,9 +95,13 @@ void check_sgu(const SguCase& c) {
   p.heads = heads;
   p.causal = c.causal;
   p.lengths = c.padded ? lengths.data() : nullptr;
-  Vec S(size_t(M) * g), gmean(M), grstd(M), F(size_t(M) * g), G(size_t(M) * g);
+  p.z = c.zin;
+  const Vec zbias = uniform(size_t(f), -0.5f, 0.5f, rng);
+  const float* zb = c.zin.gelu ? zbias.data() : nullptr;
+  Vec S(size_t(M) * g), gmean(M), grstd(M), F(size_t(M) * g), G(size_t(M) * g), U;
   auto loss = [&] {
-    ops::sgu_forward(p, Z.data(), T, B, f, S.data(), gmean.data(), grstd.data(), F.data(), G.data(), extra.data());
+    U = Z;  // the forward adds the bias in place
+    ops::sgu_forward(p, U.data(), zb, T, B, f, S.data(), gmean.data(), grstd.data(), F.data(), G.data(), extra.data());
     return dot(S, R);
   };
   loss();
@@ -109,8 +115,13 @@ void check_sgu(const SguCase& c) {
   const Vec gW0 = gW, gb0 = gb, gnw0 = uniform(g, -1, 1, rng), gnb0 = uniform(g, -1, 1, rng);
   Vec gnw = gnw0, gnb = gnb0;
   Vec dZ(Z.size(), kNaN), sG(size_t(M) * g, kNaN), sdF(size_t(M) * g, kNaN), sdG(size_t(M) * g, kNaN);
-  ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gb.data()}, R.data(), Z.data(), T, B, f, gmean.data(),
-                    grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
+  if (c.zin.gelu) {
+    for (int r = 0; r < M; ++r)  // U with its bias, as the forward left it
+      for (int e = 0; e < f; ++e) ASSERT_EQ(U[size_t(r) * f + e], Z[size_t(r) * f + e] + zbias[size_t(e)]);
+    dZ = U;  // as the block runs it: dU over U
+  }
+  ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gb.data()}, R.data(), c.zin.gelu ? dZ.data() : Z.data(), T,
+                    B, f, gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
   EXPECT_TRUE(all_finite(dZ));
   EXPECT_TRUE(grad_check(Z, all(Z.size()), dZ, loss, "dZ"));
   EXPECT_TRUE(grad_check(nw, all(g), gather(gnw, all(g), gnw0), loss, "gate norm dw"));
@@ -149,6 +160,13 @@ TEST(OpsVariantsGradCheck, SguEveryKindTwoHeads) {
       for (bool padded : {false, true}) check_sgu({kind, causal, padded, 5, 7});
 }
 
+// As the block calls it: given U, Z = GELU(U) never stored, dU in place over U.
+TEST(OpsVariantsGradCheck, SguEveryKindGivenTheProjection) {
+  for (auto kind : {Sgu::split, Sgu::linear, Sgu::additive, Sgu::multiplicative})
+    for (bool causal : {true, false})
+      for (Gelu form : {Gelu::erf, Gelu::tanh}) check_sgu({kind, causal, !causal, 5, 7, {true, form}});
+}
+
 TEST(OpsVariantsGradCheck, SguPastNUsesTheLastBias) {
   // The Toeplitz model runs T > n on dense [T, T] weights; rows i >= n share bias[n - 1].
   for (auto kind : {Sgu::split, Sgu::multiplicative})
@@ -173,7 +191,7 @@ TEST(OpsVariants, SguHeadsMixTheirOwnChannels) {
   p.heads = heads;
   p.causal = false;
   Vec S(size_t(M) * g), gm(M), gr(M), F(size_t(M) * g), G(size_t(M) * g);
-  ops::sgu_forward(p, Z.data(), T, B, g, S.data(), gm.data(), gr.data(), F.data(), G.data());
+  ops::sgu_forward(p, Z.data(), nullptr, T, B, g, S.data(), gm.data(), gr.data(), F.data(), G.data());
   // G = LayerNorm over all g channels of each row (no affine), then per head k:
   // F[i, c] = sum_j W_k[i, j] G[j, c] + b_k[i] for c in head k's channels.
   std::vector<double> Gn(size_t(M) * g);

@@ -1,10 +1,11 @@
 // The gMLP block, forward and backward (derivations in docs/backward.md).
 //
 // The forward keeps only what block.h's BlockSaved lists; the backward rebuilds the
-// rest (LayerNorm outputs, GELU(u), the normalised gate, S) from it: elementwise work
-// that is cheap next to the GEMMs and saves several [M, d_ffn] buffers per layer.
-// Scratch buffers whose lifetimes do not overlap are shared: the gate G lives in S's
-// buffer and dZ is computed in place over Z.
+// rest (LayerNorm outputs, the normalised gate, S) from it: elementwise work that is
+// cheap next to the GEMMs and saves several [M, d_ffn] buffers per layer. Z = GELU(U)
+// is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
+// as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
+// gate G lives in S's buffer and dU is computed in place over U.
 #include "model/block.h"
 
 #include "backend/backend.h"
@@ -25,6 +26,7 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
   sp.causal = c.causal();
   sp.lengths = lengths;
   sp.eps = c.sgu_norm_eps;
+  sp.z = {true, c.gelu};  // the block hands the SGU U; Z = GELU(U) is never stored
   if (c.spatial == Spatial::toeplitz) {
     const int64_t wsz = c.spatial_weight_size();
     for (int k = 0; k < c.sgu_heads; ++k)
@@ -54,7 +56,6 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   const float* x = saved.x;
   be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
   be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
-  be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
   const float* branch = s.z;  // s(Z) = Z for "none"
   if (c.has_sgu()) {
     const float* extra = nullptr;
@@ -62,10 +63,13 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
       be.tiny_attention_forward(attn_params(c, p, call.lengths), s.h, T, B, saved.qkv, saved.P, saved.O, s.att);
       extra = s.att;
     }
+    // The SGU adds the projection's bias and takes Z = GELU(U) as it reads U's rows.
     const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
-    be.sgu_forward(sp, s.z, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S,
-                   extra);
+    be.sgu_forward(sp, saved.u, p.proj_in_b, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F,
+                   call.gate ? call.gate : s.S, extra);
     branch = s.S;
+  } else {
+    be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
   }
   if (!call.keep && !call.drop) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
@@ -97,12 +101,13 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
       be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
-  be.gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
   const float* branch = s.z;
   if (c.has_sgu()) {
-    // S from Z and F again (the forward did not keep it).
-    be.sgu_combine(c.sgu, s.z, f, saved.F, M, g, s.S);
+    // S from U and F again (the forward kept neither S nor Z = GELU(U)).
+    be.sgu_combine(c.sgu, saved.u, f, saved.F, M, g, s.S, {true, c.gelu});
     branch = s.S;
+  } else {
+    be.gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
   }
   be.linear_backward(dY, branch, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
   if (c.has_sgu()) {
@@ -110,20 +115,20 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
-    // In place: dZ over Z, G in S's buffer (S is dead once proj_out's backward ran); for
-    // the split form dG over dS too (ops.h: only the other forms read dS again).
+    // In place: dU over U (nothing reads U after this layer's backward), G in S's buffer
+    // (S is dead once proj_out's backward ran); for the split form dG over dS too
+    // (ops.h: only the other forms read dS again).
     float* dG = c.sgu == Sgu::split ? s.dS : s.dG;
-    be.sgu_backward(sp, sg, s.dS, s.z, T, B, f, saved.g_mean, saved.g_rstd, saved.F, s.z, s.S, s.dF, dG);
+    be.sgu_backward(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, s.dF, dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)
         be.toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
                            gp.spatial_w + k * c.spatial_weight_size());
   } else {
-    be.copy(s.z, s.dS, sizeof(float) * size_t(M) * f);
+    be.gelu_backward(saved.u, s.dS, saved.u, int64_t(M) * f, tanh_gelu);  // dU over U
   }
-  be.gelu_backward(saved.u, s.z, s.z, int64_t(M) * f, tanh_gelu);
   be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
-  be.linear_backward(s.z, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w, gp.proj_in_b);
+  be.linear_backward(saved.u, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w, gp.proj_in_b);
   if (c.d_attn > 0) {
     const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
     be.tiny_attention_backward(attn_params(c, p, call.lengths), ag, s.dF, s.h, T, B, saved.qkv, saved.P, saved.O,

@@ -22,8 +22,9 @@ struct BlockSaved {
   const float* x = nullptr;                    // [M, d] the block's input (the residual stream)
   float *ln_mean = nullptr, *ln_rstd = nullptr;  // [M] the block LayerNorm's statistics (may be null
                                                //     in a forward that no backward follows)
-  float* u = nullptr;                          // [M, f] the projection before the GELU (may be
-                                               //     BlockScratch::z when no backward follows)
+  float* u = nullptr;                          // [M, f] the projection before the GELU; dU over
+                                               //     it in the backward (may be BlockScratch::z
+                                               //     without an SGU when no backward follows)
   float *g_mean = nullptr, *g_rstd = nullptr;  // [M] the gate LayerNorm's statistics (SGU models)
   float* F = nullptr;                          // [M, g] the spatial output, attention added (SGU models)
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
@@ -32,7 +33,7 @@ struct BlockSaved {
 // Scratch reused by every layer; s = branch channels (ModelConfig::branch_channels).
 struct BlockScratch {
   float* h = nullptr;    // [M, d] LayerNorm output; the stochastic-depth branch
-  float* z = nullptr;    // [M, f] Z, then dZ in place in the backward
+  float* z = nullptr;    // [M, f] Z = GELU(U), for models without an SGU (the SGU reads U)
   float* S = nullptr;    // [M, s] S; also the gate G when BlockCall::gate is null
   float* att = nullptr;  // [M, g] aMLP: the attention's output
   float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]

@@ -35,7 +35,7 @@ struct Model::Arena {
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
-  F32 u;                                     // L x [M, d_ffn]
+  F32 u;                                     // L x [M, d_ffn] (1 without grad)
   F32 F;                                     // L x [M, g]
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
   F32 f_mean, f_rstd;                        // [M] final norm
@@ -44,7 +44,7 @@ struct Model::Arena {
   F32 logits, dlogits;                       // [M or B, out]
   // Scratch reused by every layer.
   F32 h, dh, dx;                             // [M, d]
-  F32 z;                                     // [M, d_ffn]: Z, then dZ in place
+  F32 z;                                     // [M, d_ffn]: Z, no-SGU models only (block.cpp)
   F32 S, dS;                                 // [M, s]: S doubles as G
   F32 dF, dG, att;                           // [M, g]; att: the attention's output
   F32 dO, dP, dqkv;                          // aMLP backward
@@ -167,9 +167,12 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->x = f32((grad ? L + 1 : 2) * M * d);  // one slot per layer input, plus the output
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
-  // Without gradients nothing reads U after its GELU: the projection lands in z and
-  // the GELU runs in place (M x d_ffn floats fewer: 64 MB for the annotated model).
+  // U, the projection before the GELU, per layer; without gradients one slot serves
+  // every layer. Z = GELU(U) is stored only without an SGU, where it is the branch (the
+  // SGU reads U, block.cpp); there, without gradients, nothing reads U after its GELU,
+  // so the projection lands in z and the GELU runs in place.
   if (grad) a->u = f32(L * M * f);
+  else if (cfg_.has_sgu()) a->u = f32(M * f);
   if (cfg_.has_sgu()) {
     a->g_mean = f32(L * M);
     a->g_rstd = f32(L * M);
@@ -188,7 +191,7 @@ void Model::ensure_arena(int B, int T, int layers) {
   if (!cfg_.per_token_output()) a->pooled = f32(size_t(B) * d);
   if (cfg_.task == Task::mlm) a->h_sel = f32(M * d);
   a->h = f32(M * d);
-  a->z = f32(M * f);
+  if (!cfg_.has_sgu()) a->z = f32(M * f);
   a->S = f32(M * s);
   if (cfg_.spatial == Spatial::toeplitz) a->Wd = f32(size_t(cfg_.sgu_heads) * T * T);
   if (grad) {

@@ -6,7 +6,6 @@
 #include "ops/parallel.h"
 
 namespace gmlp::ops {
-using fast::kInvSqrt2, fast::kInvSqrt2Pi, fast::kSqrt2OverPi, fast::kTanhCoef;
 
 // A vectorised map, threaded only from kParallelValues values on (parallel.h): the
 // cached decoder's few rows per token stay off the OpenMP runtime.
@@ -56,25 +55,10 @@ void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool ta
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      // With e = exp(2u): tanh u = 1 - 2/(e+1) and 1 - tanh^2 u = 4e/(e+1)^2; the
-      // latter avoids the cancellation of 1 - t*t in the tails.
-      const float e = fast::exp(2.f * kSqrt2OverPi * (v + kTanhCoef * v * v * v));
-      const float inv = 1.f / (e + 1.f);
-      const float t = 1.f - 2.f * inv;
-      const float dt = 4.f * (e * inv) * inv * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
-      dx[i] = dy[i] * (0.5f * (1.f + t) + 0.5f * v * dt);
-    }
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * fast::gelu_tanh_grad(x[i]);
   } else {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i], u = v * kInvSqrt2;
-      const float e = fast::exp(-u * u);  // exp(-v^2 / 2): erf's and the density's
-      const float cdf = 0.5f * (1.f + fast::erf_given_exp(u, e));
-      const float pdf = kInvSqrt2Pi * e;
-      dx[i] = dy[i] * (cdf + v * pdf);
-    }
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * fast::gelu_erf_grad(x[i]);
   }
 }
 

@@ -106,6 +106,8 @@ void layernorm_row(const float* x, int C, const float* w, const float* b, float 
 // same values layernorm_forward produced (the backward uses it to rebuild outputs).
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                      const float* rstd, float* y, int ldy);
+// One row of it.
+void layernorm_apply_row(const float* x, int C, const float* w, const float* b, float mean, float rstd, float* y);
 // Recomputes x-hat from x, mean, rstd. dx (rows lddx apart) is overwritten, or added
 // to when accumulate_dx; dw += sum dy * xhat; db += sum dy. dx may alias x (same
 // stride): each element of x is read before the same element of dx is written.
@@ -142,6 +144,14 @@ void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 // padded rows; F = W_k G + b_k (+ extra) per head k; S = Z1*F, F, Z+F or Z*F.
 // Saves gate mean/rstd [M] and F [M, g]. G is scratch [M, g] and may be S's buffer.
 // kind: any Sgu but none (which has no SGU).
+//
+// What the ops are given as Z: Z itself, or U with Z = GELU(U) taken row by row as the
+// ops read it. The block passes U (the input projection's output): Z is never stored,
+// and the backward's dZ leaves as dU, GELU's derivative folded in (docs/backward.md).
+struct ZInput {
+  bool gelu = false;
+  Gelu form = Gelu::erf;
+};
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:
 // Z*F, F or Z+F. s may be f (in place).
 inline void sgu_combine_row(Sgu kind, const float* z, const float* f, float* s, int g) {
@@ -160,8 +170,8 @@ inline void sgu_combine_row(Sgu kind, const float* z, const float* f, float* s, 
       break;
   }
 }
-// The same over M rows: Z rows ldz apart, F and S [M, g].
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
+// The same over M rows: Z rows ldz apart (or U's, as zin says), F and S [M, g].
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ZInput zin = {});
 struct SguParams {
   Sgu kind = Sgu::split;
   const float* norm_w = nullptr;
@@ -175,6 +185,7 @@ struct SguParams {
   bool causal = true;
   const int32_t* lengths = nullptr;  // [B] real rows per sequence, or null (no padding)
   float eps = 1e-5f;
+  ZInput z;                          // Z itself, or U with Z = GELU(U)
 };
 struct SguGrads {
   float* norm_w;
@@ -182,12 +193,14 @@ struct SguGrads {
   float* W;     // same layout as SguParams::W
   float* bias;  // same layout as SguParams::bias
 };
-// extra [M, g] (or null) is added to F before the gating: aMLP's attention.
-void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
-                 float* F, float* G, const float* extra = nullptr);
-// dZ [M, f] is overwritten; dF ends holding dL/dF (the attention's dA for aMLP).
-// G, dF and dG are scratch [M, g]. dZ may alias Z; G may be any dead buffer; dG may
-// alias dS only for the split form (the others read dS again at the end).
+// zbias [f] (or null) is first added to every row of Z in place (the projection's bias,
+// in the pass that reads the rows anyway); extra [M, g] (or null) is added to F before
+// the gating: aMLP's attention.
+void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
+                 float* grstd, float* F, float* G, const float* extra = nullptr);
+// dZ [M, f] is overwritten (dL/dU when p.z.gelu); dF ends holding dL/dF (the attention's
+// dA for aMLP). G, dF and dG are scratch [M, g]. dZ may alias Z; G may be any dead
+// buffer; dG may alias dS only for the split form (the others read dS again at the end).
 void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
                   const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
                   float* dG);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/fast_math.h"
+#include "ops/layernorm_rows.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/reduce.h"
@@ -44,13 +46,65 @@ void for_each_slice(const SguParams& p, float* dW, int B, const Dims& d, Fn fn) 
       fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, b * d.g + k * d.gh, d.gh);
 }
 
+// n values of Z from the same row of what the op was given: that row itself, or its
+// GELU computed into buf (the same function, so the same bits, as gelu.cpp's).
+const float* z_of(ZInput zin, const float* u, int n, float* buf) {
+  if (!zin.gelu) return u;
+  if (zin.form == Gelu::tanh) {
+#pragma omp simd
+    for (int c = 0; c < n; ++c) buf[c] = fast::gelu_tanh(u[c]);
+  } else {
+#pragma omp simd
+    for (int c = 0; c < n; ++c) buf[c] = fast::gelu_erf(u[c]);
+  }
+  return buf;
+}
+
+// Z = GELU(U) and dZ/dU = GELU'(U) over n values of a row, into z and dzdu (an op given U).
+void z_and_dz_du_of(ZInput zin, const float* u, int n, float* z, float* dzdu) {
+  if (zin.form == Gelu::tanh) {
+#pragma omp simd
+    for (int c = 0; c < n; ++c) {
+      const auto [y, dy] = fast::gelu_tanh_and_grad(u[c]);
+      z[c] = y;
+      dzdu[c] = dy;
+    }
+  } else {
+#pragma omp simd
+    for (int c = 0; c < n; ++c) {
+      const auto [y, dy] = fast::gelu_erf_and_grad(u[c]);
+      z[c] = y;
+      dzdu[c] = dy;
+    }
+  }
+}
+
+// A row buffer of this thread's, at least n floats.
+float* row_buffer(int slot, int n) {
+  thread_local std::vector<float> bufs[2];
+  std::vector<float>& b = bufs[slot];
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
 }  // namespace
 
-void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
-                 float* F, float* G, const float* extra) {
+void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
+                 float* grstd, float* F, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  layernorm_forward(Z + d.goff, f, M, d.g, p.norm_w, p.norm_b, p.eps, G, d.g, gmean, grstd);
+  // One pass over the rows: the bias in place, then the gate's LayerNorm of Z (GELU(U)
+  // when so given, never stored).
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < M; ++r) {
+    float* u = Z + int64_t(r) * f;
+    if (zbias) {
+#pragma omp simd
+      for (int c = 0; c < f; ++c) u[c] += zbias[c];
+    }
+    layernorm_row(z_of(p.z, u + d.goff, d.g, row_buffer(0, d.g)), d.g, p.norm_w, p.norm_b, p.eps,
+                  G + int64_t(r) * d.g, gmean + r, grstd + r);
+  }
   zero_padding(p.lengths, T, B, d.g, G);
   // Rows are t-major, so G is a [T, B*g] matrix and one head's mixing is one product.
   for_each_slice(p, nullptr, B, d, [&](const float* W, float*, int off, int cols) {
@@ -74,14 +128,15 @@ void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float*
         for (int c = 0; c < d.gh; ++c) fk[c] += bk;
       }
     }
-    sgu_combine_row(p.kind, z, fr, s, d.g);
+    sgu_combine_row(p.kind, z_of(p.z, z, d.g, row_buffer(0, d.g)), fr, s, d.g);
   }
 }
 
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ZInput zin) {
   // A few rows (the cached decoder's) stay off the OpenMP runtime (parallel.h).
   parallel_for_if(M, int64_t(M) * g, kParallelValues, [&](int r) {
-    sgu_combine_row(kind, Z + int64_t(r) * ldz, F + int64_t(r) * g, S + int64_t(r) * g, g);
+    sgu_combine_row(kind, z_of(zin, Z + int64_t(r) * ldz, g, row_buffer(0, g)), F + int64_t(r) * g,
+                    S + int64_t(r) * g, g);
   });
 }
 
@@ -90,25 +145,39 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
                   float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  const bool split = p.kind == Sgu::split;
+  const bool split = p.kind == Sgu::split, mult = p.kind == Sgu::multiplicative;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < M; ++r) {
-    const float* z = Z + int64_t(r) * f;
+    const float* u = Z + int64_t(r) * f;
     const float* fr = F + int64_t(r) * d.g;
     const float* ds = dS + int64_t(r) * d.g;
     float* dz = dZ + int64_t(r) * f;
     float* df = dF + int64_t(r) * d.g;
-    if (p.kind == Sgu::split || p.kind == Sgu::multiplicative) {
+    // Split: Z1 is not the gate, so dZ1 can be written now (over Z1 when dZ aliases Z:
+    // the row's Z1 has been read whole).
+    if (split && p.z.gelu) {
+      float *z = row_buffer(0, d.g), *dzdu = row_buffer(1, d.g);
+      z_and_dz_du_of(p.z, u, d.g, z, dzdu);
+      for (int c = 0; c < d.g; ++c) {
+        df[c] = ds[c] * z[c];
+        dz[c] = ds[c] * fr[c] * dzdu[c];
+      }
+      continue;
+    }
+    if (split || mult) {
+      const float* z = z_of(p.z, u, d.g, row_buffer(0, d.g));
       for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
     } else {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c];
     }
-    // Split: Z1 is not the gate, so dZ1 can be written now (over Z1 when dZ aliases Z).
     if (split)
       for (int c = 0; c < d.g; ++c) dz[c] = ds[c] * fr[c];
   }
   // The normalised gate was not kept: recompute it from the gate (cheaper than storing it).
-  layernorm_apply(Z + d.goff, f, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G, d.g);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < M; ++r)
+    layernorm_apply_row(z_of(p.z, Z + int64_t(r) * f + d.goff, d.g, row_buffer(0, d.g)), d.g, p.norm_w, p.norm_b,
+                        gmean[r], grstd[r], G + int64_t(r) * d.g);
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_slice(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols) {
     spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW);
@@ -125,21 +194,30 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
     }
   for (int t = 0; t < T; ++t)
     for (int k = 0; k < p.heads; ++k) g.bias[k * p.n + std::min(t, p.n - 1)] += float(rows[size_t(t) * p.heads + k]);
-  // LayerNorm backward into the gate's part of dZ (reading each element of the gate
-  // before writing it, so dZ may alias Z). For the non-split forms the gate is all of
-  // Z, and the direct path of S = Z + F or Z * F is added afterwards.
-  layernorm_backward(dG, d.g, Z + d.goff, f, gmean, grstd, p.norm_w, M, d.g, dZ + d.goff, f, false, g.norm_w,
-                     g.norm_b);
-  if (p.kind == Sgu::additive || p.kind == Sgu::multiplicative) {
-    const bool mult = p.kind == Sgu::multiplicative;
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < M; ++r) {
-      const float* ds = dS + int64_t(r) * d.g;
-      const float* fr = F + int64_t(r) * d.g;
-      float* dz = dZ + int64_t(r) * f;
-      for (int c = 0; c < d.g; ++c) dz[c] += mult ? ds[c] * fr[c] : ds[c];
-    }
+  // LayerNorm backward into the gate's part of dZ; for the non-split forms (the gate is
+  // all of Z) the direct path of S = Z + F or Z * F is added, and with U given the sum
+  // is multiplied by GELU'(U). Each row of the gate is read whole (into this thread's
+  // buffers) before its dZ is written, so dZ may alias Z.
+  const bool direct = p.kind == Sgu::additive || mult;
+  const auto gate_row = [&](int r, float* buf) {
+    const float* u = Z + int64_t(r) * f + d.goff;
+    if (!p.z.gelu) return u;
+    z_and_dz_du_of(p.z, u, d.g, buf, row_buffer(1, d.g));
+    return static_cast<const float*>(buf);
+  };
+  if (!direct && p.z.gelu) {  // split (as the block runs it) and linear
+    layernorm_backward_rows(dG, d.g, gmean, grstd, p.norm_w, M, d.g, g.norm_w, g.norm_b, gate_row, [&](int r) {
+      return [dz = dZ + int64_t(r) * f + d.goff, q = row_buffer(1, d.g)](int c, float v) { dz[c] = v * q[c]; };
+    });
+    return;
   }
+  layernorm_backward_rows(dG, d.g, gmean, grstd, p.norm_w, M, d.g, g.norm_w, g.norm_b, gate_row, [&](int r) {
+    return [=, dz = dZ + int64_t(r) * f + d.goff, q = p.z.gelu ? row_buffer(1, d.g) : nullptr,
+            ds = dS + int64_t(r) * d.g, fr = F + int64_t(r) * d.g](int c, float v) {
+      if (direct) v += mult ? ds[c] * fr[c] : ds[c];
+      dz[c] = q ? v * q[c] : v;
+    };
+  });
 }
 
 }  // namespace gmlp::ops

@@ -1,25 +1,10 @@
 // GELU on the device, exact (erf) or tanh-approximated, with the bias of the projection
 // before it fused into the forward.
 #include "ops/cuda/common.cuh"
-#include "ops/fast_math.h"
+#include "ops/cuda/gelu.cuh"
 
 namespace gmlp::cuda {
 namespace {
-using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
-
-__device__ inline float gelu(float x, bool t) {
-  return t ? 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)))
-           : 0.5f * x * (1.f + erff(x * kInvSqrt2));
-}
-
-__device__ inline float gelu_grad(float v, bool t) {
-  if (t) {
-    const float th = tanhf(kSqrt2OverPi * (v + kTanhCoef * v * v * v));
-    const float dt = (1.f - th * th) * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
-    return 0.5f * (1.f + th) + 0.5f * v * dt;
-  }
-  return 0.5f * (1.f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
-}
 
 __global__ void k_gelu(const float* x, float* y, int64_t n, bool t) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -1,9 +1,13 @@
 // The spatial gating unit on the device (sgu.cpp's steps, the same order and aliasing
 // rules): LayerNorm of the gate, padded rows zeroed, the per-head spatial products,
-// then bias, aMLP's attention and the combine in one elementwise pass.
+// then bias, aMLP's attention and the combine in one elementwise pass. Given U
+// (ops.h's ZInput), every kernel takes Z = GELU(U) as it reads U, and the backward
+// writes dU, GELU's derivative folded in.
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/gelu.cuh"
+#include "ops/cuda/layernorm.cuh"
 
 namespace gmlp::cuda {
 namespace {
@@ -28,36 +32,66 @@ __device__ inline float combine(Sgu kind, float z, float f) {
   }
 }
 
+// Z's values from what the op was given, rows ld apart, from channel off on.
+struct ZIn {
+  const float* u;
+  int ld, off;
+  ops::ZInput zin;
+  __device__ float operator()(int64_t r, int c) const { return z_from(zin, u[r * ld + off + c]); }
+};
+
+// The gate's dL/dZ into dZ (over U when they alias): the LayerNorm's, plus the direct
+// path of S = Z + F or Z * F, times GELU'(U) when given U.
+struct DzGate {
+  float* dz;
+  const float* u;
+  int ld, off, g;
+  ops::ZInput zin;
+  int direct;  // 0: none, 1: + dS (additive), 2: + dS * F (multiplicative)
+  const float *dS, *F;
+  __device__ void operator()(int64_t r, int c, float d) const {
+    const int64_t i = r * g + c;
+    if (direct) d += direct == 2 ? dS[i] * F[i] : dS[i];
+    const int64_t j = r * ld + off + c;
+    dz[j] = zin.gelu ? d * gelu_grad(u[j], zin.form == Gelu::tanh) : d;
+  }
+};
+
+// U[r, :] += b.
+__global__ void k_add_bias(float* U, const float* b, int64_t total, int f) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) U[i] += b[i % f];
+}
+
 // F += bias (+ extra); S = combine(Z, F). S may be the gate buffer (dead by now).
-__global__ void k_bias_combine(Sgu kind, const float* Z, int f, float* F, int M, int B, int g, int gh,
-                               const float* bias, int n, const float* extra, float* S) {
+__global__ void k_bias_combine(Sgu kind, ZIn z, float* F, int M, int B, int g, int gh, const float* bias, int n,
+                               const float* extra, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g), t = int(r / B), bi = min(t, n - 1);
   const float fr = F[i] + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f);
   F[i] = fr;
-  S[i] = combine(kind, Z[r * f + c], fr);
+  S[i] = combine(kind, z(r, c), fr);
 }
 
-__global__ void k_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
+__global__ void k_combine(Sgu kind, ZIn z, const float* F, int M, int g, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
-  const int64_t r = i / g;
-  S[i] = combine(kind, Z[r * ldz + i % g], F[i]);
+  S[i] = combine(kind, z(i / g, int(i % g)), F[i]);
 }
 
-// dF = dS * Z1 (split, multiplicative) or dS; split: dZ1 = dS * F, over Z1 when dZ is Z
-// (each element read, then written, by one thread).
-__global__ void k_back_gate(Sgu kind, const float* dS, const float* Z, int f, const float* F, int M, int g,
-                            float* dZ, float* dF) {
+// dF = dS * Z1 (split, multiplicative) or dS; split: dZ1 = dS * F (times GELU'(U1) when
+// given U), over U1 when dZ is U (each element read, then written, by one thread).
+__global__ void k_back_gate(Sgu kind, const float* dS, ZIn z, const float* F, int M, int g, float* dZ, float* dF) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
-  const float ds = dS[i], z = Z[r * f + c];
-  dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * z : ds;
-  if (kind == Sgu::split) dZ[r * f + c] = ds * F[i];
+  const float ds = dS[i], u = z.u[r * z.ld + c];
+  dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * z_from(z.zin, u) : ds;
+  if (kind == Sgu::split)
+    dZ[r * z.ld + c] = z.zin.gelu ? ds * F[i] * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * F[i];
 }
 
 // Bias gradient: one thread per (head k, bias entry i); entry n - 1 also takes rows
@@ -76,14 +110,6 @@ __global__ void k_bias_grad(const float* dF, int T, int B, int g, int gh, int he
   db[k * n + i] += float(s);
 }
 
-// Non-split forms: dZ += dS (additive) or dS * F (multiplicative), the direct path.
-__global__ void k_direct(bool mult, const float* dS, const float* F, int M, int g, int f, float* dZ) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(M) * g) return;
-  const int64_t r = i / g;
-  dZ[r * f + i % g] += mult ? dS[i] * F[i] : dS[i];
-}
-
 template <typename Fn>
 void for_each_slice(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn fn) {
   if (p.heads == 1) {
@@ -97,21 +123,28 @@ void for_each_slice(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn
 
 }  // namespace
 
-void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
-                 float* F, float* G, const float* extra) {
+void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
+                 float* grstd, float* F, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  layernorm_forward(Z + d.goff, f, M, d.g, p.norm_w, p.norm_b, p.eps, G, d.g, gmean, grstd);
+  if (zbias) {
+    k_add_bias<<<blocks_for(int64_t(M) * f), kThreads>>>(Z, zbias, int64_t(M) * f, f);
+    check_launch("sgu: the projection's bias");
+  }
+  ln_forward_k<<<unsigned(M), kRowThreads>>>(ZIn{Z, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G, d.g, gmean,
+                                             grstd, nullptr);
+  check_launch("sgu gate layernorm");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_slice(p, nullptr, B, d, [&](const float* W, float*, int off, int cols) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off);
   });
-  k_bias_combine<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, Z, f, F, M, B, d.g, d.gh, p.bias, p.n, extra, S);
+  k_bias_combine<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, ZIn{Z, f, 0, p.z}, F, M, B, d.g, d.gh, p.bias,
+                                                             p.n, extra, S);
   check_launch("sgu bias + combine");
 }
 
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
-  k_combine<<<blocks_for(int64_t(M) * g), kThreads>>>(kind, Z, ldz, F, M, g, S);
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ops::ZInput zin) {
+  k_combine<<<blocks_for(int64_t(M) * g), kThreads>>>(kind, ZIn{Z, ldz, 0, zin}, F, M, g, S);
   check_launch("sgu combine");
 }
 
@@ -119,9 +152,11 @@ void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* 
                   const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF, float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, Z, f, F, M, d.g, dZ, dF);
+  k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, dZ, dF);
   check_launch("sgu backward (gate)");
-  layernorm_apply(Z + d.goff, f, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G, d.g);
+  const ZIn gate{Z, f, d.goff, p.z};
+  ln_apply_k<<<blocks_for(int64_t(M) * d.g), kThreads>>>(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G, d.g);
+  check_launch("sgu gate recomputed");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_slice(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols) {
     spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW);
@@ -129,12 +164,9 @@ void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* 
   zero_padding(p.lengths, T, B, d.g, dG);
   k_bias_grad<<<blocks_for(p.heads * p.n), kThreads>>>(dF, T, B, d.g, d.gh, p.heads, p.n, g.bias);
   check_launch("sgu bias gradient");
-  layernorm_backward(dG, d.g, Z + d.goff, f, gmean, grstd, p.norm_w, M, d.g, dZ + d.goff, f, false, g.norm_w,
-                     g.norm_b);
-  if (p.kind == Sgu::additive || p.kind == Sgu::multiplicative) {
-    k_direct<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind == Sgu::multiplicative, dS, F, M, d.g, f, dZ);
-    check_launch("sgu backward (direct path)");
-  }
+  const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
+  layernorm_backward_with(dG, d.g, gate, gmean, grstd, p.norm_w, M, d.g,
+                          DzGate{dZ, Z, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b);
 }
 
 }  // namespace gmlp::cuda

@@ -1,0 +1,108 @@
+#pragma once
+// LayerNorm's kernels, written once over where x comes from and where dx goes: the
+// generic op (layernorm.cu) reads x and writes dx as they are; the SGU's gate
+// (sgu.cu) normalises GELU(U), recomputed as it reads U, and folds GELU's derivative
+// (and the non-split forms' direct path) into dU, so Z and dZ are never stored. Row r,
+// channel c of x is xin(r, c); the backward's dL/dx goes to out(r, c, d).
+#include "ops/cuda/common.cuh"
+
+namespace gmlp::cuda {
+
+constexpr int kRowThreads = 128;
+
+// x as it is in memory, rows ld apart.
+struct XPlain {
+  const float* x;
+  int ld;
+  __device__ float operator()(int64_t r, int c) const { return x[r * ld + c]; }
+};
+
+// A block per row. Row r goes to row rows[r] of y when rows is given (the decoder's gate cache).
+template <typename XIn>
+__global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, float eps, float* y, int ldy, float* mean,
+                             float* rstd, const int32_t* rows) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  float s = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += xin(r, c);
+  const float mu = block_sum(s, sh) / float(C);
+  float v = 0.f;  // two passes, as the CPU op
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = xin(r, c) - mu;
+    v += d * d;
+  }
+  const float rs = rsqrtf(block_sum(v, sh) / float(C) + eps);
+  float* yr = y + (rows ? int64_t(rows[r]) : r) * ldy;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (xin(r, c) - mu) * rs * w[c] + b[c];
+  if (threadIdx.x == 0) {
+    if (mean) mean[r] = mu;
+    if (rstd) rstd[r] = rs;
+  }
+}
+
+template <typename XIn>
+__global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b, const float* mean, const float* rstd,
+                           float* y, int ldy) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(M) * C) return;
+  const int64_t r = i / C;
+  const int c = int(i % C);
+  y[r * ldy + c] = (xin(r, c) - mean[r]) * rstd[r] * w[c] + b[c];
+}
+
+// Each thread owns the same channels in both passes, so out may overwrite x: a
+// channel's x is read (pass 2) by the thread that then writes its dx.
+template <typename XIn, typename Out>
+__global__ void ln_backward_dx_k(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+                                 const float* w, int C, Out out) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const float* dyr = dy + r * lddy;
+  const float mu = mean[r], rs = rstd[r];
+  float sg = 0.f, sgx = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float xh = (xin(r, c) - mu) * rs, g = dyr[c] * w[c];
+    sg += g;
+    sgx += g * xh;
+  }
+  const float mg = block_sum(sg, sh) / float(C);
+  const float mgx = block_sum(sgx, sh) / float(C);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float xh = (xin(r, c) - mu) * rs;
+    out(r, c, rs * (dyr[c] * w[c] - mg - xh * mgx));
+  }
+}
+
+template <typename XIn>
+__global__ void ln_backward_dwdb_partial_k(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+                                           int M, int C, int rows_per, float* part) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
+  float sw = 0.f, sb = 0.f;
+  for (int r = r0; r < r1; ++r) {
+    const float g = dy[int64_t(r) * lddy + c];
+    sw += g * (xin(r, c) - mean[r]) * rstd[r];
+    sb += g;
+  }
+  part[(int64_t(blockIdx.y) * 2) * C + c] = sw;
+  part[(int64_t(blockIdx.y) * 2 + 1) * C + c] = sb;
+}
+
+__global__ void ln_backward_dwdb_finish_k(const float* part, int chunks, int C, float* dw, float* db);
+
+// The whole backward: dw and db first (they read x, which out may overwrite), then dx.
+template <typename XIn, typename Out>
+void layernorm_backward_with(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
+                             int M, int C, Out out, float* dw, float* db) {
+  if (M <= 0) return;
+  const int rows_per = 256, chunks = (M + rows_per - 1) / rows_per;
+  float* part = static_cast<float*>(scratch(sizeof(float) * 2 * size_t(chunks) * C));
+  ln_backward_dwdb_partial_k<<<dim3(blocks_for(C), unsigned(chunks)), kThreads>>>(dy, lddy, xin, mean, rstd, M, C,
+                                                                                  rows_per, part);
+  ln_backward_dwdb_finish_k<<<blocks_for(C), kThreads>>>(part, chunks, C, dw, db);
+  ln_backward_dx_k<<<unsigned(M), kRowThreads>>>(dy, lddy, xin, mean, rstd, w, C, out);
+  check_launch("layernorm backward");
+}
+
+}  // namespace gmlp::cuda
