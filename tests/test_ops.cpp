@@ -360,6 +360,36 @@ void flipped_products_against_naive_loops() {
     }
 }
 
+// A·B with a long K in pieces of rows (gemm.cpp's rows_per_call): every row, the last
+// piece short, beta applied once, against the product in one call: the same bits where
+// the pieces are whole (a short piece may take another of oneDNN's kernels), and the
+// same bits every time on a given thread count.
+void pieced_products_match_one_call() {
+  std::mt19937 rng(13);
+  const int M = 1601, N = 512, K = 1030;  // slabs of 1601, 816 and 544 rows (the last shorter), over 1 MB of C
+  const Vec A = uniform(size_t(M) * K, -1, 1, rng), Bm = uniform(size_t(K) * N, -1, 1, rng),
+            C0 = uniform(size_t(M) * N, -1, 1, rng);
+  Vec whole = C0;
+  ops::sgemm_onednn(false, false, M, N, K, 0.5f, A.data(), K, Bm.data(), N, 0.25f, whole.data(), N);
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Vec pieced = C0, again = C0;
+    ops::gemm(false, false, M, N, K, 0.5f, A.data(), K, Bm.data(), N, 0.25f, pieced.data(), N);
+    ops::gemm(false, false, M, N, K, 0.5f, A.data(), K, Bm.data(), N, 0.25f, again.data(), N);
+    omp_set_num_threads(saved);
+    EXPECT_TRUE(test::all_close(pieced.data(), whole.data(), whole.size(), 1e-5f, 1e-5f, "pieced C"));
+    EXPECT_EQ(std::memcmp(pieced.data(), again.data(), sizeof(float) * pieced.size()), 0) << "not reproducible";
+    if (threads < 3) {  // the first 1536 rows: whole pieces on one thread; on two, all but 48 of them
+      int differ = 0;
+      for (int r = 0; r < 1536; ++r)
+        differ += std::memcmp(&whole[size_t(r) * N], &pieced[size_t(r) * N], sizeof(float) * N) != 0;
+      EXPECT_EQ(differ, 0) << "rows of the first 1536 differ from one call's";
+    }
+  }
+}
+
 // Timing by shape (gmlp bench --products): a call per entry, and a product inside a timed
 // one is part of its time, not an entry of its own.
 TEST(OpsGemm, ProductTimingCountsTheOutermostProduct) {
@@ -402,6 +432,7 @@ TEST(OpsGemm, OneDnnSgemmAgainstNaiveLoops) {
     all_transposes_against_naive_loops();
     slabs_per_thread_cover_every_row_and_column();
     flipped_products_against_naive_loops();
+    pieced_products_match_one_call();
   });
 }
 

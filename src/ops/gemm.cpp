@@ -28,6 +28,38 @@ void blas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
               alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// Rows of C per call for A·B on oneDNN: its SGEMM runs over a long slab K-block by
+// K-block, each block reading and writing the whole slab of C again, which for a large
+// slab is a trip to memory per block. In pieces whose C stays in the L2 cache (512 KB)
+// the blocks add into cached rows: dH = dU·W of the annotated model (8192 x 512 by 2048)
+// ran at 430 GFLOP/s in 4096-row slabs and 479 in 256-row pieces (2 threads, Zen 5).
+// Only where K spans several blocks, the slab's C is over 1 MB (dS = dY·V, K = 512, and
+// the small model's dH, a 1 MB slab, gained nothing) and a piece keeps 256 rows or more:
+// each piece packs B again, and square 2048 products in 64-row pieces lost 6%. The
+// transposed forms measured no gain. Each element of C is still one call's, over all of
+// K: a whole piece gives the bits of one call, a short last piece may take another of
+// oneDNN's kernels; the pieces, like the slabs, follow from the shape and the thread
+// count only (OpsGemm.OneDnnSgemmAgainstNaiveLoops).
+int rows_per_call(bool trans_a, bool trans_b, int rows, int N, int K) {
+  constexpr int64_t kCachedC = 512 * 1024 / sizeof(float), kLargeC = 2 * kCachedC;
+  const int piece = int(kCachedC / N) / 16 * 16;
+  if (trans_a || trans_b || K < 1024 || piece < 256 || int64_t(rows) * N <= kLargeC ||
+      fp32_engine() != Fp32Engine::onednn)
+    return rows;
+  return piece;
+}
+
+// A row slab [lo, hi) of C = op(A)·op(B), in pieces of rows_per_call.
+void blas_rows(bool trans_a, bool trans_b, int lo, int hi, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+  const int step = rows_per_call(trans_a, trans_b, hi - lo, N, K);
+  for (int r = lo; r < hi; r += step) {
+    const int e = std::min(hi, r + step);
+    blas(trans_a, trans_b, e - r, N, K, alpha, trans_a ? A + r : A + int64_t(r) * lda, lda, B, ldb, beta,
+         C + int64_t(r) * ldc, ldc);
+  }
+}
+
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc) {
   // With several threads, each multiplies one slab of C (rows, or columns when C is
@@ -39,6 +71,10 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool rows = M >= N;
   const int len = rows ? M : N;
+  if (nt == 1 && rows) {  // one thread (or inside a region): the library runs on this one
+    blas_rows(trans_a, trans_b, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   if (nt == 1 || len < kGemmSlab * nt) {
     blas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -49,8 +85,7 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
     const int lo = std::min(len, omp_get_thread_num() * step), hi = std::min(len, lo + step);
     if (hi > lo) {
       if (rows)
-        blas(trans_a, trans_b, hi - lo, N, K, alpha, trans_a ? A + lo : A + int64_t(lo) * lda, lda, B, ldb, beta,
-             C + int64_t(lo) * ldc, ldc);
+        blas_rows(trans_a, trans_b, lo, hi, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       else
         blas(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, trans_b ? B + int64_t(lo) * ldb : B + lo, ldb, beta,
              C + lo, ldc);
