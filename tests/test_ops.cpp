@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ops/fast_math.h"
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
 #include "gmlp/comm.h"
 #include "gmlp/config.h"
@@ -741,6 +742,30 @@ TEST(OpsGelu, FastMatchesLibmReference) {
     const std::string tag = tanh_approx ? "tanh" : "erf";
     EXPECT_TRUE(test::all_close(fast.data(), ref.data(), x.size(), 1e-6f, 2e-6f, "gelu " + tag));
     EXPECT_TRUE(test::all_close(dfast.data(), dref.data(), x.size(), 2e-6f, 2e-6f, "gelu' " + tag));
+  }
+}
+
+// GELU and its derivative from one exponential (the SGU's backward) give the bits of the
+// two separate forms (the forward's GELU, gelu_backward with dy = 1): the backward
+// rebuilds the forward's values exactly.
+TEST(OpsGelu, ValueAndDerivativeAtOnceMatchTheSeparateForms) {
+  std::vector<float> x;
+  for (float v = -12.f; v <= 12.f; v += 0.0037f) x.push_back(v);
+  for (float v : {-100.f, -0.f, 0.f, 1e-8f, 100.f}) x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  const std::vector<float> ones(x.size(), 1.f);
+  for (bool tanh_approx : {false, true}) {
+    std::vector<float> y(x.size()), dy(x.size()), y1(x.size()), dy1(x.size());
+    gelu_forward(x.data(), y.data(), n, tanh_approx);
+    gelu_backward(x.data(), ones.data(), dy.data(), n, tanh_approx);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const auto [v, d] = tanh_approx ? fast::gelu_tanh_and_grad(x[size_t(i)]) : fast::gelu_erf_and_grad(x[size_t(i)]);
+      y1[size_t(i)] = v;
+      dy1[size_t(i)] = d;
+    }
+    EXPECT_EQ(y1, y) << (tanh_approx ? "tanh" : "erf");
+    EXPECT_EQ(dy1, dy) << (tanh_approx ? "tanh" : "erf");
   }
 }
 
