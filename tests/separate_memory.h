@@ -100,17 +100,21 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("sgu_forward", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, Z, zbias, S, gmean, grstd, F, G, extra});
     CpuBackend::sgu_forward(p, Z, zbias, T, B, f, S, gmean, grstd, F, G, extra);
   }
-  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S,
-                   ops::ZInput zin) override {
+  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
     mine("sgu_combine", {Z, F, S});
-    CpuBackend::sgu_combine(kind, Z, ldz, F, M, g, S, zin);
+    CpuBackend::sgu_combine(kind, Z, ldz, F, M, g, S);
   }
-  void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
-                    int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
-                    float* dG) override {
-    mine("sgu_backward", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, g.norm_w, g.norm_b, g.W, g.bias, dS, Z, gmean,
-                          grstd, F, dZ, G, dF, dG});
-    CpuBackend::sgu_backward(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
+  void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f,
+                         const float* F, float* S, float* dF, float* dZ) override {
+    mine("sgu_backward_gate", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, dS, Z, F, S, dF, dZ});
+    CpuBackend::sgu_backward_gate(p, dS, Z, T, B, f, F, S, dF, dZ);
+  }
+  void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T,
+                        int B, int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G,
+                        float* dF, float* dG) override {
+    mine("sgu_backward_mix", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, g.norm_w, g.norm_b, g.W, g.bias, dS, Z,
+                              gmean, grstd, F, dZ, G, dF, dG});
+    CpuBackend::sgu_backward_mix(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
   }
   void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                               float* A) override {

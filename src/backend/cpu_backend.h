@@ -86,14 +86,17 @@ class CpuBackend : public Backend {
                    float* gmean, float* grstd, float* F, float* G, const float* extra) override {
     ops::sgu_forward(p, Z, zbias, T, B, f, S, gmean, grstd, F, G, extra);
   }
-  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S,
-                   ops::ZInput zin) override {
-    ops::sgu_combine(kind, Z, ldz, F, M, g, S, zin);
+  void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
+    ops::sgu_combine(kind, Z, ldz, F, M, g, S);
   }
-  void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
-                    int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
-                    float* dG) override {
-    ops::sgu_backward(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
+  void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f,
+                         const float* F, float* S, float* dF, float* dZ) override {
+    ops::sgu_backward_gate(p, dS, Z, T, B, f, F, S, dF, dZ);
+  }
+  void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T,
+                        int B, int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G,
+                        float* dF, float* dG) override {
+    ops::sgu_backward_mix(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
   }
   void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                               float* A) override {

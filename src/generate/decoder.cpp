@@ -196,7 +196,7 @@ const float* Decoder::step(const int32_t* tokens, const int* which, int R) {
       be.decode_attention(ap, h, stream, pos, R, n, st.qkv[size_t(l)].data(), st.P.data(), st.O.data(), st.A.data(),
                           F);
     }
-    be.sgu_combine(cfg_.sgu, z, f, F, R, g, F, {});  // split: Z1 = z[0, g)
+    be.sgu_combine(cfg_.sgu, z, f, F, R, g, F);  // split: Z1 = z[0, g)
     be.decode_linear(p.proj_out_w, d, g, F, R, p.proj_out_b, x, true);
   }
   be.decode_layernorm(x, d, R, d, st.w.norm_w, st.w.norm_b, cfg_.norm_eps, h, d, nullptr);

@@ -87,8 +87,7 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
 
 void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockParams& gp, const BlockCall& call,
                     const BlockSaved& saved, const BlockScratch& s, float* dx) {
-  const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, g = c.gate_channels(),
-            nb = c.branch_channels();
+  const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, nb = c.branch_channels();
   const bool tanh_gelu = c.gelu == Gelu::tanh;
   const float* x = saved.x;
   // dx holds dL/d(block output); the residual passes it to the input unchanged, and the
@@ -101,30 +100,29 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
       be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
-  const float* branch = s.z;
-  if (c.has_sgu()) {
-    // S from U and F again (the forward kept neither S nor Z = GELU(U)).
-    be.sgu_combine(c.sgu, saved.u, f, saved.F, M, g, s.S, {true, c.gelu});
-    branch = s.S;
-  } else {
-    be.gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
-  }
-  be.linear_backward(dY, branch, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
     const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
+    // proj_out's backward around the SGU's pass over the rows: dS = dY V first (as
+    // linear_backward would), then the pass that forms dF and dU1 rebuilds S from U and F
+    // (the forward kept neither S nor Z = GELU(U)), then dV = dY^T S and dv. dU goes over
+    // U (nothing reads U after this layer's backward).
+    be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
+    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, s.dF, saved.u);
+    be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
-    // In place: dU over U (nothing reads U after this layer's backward), G in S's buffer
-    // (S is dead once proj_out's backward ran); for the split form dG over dS too
+    // G in S's buffer (S is dead once dV is formed); for the split form dG over dS too
     // (ops.h: only the other forms read dS again).
     float* dG = c.sgu == Sgu::split ? s.dS : s.dG;
-    be.sgu_backward(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, s.dF, dG);
+    be.sgu_backward_mix(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, s.dF, dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)
         be.toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
                            gp.spatial_w + k * c.spatial_weight_size());
   } else {
+    be.gelu_forward(saved.u, s.z, int64_t(M) * f, tanh_gelu);
+    be.linear_backward(dY, s.z, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
     be.gelu_backward(saved.u, s.dS, saved.u, int64_t(M) * f, tanh_gelu);  // dU over U
   }
   be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);

@@ -170,8 +170,8 @@ inline void sgu_combine_row(Sgu kind, const float* z, const float* f, float* s, 
       break;
   }
 }
-// The same over M rows: Z rows ldz apart (or U's, as zin says), F and S [M, g].
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ZInput zin = {});
+// The same over M rows: Z rows ldz apart, F and S [M, g] (the cached decoder's step).
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
 struct SguParams {
   Sgu kind = Sgu::split;
   const float* norm_w = nullptr;
@@ -204,6 +204,17 @@ void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B,
 void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
                   const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
                   float* dG);
+// The same in its two parts, for a caller that wants S between them (the block: proj_out's
+// weight gradient dYᵀ·S, with S rebuilt here in the pass that reads Z and F anyway rather
+// than in a pass of its own). The gate part is one pass over the rows: S = combine(Z, F)
+// again (S may be null), dF's direct part and, for the split form, dZ1. The mix part is
+// the rest: G rebuilt, the spatial backward, the bias, the gate LayerNorm's backward into
+// dZ's gate channels; G may be S's buffer once S is used.
+void sgu_backward_gate(const SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
+                       float* S, float* dF, float* dZ);
+void sgu_backward_mix(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
+                      const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                      float* dG);
 
 // ---- tiny_attention.cpp: aMLP's single-head attention of size da over H [M, d].
 struct AttnParams {

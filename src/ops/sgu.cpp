@@ -137,19 +137,17 @@ void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B,
   }
 }
 
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ZInput zin) {
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
   // A few rows (the cached decoder's) stay off the OpenMP runtime (parallel.h).
   parallel_for_if(M, int64_t(M) * g, kParallelValues, [&](int r) {
-    sgu_combine_row(kind, z_of(zin, Z + int64_t(r) * ldz, g, row_buffer(0, g)), F + int64_t(r) * g,
-                    S + int64_t(r) * g, g);
+    sgu_combine_row(kind, Z + int64_t(r) * ldz, F + int64_t(r) * g, S + int64_t(r) * g, g);
   });
 }
 
-void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
-                  const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
-                  float* dG) {
+void sgu_backward_gate(const SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
+                       float* S, float* dF, float* dZ) {
   const Dims d = dims(p, f);
-  const int M = T * B, ld = B * d.g;
+  const int M = T * B;
   const bool split = p.kind == Sgu::split, mult = p.kind == Sgu::multiplicative;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < M; ++r) {
@@ -158,19 +156,22 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
     const float* ds = dS + int64_t(r) * d.g;
     float* dz = dZ + int64_t(r) * f;
     float* df = dF + int64_t(r) * d.g;
+    float* sr = S ? S + int64_t(r) * d.g : nullptr;
     // Split: Z1 is not the gate, so dZ1 can be written now (over Z1 when dZ aliases Z:
     // the row's Z1 has been read whole).
     if (split && p.z.gelu) {
       float *z = row_buffer(0, d.g), *dzdu = row_buffer(1, d.g);
       z_and_dz_du_of(p.z, u, d.g, z, dzdu);
+      if (sr) sgu_combine_row(p.kind, z, fr, sr, d.g);
       for (int c = 0; c < d.g; ++c) {
         df[c] = ds[c] * z[c];
         dz[c] = ds[c] * fr[c] * dzdu[c];
       }
       continue;
     }
+    const float* z = z_of(p.z, u, d.g, row_buffer(0, d.g));
+    if (sr) sgu_combine_row(p.kind, z, fr, sr, d.g);
     if (split || mult) {
-      const float* z = z_of(p.z, u, d.g, row_buffer(0, d.g));
       for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
     } else {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c];
@@ -178,6 +179,21 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
     if (split)
       for (int c = 0; c < d.g; ++c) dz[c] = ds[c] * fr[c];
   }
+}
+
+void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
+                  const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                  float* dG) {
+  sgu_backward_gate(p, dS, Z, T, B, f, F, nullptr, dF, dZ);
+  sgu_backward_mix(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
+}
+
+void sgu_backward_mix(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
+                      const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                      float* dG) {
+  const Dims d = dims(p, f);
+  const int M = T * B, ld = B * d.g;
+  const bool mult = p.kind == Sgu::multiplicative;
   // The normalised gate was not kept: recompute it from the gate (cheaper than storing it).
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < M; ++r)

@@ -60,9 +60,12 @@ void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 // sgu.cu
 void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
                  float* grstd, float* F, float* G, const float* extra);
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ops::ZInput zin);
-void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
-                  const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF, float* dG);
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
+void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
+                       float* S, float* dF, float* dZ);
+void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
+                      int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                      float* dG);
 
 // tiny_attention.cu
 void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,

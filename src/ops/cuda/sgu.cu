@@ -81,15 +81,18 @@ __global__ void k_combine(Sgu kind, ZIn z, const float* F, int M, int g, float* 
   S[i] = combine(kind, z(i / g, int(i % g)), F[i]);
 }
 
-// dF = dS * Z1 (split, multiplicative) or dS; split: dZ1 = dS * F (times GELU'(U1) when
-// given U), over U1 when dZ is U (each element read, then written, by one thread).
-__global__ void k_back_gate(Sgu kind, const float* dS, ZIn z, const float* F, int M, int g, float* dZ, float* dF) {
+// S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS;
+// split: dZ1 = dS * F (times GELU'(U1) when given U), over U1 when dZ is U (each element
+// read, then written, by one thread).
+__global__ void k_back_gate(Sgu kind, const float* dS, ZIn z, const float* F, int M, int g, float* S, float* dZ,
+                            float* dF) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
-  const float ds = dS[i], u = z.u[r * z.ld + c];
-  dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * z_from(z.zin, u) : ds;
+  const float ds = dS[i], u = z.u[r * z.ld + c], zv = z_from(z.zin, u);
+  if (S) S[i] = combine(kind, zv, F[i]);
+  dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
   if (kind == Sgu::split)
     dZ[r * z.ld + c] = z.zin.gelu ? ds * F[i] * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * F[i];
 }
@@ -143,17 +146,24 @@ void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, i
   check_launch("sgu bias + combine");
 }
 
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S, ops::ZInput zin) {
-  k_combine<<<blocks_for(int64_t(M) * g), kThreads>>>(kind, ZIn{Z, ldz, 0, zin}, F, M, g, S);
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
+  k_combine<<<blocks_for(int64_t(M) * g), kThreads>>>(kind, ZIn{Z, ldz, 0, {}}, F, M, g, S);
   check_launch("sgu combine");
 }
 
-void sgu_backward(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
-                  const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF, float* dG) {
+void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
+                       float* S, float* dF, float* dZ) {
+  const Dims d = dims(p, f);
+  const int M = T * B;
+  k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, S, dZ, dF);
+  check_launch("sgu backward (gate)");
+}
+
+void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
+                      int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                      float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, dZ, dF);
-  check_launch("sgu backward (gate)");
   const ZIn gate{Z, f, d.goff, p.z};
   ln_apply_k<<<blocks_for(int64_t(M) * d.g), kThreads>>>(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G, d.g);
   check_launch("sgu gate recomputed");
