@@ -815,5 +815,27 @@ TEST(GradReadyHook, RangesTileTheBufferInBackwardOrderAndAreFinal) {
   EXPECT_EQ(seen.back().count, m->param("embed.weight").size);
 }
 
+// The backward writes dU over the U its forward saved, so a second backward needs a
+// forward again (it is refused, not run on what is left), and that forward restores
+// the same gradients. Without an SGU, U is overwritten the same way.
+TEST(Backward, OncePerForward) {
+  for (const Sgu sgu : {Sgu::split, Sgu::none}) {
+    SCOPED_TRACE(name_of(sgu));
+    const ModelConfig c = tiny("causal_lm", [sgu](ModelConfig& c) { c.sgu = sgu; });
+    auto m = make(c);
+    std::mt19937 rng(4);
+    const Ids ids = random_ids(size_t(3) * 9, c.vocab_size, rng);
+    m->zero_grad();
+    m->forward(ids.data(), ids.data() + 1, 9, 3, 8);
+    m->backward();
+    const Vec first(m->grads(), m->grads() + m->num_params());
+    EXPECT_THROW(m->backward(), Error);
+    m->zero_grad();
+    m->forward(ids.data(), ids.data() + 1, 9, 3, 8);
+    m->backward();
+    EXPECT_EQ(first, Vec(m->grads(), m->grads() + m->num_params()));
+  }
+}
+
 }  // namespace
 }  // namespace gmlp

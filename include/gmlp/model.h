@@ -152,7 +152,8 @@ class Model {
     return forward(b);
   }
   // Accumulates d(mean loss)/d(params) into grads(); needs a forward with targets
-  // made while gradients were enabled.
+  // made while gradients were enabled, one backward per forward (the backward consumes
+  // some of what the forward saved).
   void backward();
   // Called inside backward() with each contiguous range of grads() (offset and count in
   // floats) as soon as it holds its final value: the final norm and head first, then

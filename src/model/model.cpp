@@ -452,7 +452,10 @@ void Model::head_backward(const float* xL) {
 
 void Model::backward() {
   require(arena_ != nullptr && backward_ready_,
-          "Model::backward needs a forward with targets, made with gradients enabled");
+          "Model::backward needs a forward with targets, made with gradients enabled (one backward per forward)");
+  // The block's backward writes dU over the saved U (block.cpp): what a second backward
+  // would need is gone, so it needs a forward again.
+  backward_ready_ = false;
   Arena& a = *arena_;
   const ParamViews& W = backend_views();
   device_grads(true);  // dg_ accumulates from here
