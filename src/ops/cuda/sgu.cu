@@ -130,6 +130,7 @@ void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, i
                  float* grstd, float* F, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
+  if (M <= 0) return;  // no launch of an empty grid
   if (zbias) {
     k_add_bias<<<blocks_for(int64_t(M) * f), kThreads>>>(Z, zbias, int64_t(M) * f, f);
     check_launch("sgu: the projection's bias");
@@ -155,6 +156,7 @@ void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z,
                        float* S, float* dF, float* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
+  if (M <= 0) return;  // no launch of an empty grid
   k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, S, dZ, dF);
   check_launch("sgu backward (gate)");
 }
@@ -164,6 +166,7 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
                       float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
+  if (M <= 0) return;  // no launch of an empty grid
   const ZIn gate{Z, f, d.goff, p.z};
   ln_apply_k<<<blocks_for(int64_t(M) * d.g), kThreads>>>(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G, d.g);
   check_launch("sgu gate recomputed");
