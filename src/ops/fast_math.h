@@ -76,46 +76,35 @@ inline float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanh(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
 }
 
-// Their derivatives: GELU's backward calls these.
-#pragma omp declare simd
-inline float gelu_erf_grad(float v) {
-  const float u = v * kInvSqrt2;
-  const float e = exp(-u * u);  // exp(-v^2 / 2): erf's and the density's
-  const float cdf = 0.5f * (1.f + erf_given_exp(u, e));
-  return cdf + v * (kInvSqrt2Pi * e);
-}
-
-#pragma omp declare simd
-inline float gelu_tanh_grad(float v) {
-  // With e = exp(2u): tanh u = 1 - 2/(e+1) and 1 - tanh^2 u = 4e/(e+1)^2; the latter
-  // avoids the cancellation of 1 - t*t in the tails.
-  const float e = exp(2.f * kSqrt2OverPi * (v + kTanhCoef * v * v * v));
-  const float inv = 1.f / (e + 1.f);
-  const float t = 1.f - 2.f * inv;
-  const float dt = 4.f * (e * inv) * inv * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
-  return 0.5f * (1.f + t) + 0.5f * v * dt;
-}
-
 // GELU and its derivative from one exponential (and one erf): the SGU's backward needs
-// both for every value (sgu.cpp), and the exponential and erf are most of the cost. Each
-// is the same expression, so the same bits, as the functions above.
+// both for every value (sgu.cpp), and the exponential and erf are most of the cost. The
+// value is the same expression, so the same bits, as gelu_erf / gelu_tanh above.
 struct GeluAndGrad {
   float y, dy;
 };
 
 inline GeluAndGrad gelu_erf_and_grad(float v) {
   const float u = v * kInvSqrt2;
-  const float e = exp(-u * u);
+  const float e = exp(-u * u);  // exp(-v^2 / 2): erf's and the density's
   const float erf_u = erf_given_exp(u, e);
   return {0.5f * v * (1.f + erf_u), 0.5f * (1.f + erf_u) + v * (kInvSqrt2Pi * e)};
 }
 
 inline GeluAndGrad gelu_tanh_and_grad(float v) {
+  // With e = exp(2u): tanh u = 1 - 2/(e+1) and 1 - tanh^2 u = 4e/(e+1)^2; the latter
+  // avoids the cancellation of 1 - t*t in the tails.
   const float e = exp(2.f * kSqrt2OverPi * (v + kTanhCoef * v * v * v));
   const float inv = 1.f / (e + 1.f);
   const float t = 1.f - 2.f * inv;
   const float dt = 4.f * (e * inv) * inv * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
   return {0.5f * v * (1.f + t), 0.5f * (1.f + t) + 0.5f * v * dt};
 }
+
+// The derivatives alone (GELU's backward); the unused value is dropped when inlined.
+#pragma omp declare simd
+inline float gelu_erf_grad(float v) { return gelu_erf_and_grad(v).dy; }
+
+#pragma omp declare simd
+inline float gelu_tanh_grad(float v) { return gelu_tanh_and_grad(v).dy; }
 
 }  // namespace gmlp::ops::fast

@@ -157,26 +157,21 @@ void sgu_backward_gate(const SguParams& p, const float* dS, const float* Z, int 
     float* dz = dZ + int64_t(r) * f;
     float* df = dF + int64_t(r) * d.g;
     float* sr = S ? S + int64_t(r) * d.g : nullptr;
-    // Split: Z1 is not the gate, so dZ1 can be written now (over Z1 when dZ aliases Z:
-    // the row's Z1 has been read whole).
-    if (split && p.z.gelu) {
-      float *z = row_buffer(0, d.g), *dzdu = row_buffer(1, d.g);
-      z_and_dz_du_of(p.z, u, d.g, z, dzdu);
-      if (sr) sgu_combine_row(p.kind, z, fr, sr, d.g);
-      for (int c = 0; c < d.g; ++c) {
-        df[c] = ds[c] * z[c];
-        dz[c] = ds[c] * fr[c] * dzdu[c];
-      }
-      continue;
-    }
-    const float* z = z_of(p.z, u, d.g, row_buffer(0, d.g));
+    // Split and given U: GELU and GELU' of Z1 from one evaluation.
+    float *zbuf = row_buffer(0, d.g), *dzdu = split && p.z.gelu ? row_buffer(1, d.g) : nullptr;
+    if (dzdu) z_and_dz_du_of(p.z, u, d.g, zbuf, dzdu);
+    const float* z = dzdu ? zbuf : z_of(p.z, u, d.g, zbuf);
     if (sr) sgu_combine_row(p.kind, z, fr, sr, d.g);
     if (split || mult) {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
     } else {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c];
     }
-    if (split)
+    // Split: Z1 is not the gate, so dZ1 can be written now (over Z1 when dZ aliases Z:
+    // the row's Z1 has been read whole).
+    if (dzdu)
+      for (int c = 0; c < d.g; ++c) dz[c] = ds[c] * fr[c] * dzdu[c];
+    else if (split)
       for (int c = 0; c < d.g; ++c) dz[c] = ds[c] * fr[c];
   }
 }
