@@ -14,10 +14,10 @@ namespace gmlp::ops {
 // sum of LayerNorm over 128 channels cost ~4 cycles a value. The lanes are the
 // algorithm's, not the vector unit's, so AVX2 and AVX-512 machines give the same bits.
 constexpr int kSumLanes = 32;
-template <typename Acc = float, typename Term>
-inline Acc lane_sum(int n, Term term) {
+template <typename Acc = float, typename Index, typename Term>
+inline Acc lane_sum(Index n, Term term) {
   Acc acc[kSumLanes] = {};
-  int c = 0;
+  Index c = 0;
   for (; c + kSumLanes <= n; c += kSumLanes) {
 #pragma omp simd
     for (int j = 0; j < kSumLanes; ++j) acc[j] += term(c + j);
