@@ -95,10 +95,10 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("toeplitz_fold", {dW, dw});
     CpuBackend::toeplitz_fold(dW, T, n, causal, dw);
   }
-  void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
+  void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
                    float* grstd, float* F, float* G, const float* extra) override {
-    mine("sgu_forward", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, Z, zbias, S, gmean, grstd, F, G, extra});
-    CpuBackend::sgu_forward(p, Z, zbias, T, B, f, S, gmean, grstd, F, G, extra);
+    mine("sgu_forward", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, p.z.bias, Z, S, gmean, grstd, F, G, extra});
+    CpuBackend::sgu_forward(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
   }
   void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
     mine("sgu_combine", {Z, F, S});
@@ -106,13 +106,13 @@ class SeparateMemoryBackend final : public CpuBackend {
   }
   void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f,
                          const float* F, float* S, float* dF, float* dZ) override {
-    mine("sgu_backward_gate", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, dS, Z, F, S, dF, dZ});
+    mine("sgu_backward_gate", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, p.z.bias, dS, Z, F, S, dF, dZ});
     CpuBackend::sgu_backward_gate(p, dS, Z, T, B, f, F, S, dF, dZ);
   }
   void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T,
                         int B, int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G,
                         float* dF, float* dG) override {
-    mine("sgu_backward_mix", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, g.norm_w, g.norm_b, g.W, g.bias, dS, Z,
+    mine("sgu_backward_mix", {p.norm_w, p.norm_b, p.W, p.bias, p.lengths, p.z.bias, g.norm_w, g.norm_b, g.W, g.bias, dS, Z,
                               gmean, grstd, F, dZ, G, dF, dG});
     CpuBackend::sgu_backward_mix(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
   }

@@ -205,7 +205,7 @@ TEST(OpsGradCheck, SpatialGatingUnit) {
     p.n = n;
     Vec S(M * dh), gmean(M), grstd(M), F(M * dh), G(M * dh);
     auto loss = [&] {
-      ops::sgu_forward(p, Z.data(), nullptr, T, B, 2 * dh, S.data(), gmean.data(), grstd.data(), F.data(), G.data());
+      ops::sgu_forward(p, Z.data(), T, B, 2 * dh, S.data(), gmean.data(), grstd.data(), F.data(), G.data());
       return dot(S, R);
     };
     loss();

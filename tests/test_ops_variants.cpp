@@ -40,13 +40,15 @@ struct SguCase {
   bool causal;
   bool padded;
   int T, n;  // T > n: dense [T, T] weights (as the model materialises Toeplitz) and rows past n on bias[n - 1]
-  ops::ZInput zin = {};  // given U, Z = GELU(U): the forward adds a bias to U, the backward runs in place
+  ops::ZInput zin = {};  // given U, Z = GELU(U + b): the backward runs in place over U
+  bool zbias = false;    // with a bias b added to U as it is read (GELU or not)
 };
 
 std::string case_name(const SguCase& c) {
   return std::string(kind_name(c.kind)) + (c.causal ? " causal" : " bidirectional") + (c.padded ? " padded" : "") +
          " T=" + std::to_string(c.T) + " n=" + std::to_string(c.n) +
-         (c.zin.gelu ? (c.zin.form == Gelu::tanh ? " given U (tanh GELU)" : " given U (GELU)") : "");
+         (c.zin.gelu ? (c.zin.form == Gelu::tanh ? " given U (tanh GELU)" : " given U (GELU)") : "") +
+         (c.zbias ? " with a bias" : "");
 }
 
 void check_sgu(const SguCase& c) {
@@ -96,17 +98,19 @@ void check_sgu(const SguCase& c) {
   p.causal = c.causal;
   p.lengths = c.padded ? lengths.data() : nullptr;
   p.z = c.zin;
+  // Given U, with the projection's bias (added as the rows are read, never into U).
   const Vec zbias = uniform(size_t(f), -0.5f, 0.5f, rng);
-  const float* zb = c.zin.gelu ? zbias.data() : nullptr;
-  Vec S(size_t(M) * g), gmean(M), grstd(M), F(size_t(M) * g), G(size_t(M) * g), U;
+  if (c.zbias) p.z.bias = zbias.data();
+  Vec S(size_t(M) * g), gmean(M), grstd(M), F(size_t(M) * g), G(size_t(M) * g);
   auto loss = [&] {
-    U = Z;  // the forward adds the bias in place
-    ops::sgu_forward(p, U.data(), zb, T, B, f, S.data(), gmean.data(), grstd.data(), F.data(), G.data(), extra.data());
+    ops::sgu_forward(p, Z.data(), T, B, f, S.data(), gmean.data(), grstd.data(), F.data(), G.data(), extra.data());
     return dot(S, R);
   };
+  const Vec Z0 = Z;
   loss();
   ASSERT_TRUE(all_finite(S)) << "the forward read a masked or unused weight or bias";
   ASSERT_TRUE(all_finite(F));
+  ASSERT_EQ(Z, Z0) << "the forward wrote into what it was given";
 
   // Accumulators start random where the op may add and zero where it must not write.
   Vec gW(W.size(), 0.f), gb(bias.size(), 0.f);
@@ -115,11 +119,7 @@ void check_sgu(const SguCase& c) {
   const Vec gW0 = gW, gb0 = gb, gnw0 = uniform(g, -1, 1, rng), gnb0 = uniform(g, -1, 1, rng);
   Vec gnw = gnw0, gnb = gnb0;
   Vec dZ(Z.size(), kNaN), sG(size_t(M) * g, kNaN), sdF(size_t(M) * g, kNaN), sdG(size_t(M) * g, kNaN);
-  if (c.zin.gelu) {
-    for (int r = 0; r < M; ++r)  // U with its bias, as the forward left it
-      for (int e = 0; e < f; ++e) ASSERT_EQ(U[size_t(r) * f + e], Z[size_t(r) * f + e] + zbias[size_t(e)]);
-    dZ = U;  // as the block runs it: dU over U
-  }
+  if (c.zin.gelu) dZ = Z;  // as the block runs it: dU over U (the other cases: dZ apart from Z)
   ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gb.data()}, R.data(), c.zin.gelu ? dZ.data() : Z.data(), T,
                     B, f, gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
   EXPECT_TRUE(all_finite(dZ));
@@ -157,14 +157,16 @@ void check_sgu(const SguCase& c) {
 TEST(OpsVariantsGradCheck, SguEveryKindTwoHeads) {
   for (auto kind : {Sgu::split, Sgu::linear, Sgu::additive, Sgu::multiplicative})
     for (bool causal : {true, false})
-      for (bool padded : {false, true}) check_sgu({kind, causal, padded, 5, 7});
+      for (bool padded : {false, true}) check_sgu({kind, causal, padded, 5, 7, {}, padded});
 }
 
-// As the block calls it: given U, Z = GELU(U) never stored, dU in place over U.
+// As the block calls it: given U and the projection's bias, Z = GELU(U + b) never stored
+// (nor U + b), dU in place over U; and given U without a bias.
 TEST(OpsVariantsGradCheck, SguEveryKindGivenTheProjection) {
   for (auto kind : {Sgu::split, Sgu::linear, Sgu::additive, Sgu::multiplicative})
     for (bool causal : {true, false})
-      for (Gelu form : {Gelu::erf, Gelu::tanh}) check_sgu({kind, causal, !causal, 5, 7, {true, form}});
+      for (Gelu form : {Gelu::erf, Gelu::tanh})
+        for (bool zbias : {true, false}) check_sgu({kind, causal, !causal, 5, 7, {true, form}, zbias});
 }
 
 TEST(OpsVariantsGradCheck, SguPastNUsesTheLastBias) {
@@ -191,7 +193,7 @@ TEST(OpsVariants, SguHeadsMixTheirOwnChannels) {
   p.heads = heads;
   p.causal = false;
   Vec S(size_t(M) * g), gm(M), gr(M), F(size_t(M) * g), G(size_t(M) * g);
-  ops::sgu_forward(p, Z.data(), nullptr, T, B, g, S.data(), gm.data(), gr.data(), F.data(), G.data());
+  ops::sgu_forward(p, Z.data(), T, B, g, S.data(), gm.data(), gr.data(), F.data(), G.data());
   // G = LayerNorm over all g channels of each row (no affine), then per head k:
   // F[i, c] = sum_j W_k[i, j] G[j, c] + b_k[i] for c in head k's channels.
   std::vector<double> Gn(size_t(M) * g);

@@ -62,8 +62,8 @@ class Backend {
   virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) = 0;
   virtual void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) = 0;
   virtual void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) = 0;
-  virtual void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S,
-                           float* gmean, float* grstd, float* F, float* G, const float* extra) = 0;
+  virtual void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
+                           float* grstd, float* F, float* G, const float* extra) = 0;
   virtual void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) = 0;
   // The SGU's backward in its two parts (ops.h): the pass over the rows that also
   // rebuilds S, then the rest.

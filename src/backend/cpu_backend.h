@@ -82,9 +82,9 @@ class CpuBackend : public Backend {
   void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) override {
     ops::toeplitz_fold(dW, T, n, causal, dw);
   }
-  void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S,
-                   float* gmean, float* grstd, float* F, float* G, const float* extra) override {
-    ops::sgu_forward(p, Z, zbias, T, B, f, S, gmean, grstd, F, G, extra);
+  void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
+                   float* grstd, float* F, float* G, const float* extra) override {
+    ops::sgu_forward(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
   }
   void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
     ops::sgu_combine(kind, Z, ldz, F, M, g, S);

@@ -26,7 +26,7 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
   sp.causal = c.causal();
   sp.lengths = lengths;
   sp.eps = c.sgu_norm_eps;
-  sp.z = {true, c.gelu};  // the block hands the SGU U; Z = GELU(U) is never stored
+  sp.z = {true, c.gelu, p.proj_in_b};  // the block hands the SGU U; Z = GELU(U + b) is never stored
   if (c.spatial == Spatial::toeplitz) {
     const int64_t wsz = c.spatial_weight_size();
     for (int k = 0; k < c.sgu_heads; ++k)
@@ -63,10 +63,10 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
       be.tiny_attention_forward(attn_params(c, p, call.lengths), s.h, T, B, saved.qkv, saved.P, saved.O, s.att);
       extra = s.att;
     }
-    // The SGU adds the projection's bias and takes Z = GELU(U) as it reads U's rows.
+    // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
     const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
-    be.sgu_forward(sp, saved.u, p.proj_in_b, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F,
-                   call.gate ? call.gate : s.S, extra);
+    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S,
+                   extra);
     branch = s.S;
   } else {
     be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);

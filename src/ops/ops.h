@@ -145,12 +145,15 @@ void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 // Saves gate mean/rstd [M] and F [M, g]. G is scratch [M, g] and may be S's buffer.
 // kind: any Sgu but none (which has no SGU).
 //
-// What the ops are given as Z: Z itself, or U with Z = GELU(U) taken row by row as the
-// ops read it. The block passes U (the input projection's output): Z is never stored,
-// and the backward's dZ leaves as dU, GELU's derivative folded in (docs/backward.md).
+// What the ops are given as Z: U, with Z = U + bias, or GELU(U + bias) when `gelu`,
+// taken row by row as the ops read U (no bias: Z = U or GELU(U)). The block passes U (the
+// input projection's output, its bias not added) with GELU and the bias: neither Z nor
+// U + bias is ever stored, and the backward's dZ leaves as dU, GELU's derivative folded
+// in (docs/backward.md).
 struct ZInput {
   bool gelu = false;
   Gelu form = Gelu::erf;
+  const float* bias = nullptr;  // [f] or null, added to every row of U as it is read
 };
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:
 // Z*F, F or Z+F. s may be f (in place).
@@ -185,7 +188,7 @@ struct SguParams {
   bool causal = true;
   const int32_t* lengths = nullptr;  // [B] real rows per sequence, or null (no padding)
   float eps = 1e-5f;
-  ZInput z;                          // Z itself, or U with Z = GELU(U)
+  ZInput z;                          // Z itself, or U with Z = GELU(U + bias)
 };
 struct SguGrads {
   float* norm_w;
@@ -193,11 +196,9 @@ struct SguGrads {
   float* W;     // same layout as SguParams::W
   float* bias;  // same layout as SguParams::bias
 };
-// zbias [f] (or null) is first added to every row of Z in place (the projection's bias,
-// in the pass that reads the rows anyway); extra [M, g] (or null) is added to F before
-// the gating: aMLP's attention.
-void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
-                 float* grstd, float* F, float* G, const float* extra = nullptr);
+// extra [M, g] (or null) is added to F before the gating: aMLP's attention.
+void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra = nullptr);
 // dZ [M, f] is overwritten (dL/dU when p.z.gelu); dF ends holding dL/dF (the attention's
 // dA for aMLP). G, dF and dG are scratch [M, g]. dZ may alias Z; G may be any dead
 // buffer; dG may alias dS only for the split form (the others read dS again at the end).

@@ -10,6 +10,7 @@
 #include "ops/layernorm_rows.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
+#include "ops/prefetch.h"
 #include "ops/reduce.h"
 
 namespace gmlp::ops {
@@ -46,37 +47,50 @@ void for_each_slice(const SguParams& p, float* dW, int B, const Dims& d, Fn fn) 
       fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, b * d.g + k * d.gh, d.gh);
 }
 
-// n values of Z from the same row of what the op was given: that row itself, or its
-// GELU computed into buf (the same function, so the same bits, as gelu.cpp's).
-const float* z_of(ZInput zin, const float* u, int n, float* buf) {
-  if (!zin.gelu) return u;
-  if (zin.form == Gelu::tanh) {
-#pragma omp simd
-    for (int c = 0; c < n; ++c) buf[c] = fast::gelu_tanh(u[c]);
+// put(c, u[c] + b[c]) (or put(c, u[c]) without a bias) for the n values of a row, the
+// row `ahead` floats on (the next row this thread reads) requested meanwhile. u + b
+// rounds as the sum stored in U did when the forward added the bias in place: the same
+// bits.
+template <typename Put>
+inline void row_values(const float* u, const float* b, int n, int64_t ahead, Put put) {
+  if (b)
+    row_ahead(n, u + ahead, [=](int c) { put(c, u[c] + b[c]); });
+  else
+    row_ahead(n, u + ahead, [=](int c) { put(c, u[c]); });
+}
+
+// n values of Z from channel off on of a row of what the op was given (ops.h's ZInput):
+// the row itself, or U + bias, or GELU(U + bias) (the same function, so the same bits,
+// as gelu.cpp's), computed into buf.
+const float* z_of(const ZInput& zin, const float* row, int off, int n, float* buf, int64_t ahead) {
+  const float *u = row + off, *b = zin.bias ? zin.bias + off : nullptr;
+  if (!zin.gelu) {
+    if (!b) return u;
+    row_values(u, b, n, ahead, [=](int c, float v) { buf[c] = v; });
+  } else if (zin.form == Gelu::tanh) {
+    row_values(u, b, n, ahead, [=](int c, float v) { buf[c] = fast::gelu_tanh(v); });
   } else {
-#pragma omp simd
-    for (int c = 0; c < n; ++c) buf[c] = fast::gelu_erf(u[c]);
+    row_values(u, b, n, ahead, [=](int c, float v) { buf[c] = fast::gelu_erf(v); });
   }
   return buf;
 }
 
-// Z = GELU(U) and dZ/dU = GELU'(U) over n values of a row, into z and dzdu (an op given U).
-void z_and_dz_du_of(ZInput zin, const float* u, int n, float* z, float* dzdu) {
-  if (zin.form == Gelu::tanh) {
-#pragma omp simd
-    for (int c = 0; c < n; ++c) {
-      const auto [y, dy] = fast::gelu_tanh_and_grad(u[c]);
+// Z = GELU(U + bias) and dZ/dU = GELU'(U + bias) over n values from channel off on of a
+// row, into z and dzdu (an op given U).
+void z_and_dz_du_of(const ZInput& zin, const float* row, int off, int n, float* z, float* dzdu, int64_t ahead) {
+  const float *u = row + off, *b = zin.bias ? zin.bias + off : nullptr;
+  if (zin.form == Gelu::tanh)
+    row_values(u, b, n, ahead, [=](int c, float v) {
+      const auto [y, dy] = fast::gelu_tanh_and_grad(v);
       z[c] = y;
       dzdu[c] = dy;
-    }
-  } else {
-#pragma omp simd
-    for (int c = 0; c < n; ++c) {
-      const auto [y, dy] = fast::gelu_erf_and_grad(u[c]);
+    });
+  else
+    row_values(u, b, n, ahead, [=](int c, float v) {
+      const auto [y, dy] = fast::gelu_erf_and_grad(v);
       z[c] = y;
       dzdu[c] = dy;
-    }
-  }
+    });
 }
 
 // A row buffer of this thread's, at least n floats. Asked for once a row: a plain array
@@ -94,22 +108,15 @@ float* row_buffer(int slot, int n) {
 
 }  // namespace
 
-void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
-                 float* grstd, float* F, float* G, const float* extra) {
+void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  // One pass over the rows: the bias in place, then the gate's LayerNorm of Z (GELU(U)
-  // when so given, never stored).
+  // The gate's LayerNorm of Z (GELU(U + bias) when so given, never stored).
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < M; ++r) {
-    float* u = Z + int64_t(r) * f;
-    if (zbias) {
-#pragma omp simd
-      for (int c = 0; c < f; ++c) u[c] += zbias[c];
-    }
-    layernorm_row(z_of(p.z, u + d.goff, d.g, row_buffer(0, d.g)), d.g, p.norm_w, p.norm_b, p.eps,
+  for (int r = 0; r < M; ++r)
+    layernorm_row(z_of(p.z, Z + int64_t(r) * f, d.goff, d.g, row_buffer(0, d.g), f), d.g, p.norm_w, p.norm_b, p.eps,
                   G + int64_t(r) * d.g, gmean + r, grstd + r);
-  }
   zero_padding(p.lengths, T, B, d.g, G);
   // Rows are t-major, so G is a [T, B*g] matrix and one head's mixing is one product.
   for_each_slice(p, nullptr, B, d, [&](const float* W, float*, int off, int cols) {
@@ -133,7 +140,7 @@ void sgu_forward(const SguParams& p, float* Z, const float* zbias, int T, int B,
         for (int c = 0; c < d.gh; ++c) fk[c] += bk;
       }
     }
-    sgu_combine_row(p.kind, z_of(p.z, z, d.g, row_buffer(0, d.g)), fr, s, d.g);
+    sgu_combine_row(p.kind, z_of(p.z, z, 0, d.g, row_buffer(0, d.g), f), fr, s, d.g);
   }
 }
 
@@ -159,8 +166,8 @@ void sgu_backward_gate(const SguParams& p, const float* dS, const float* Z, int 
     float* sr = S ? S + int64_t(r) * d.g : nullptr;
     // Split and given U: GELU and GELU' of Z1 from one evaluation.
     float *zbuf = row_buffer(0, d.g), *dzdu = split && p.z.gelu ? row_buffer(1, d.g) : nullptr;
-    if (dzdu) z_and_dz_du_of(p.z, u, d.g, zbuf, dzdu);
-    const float* z = dzdu ? zbuf : z_of(p.z, u, d.g, zbuf);
+    if (dzdu) z_and_dz_du_of(p.z, u, 0, d.g, zbuf, dzdu, f);
+    const float* z = dzdu ? zbuf : z_of(p.z, u, 0, d.g, zbuf, f);
     if (sr) sgu_combine_row(p.kind, z, fr, sr, d.g);
     if (split || mult) {
       for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
@@ -192,7 +199,7 @@ void sgu_backward_mix(const SguParams& p, const SguGrads& g, const float* dS, co
   // The normalised gate was not kept: recompute it from the gate (cheaper than storing it).
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < M; ++r)
-    layernorm_apply_row(z_of(p.z, Z + int64_t(r) * f + d.goff, d.g, row_buffer(0, d.g)), d.g, p.norm_w, p.norm_b,
+    layernorm_apply_row(z_of(p.z, Z + int64_t(r) * f, d.goff, d.g, row_buffer(0, d.g), f), d.g, p.norm_w, p.norm_b,
                         gmean[r], grstd[r], G + int64_t(r) * d.g);
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_slice(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols) {
@@ -216,9 +223,9 @@ void sgu_backward_mix(const SguParams& p, const SguGrads& g, const float* dS, co
   // buffers) before its dZ is written, so dZ may alias Z.
   const bool direct = p.kind == Sgu::additive || mult;
   const auto gate_row = [&](int r, float* buf) {
-    const float* u = Z + int64_t(r) * f + d.goff;
-    if (!p.z.gelu) return u;
-    z_and_dz_du_of(p.z, u, d.g, buf, row_buffer(1, d.g));
+    const float* row = Z + int64_t(r) * f;
+    if (!p.z.gelu) return z_of(p.z, row, d.goff, d.g, buf, f);
+    z_and_dz_du_of(p.z, row, d.goff, d.g, buf, row_buffer(1, d.g), f);
     return static_cast<const float*>(buf);
   };
   if (!direct && p.z.gelu) {  // split (as the block runs it) and linear

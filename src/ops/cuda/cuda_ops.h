@@ -58,8 +58,8 @@ void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 
 // sgu.cu
-void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
-                 float* grstd, float* F, float* G, const float* extra);
+void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra);
 void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
 void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
                        float* S, float* dF, float* dZ);

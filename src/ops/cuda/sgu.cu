@@ -1,8 +1,8 @@
 // The spatial gating unit on the device (sgu.cpp's steps, the same order and aliasing
 // rules): LayerNorm of the gate, padded rows zeroed, the per-head spatial products,
 // then bias, aMLP's attention and the combine in one elementwise pass. Given U
-// (ops.h's ZInput), every kernel takes Z = GELU(U) as it reads U, and the backward
-// writes dU, GELU's derivative folded in.
+// (ops.h's ZInput), every kernel takes Z = GELU(U + bias) as it reads U, and the
+// backward writes dU, GELU's derivative folded in.
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -32,12 +32,19 @@ __device__ inline float combine(Sgu kind, float z, float f) {
   }
 }
 
+// U + bias at (r, off + c) of what the op was given (rows ld apart): the argument of
+// GELU, or Z itself (ops.h's ZInput).
+__device__ inline float u_at(const ops::ZInput& zin, const float* u, int64_t r, int ld, int ch) {
+  const float v = u[r * ld + ch];
+  return zin.bias ? v + zin.bias[ch] : v;
+}
+
 // Z's values from what the op was given, rows ld apart, from channel off on.
 struct ZIn {
   const float* u;
   int ld, off;
   ops::ZInput zin;
-  __device__ float operator()(int64_t r, int c) const { return z_from(zin, u[r * ld + off + c]); }
+  __device__ float operator()(int64_t r, int c) const { return z_from(zin, u_at(zin, u, r, ld, off + c)); }
 };
 
 // The gate's dL/dZ into dZ (over U when they alias): the LayerNorm's, plus the direct
@@ -52,16 +59,9 @@ struct DzGate {
   __device__ void operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
     if (direct) d += direct == 2 ? dS[i] * F[i] : dS[i];
-    const int64_t j = r * ld + off + c;
-    dz[j] = zin.gelu ? d * gelu_grad(u[j], zin.form == Gelu::tanh) : d;
+    dz[r * ld + off + c] = zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d;
   }
 };
-
-// U[r, :] += b.
-__global__ void k_add_bias(float* U, const float* b, int64_t total, int f) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < total) U[i] += b[i % f];
-}
 
 // F += bias (+ extra); S = combine(Z, F). S may be the gate buffer (dead by now).
 __global__ void k_bias_combine(Sgu kind, ZIn z, float* F, int M, int B, int g, int gh, const float* bias, int n,
@@ -90,7 +90,7 @@ __global__ void k_back_gate(Sgu kind, const float* dS, ZIn z, const float* F, in
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
-  const float ds = dS[i], u = z.u[r * z.ld + c], zv = z_from(z.zin, u);
+  const float ds = dS[i], u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
   if (S) S[i] = combine(kind, zv, F[i]);
   dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
   if (kind == Sgu::split)
@@ -126,15 +126,11 @@ void for_each_slice(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn
 
 }  // namespace
 
-void sgu_forward(const ops::SguParams& p, float* Z, const float* zbias, int T, int B, int f, float* S, float* gmean,
-                 float* grstd, float* F, float* G, const float* extra) {
+void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   if (M <= 0) return;  // no launch of an empty grid
-  if (zbias) {
-    k_add_bias<<<blocks_for(int64_t(M) * f), kThreads>>>(Z, zbias, int64_t(M) * f, f);
-    check_launch("sgu: the projection's bias");
-  }
   ln_forward_k<<<unsigned(M), kRowThreads>>>(ZIn{Z, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G, d.g, gmean,
                                              grstd, nullptr);
   check_launch("sgu gate layernorm");
