@@ -98,9 +98,14 @@ void check_sgu(const SguCase& c) {
   p.causal = c.causal;
   p.lengths = c.padded ? lengths.data() : nullptr;
   p.z = c.zin;
-  // Given U, with the projection's bias (added as the rows are read, never into U).
-  const Vec zbias = uniform(size_t(f), -0.5f, 0.5f, rng);
-  if (c.zbias) p.z.bias = zbias.data();
+  // Given U, with the projection's bias (added as the rows are read, never into U); its
+  // gradient accumulates onto what is there.
+  Vec zbias = uniform(size_t(f), -0.5f, 0.5f, rng), dzbias = uniform(size_t(f), -1, 1, rng);
+  const Vec dzbias0 = dzbias;
+  if (c.zbias) {
+    p.z.bias = zbias.data();
+    p.z.dbias = dzbias.data();
+  }
   Vec S(size_t(M) * g), gmean(M), grstd(M), F(size_t(M) * g), G(size_t(M) * g);
   auto loss = [&] {
     ops::sgu_forward(p, Z.data(), T, B, f, S.data(), gmean.data(), grstd.data(), F.data(), G.data(), extra.data());
@@ -124,6 +129,9 @@ void check_sgu(const SguCase& c) {
                     B, f, gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
   EXPECT_TRUE(all_finite(dZ));
   EXPECT_TRUE(grad_check(Z, all(Z.size()), dZ, loss, "dZ"));
+  if (c.zbias) {
+    EXPECT_TRUE(grad_check(zbias, all(f), gather(dzbias, all(f), dzbias0), loss, "d bias of U"));
+  }
   EXPECT_TRUE(grad_check(nw, all(g), gather(gnw, all(g), gnw0), loss, "gate norm dw"));
   EXPECT_TRUE(grad_check(nb, all(g), gather(gnb, all(g), gnb0), loss, "gate norm db"));
   EXPECT_TRUE(grad_check(W, w_at, gather(gW, w_at, gW0), loss, "spatial dW"));

@@ -102,7 +102,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   }
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
-    const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
+    auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
+    sp.z.dbias = gp.proj_in_b;  // dU's column sums, taken as the SGU writes dU's rows
     // proj_out's backward around the SGU's pass over the rows: dS = dY V first (as
     // linear_backward would), then the pass that forms dF and dU1 rebuilds S from U and F
     // (the forward kept neither S nor Z = GELU(U)), then dV = dY^T S and dv. dU goes over
@@ -126,7 +127,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     be.gelu_backward(saved.u, s.dS, saved.u, int64_t(M) * f, tanh_gelu);  // dU over U
   }
   be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
-  be.linear_backward(saved.u, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w, gp.proj_in_b);
+  be.linear_backward(saved.u, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w,
+                     c.has_sgu() ? nullptr : gp.proj_in_b);  // with an SGU its backward summed dU
   if (c.d_attn > 0) {
     const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
     be.tiny_attention_backward(attn_params(c, p, call.lengths), ag, s.dF, s.h, T, B, saved.qkv, saved.P, saved.O,

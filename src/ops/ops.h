@@ -154,6 +154,7 @@ struct ZInput {
   bool gelu = false;
   Gelu form = Gelu::erf;
   const float* bias = nullptr;  // [f] or null, added to every row of U as it is read
+  float* dbias = nullptr;       // [f] or null: the backward adds dL/d(bias), dU's column sums
 };
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:
 // Z*F, F or Z+F. s may be f (in place).

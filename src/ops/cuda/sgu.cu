@@ -2,7 +2,8 @@
 // rules): LayerNorm of the gate, padded rows zeroed, the per-head spatial products,
 // then bias, aMLP's attention and the combine in one elementwise pass. Given U
 // (ops.h's ZInput), every kernel takes Z = GELU(U + bias) as it reads U, and the
-// backward writes dU, GELU's derivative folded in.
+// backward writes dU, GELU's derivative folded in, and sums its columns into the bias's
+// gradient (a column-sum kernel after each part: the CPU adds them as it writes).
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -155,6 +156,7 @@ void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z,
   if (M <= 0) return;  // no launch of an empty grid
   k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, S, dZ, dF);
   check_launch("sgu backward (gate)");
+  if (p.kind == Sgu::split && p.z.dbias) colsum_add(dZ, M, d.g, f, p.z.dbias);  // dZ1's columns
 }
 
 void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
@@ -176,6 +178,7 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
   layernorm_backward_with(dG, d.g, gate, gmean, grstd, p.norm_w, M, d.g,
                           DzGate{dZ, Z, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b);
+  if (p.z.dbias) colsum_add(dZ + d.goff, M, d.g, f, p.z.dbias + d.goff);  // the gate's columns
 }
 
 }  // namespace gmlp::cuda
