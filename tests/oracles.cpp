@@ -2,6 +2,7 @@
 #include "oracles.h"
 
 #include <cmath>
+#include <vector>
 
 #include "ops/fast_math.h"
 #include "ops/ops.h"
@@ -51,7 +52,10 @@ void spatial_causal_forward(const float* W, int ldw, const float* b, int T, int6
 
 void spatial_causal_backward(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
                              float* dG, float* dW, float* db) {
-  ops::spatial_mix_backward(W, ldw, true, T, int(cols), G, dF, int(cols), dG, dW);
+  std::vector<float> Gt(size_t(cols) * T);  // the op takes G transposed
+  for (int t = 0; t < T; ++t)
+    for (int64_t c = 0; c < cols; ++c) Gt[size_t(c) * T + t] = G[int64_t(t) * cols + c];
+  ops::spatial_mix_backward(W, ldw, true, T, int(cols), Gt.data(), dF, int(cols), dG, dW);
   for (int i = 0; i < T; ++i) {
     double s = 0.0;
     for (int64_t c = 0; c < cols; ++c) s += dF[int64_t(i) * cols + c];

@@ -400,7 +400,7 @@ TEST(OpsGemm, ProductTimingCountsTheOutermostProduct) {
   ops::product_timing_start();
   for (int i = 0; i < 3; ++i) ops::gemm(false, false, 6, 5, 4, 1.f, A.data(), 4, Bm.data(), 5, 0.f, C.data(), 5);
   {
-    const ops::TimedProduct outer("NT/k", 7, 8, 9);
+    const ops::TimedProduct outer("NN/k", 7, 8, 9);
     ops::gemm(true, true, 5, 6, 4, 1.f, Bm.data(), 5, A.data(), 4, 0.f, C.data(), 6);
   }
   const auto t = ops::product_timing_stop();
@@ -408,7 +408,7 @@ TEST(OpsGemm, ProductTimingCountsTheOutermostProduct) {
   EXPECT_EQ(t[0].kind, "NN");
   EXPECT_EQ(std::tie(t[0].M, t[0].N, t[0].K), std::make_tuple(6, 5, 4));
   EXPECT_EQ(t[0].seconds.size(), 3u);
-  EXPECT_EQ(t[1].kind, "NT/k");
+  EXPECT_EQ(t[1].kind, "NN/k");
   EXPECT_EQ(std::tie(t[1].M, t[1].N, t[1].K), std::make_tuple(7, 8, 9));
   EXPECT_EQ(t[1].seconds.size(), 1u);
   // Stopped: nothing more is timed, and a new start begins empty.

@@ -177,6 +177,16 @@ TEST(OpsVariantsGradCheck, SguEveryKindGivenTheProjection) {
         for (bool zbias : {true, false}) check_sgu({kind, causal, !causal, 5, 7, {true, form}, zbias});
 }
 
+// The backward rebuilds the gate transposed in tiles of 16 positions: T = 37 takes two
+// whole tiles and a part, padded or not, given U or Z.
+TEST(OpsVariantsGradCheck, SguAcrossTilesOfPositions) {
+  for (auto kind : {Sgu::split, Sgu::additive})
+    for (bool causal : {true, false}) {
+      check_sgu({kind, causal, !causal, 37, 40});
+      check_sgu({kind, causal, !causal, 37, 40, {true, Gelu::erf}, true});
+    }
+}
+
 TEST(OpsVariantsGradCheck, SguPastNUsesTheLastBias) {
   // The Toeplitz model runs T > n on dense [T, T] weights; rows i >= n share bias[n - 1].
   for (auto kind : {Sgu::split, Sgu::multiplicative})
@@ -381,7 +391,10 @@ TEST(OpsVariants, SpatialMixStridedMatchesNaiveLoops) {
           if (!causal || j <= i) dW[size_t(i) * n + j] = 0.25f;
       const Vec dW0 = dW;
       ops::spatial_mix_forward(W.data(), n, causal, T, cols, G.data(), ld, F.data());
-      ops::spatial_mix_backward(W.data(), n, causal, T, cols, G.data(), dF.data(), ld, dG.data(), dW.data());
+      Vec Gt(size_t(cols) * T);  // the backward takes G transposed
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < cols; ++c) Gt[size_t(c) * T + t] = G[size_t(t) * ld + c];
+      ops::spatial_mix_backward(W.data(), n, causal, T, cols, Gt.data(), dF.data(), ld, dG.data(), dW.data());
       auto visible = [&](int i, int j) { return !causal || j <= i; };
       for (int t = 0; t < T; ++t)
         for (int c = 0; c < ld; ++c) {

@@ -339,7 +339,7 @@ TEST(TasksCli, BenchTimesProductsByShape) {
     return nullptr;
   };
   const auto* proj_in = find("NT", 512, 512, 128);
-  const auto* spatial_dw = find("NT/k", 128, 128, 1024);
+  const auto* spatial_dw = find("NN/k", 128, 128, 1024);
   ASSERT_NE(proj_in, nullptr) << r.output;
   ASSERT_NE(spatial_dw, nullptr) << r.output;
   EXPECT_EQ((*proj_in)["calls_per_step"].get<double>(), 4.0);

@@ -123,7 +123,7 @@ int run_bench(const BenchArgs& a) {
     std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());
     std::printf("  fp32 products: %s\n", out["cpu_gemm"].get<std::string>().c_str());
     if (a.products) {
-      std::printf("  products by shape, over %d more steps (each call timed alone; NT/k: the spatial weight gradient,\n"
+      std::printf("  products by shape, over %d more steps (each call timed alone; NN/k: the spatial weight gradient,\n"
                   "  split by K), %.1f ms per step in all, %.0f%% of the median step:\n",
                   a.repeats, product_s * 1e3, 100 * product_s / r.median_s);
       std::printf("    %-5s %6s %6s %6s %10s %10s %8s %7s\n", "kind", "M", "N", "K", "per step", "ms/call", "GFLOP/s",

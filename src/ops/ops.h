@@ -22,7 +22,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 
 // Wall time of products by shape, for `gmlp bench --products`: off until started. A
 // product is timed where it is called outside a parallel region (a product split among
-// the threads is timed whole: spatial.cpp times its weight gradient, "NT/k").
+// the threads is timed whole: spatial.cpp times its weight gradient, "NN/k").
 struct ProductTiming {
   std::string kind;  // "NN", "NT", "TN", "TT": the transposes of A and B
   int M = 0, N = 0, K = 0;
@@ -127,9 +127,10 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t
 // ---- spatial.cpp: the SGU's token mixing (no bias): G, F, dF, dG are [T, cols] with rows ld
 // apart. Causal uses tril(W) only (one GEMM per row block over a masked copy of W's
 // block rows: docs/backward.md); otherwise W[:T,:T]
-// is one GEMM. The backward overwrites dG and accumulates dW.
+// is one GEMM. The backward takes G transposed, Gt [cols, T] (rows T apart: its weight
+// gradient's products are then A·B), overwrites dG and accumulates dW.
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F);
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* Gt, const float* dF,
                           int ld, float* dG, float* dW);
 // Toeplitz weights: W[T, T] (row stride T) from w, W[i, j] = w[i - j + n - 1] (2n-1
 // entries) or, causal, w[i - j] (n entries); offsets of n or more weigh 0. The fold

@@ -14,8 +14,13 @@
 // thousands, the output T x T). gemm splits a product into slabs of its output, and a
 // thread's slab (32 rows of dW by 64 to 128 columns) ran at a fifth of the peak; here
 // each thread takes a share of the columns instead, multiplies all of dW's (causal:
-// lower, in 128-row blocks) into a private T x T copy, and the copies are added in a
+// lower, in 64-row blocks) into a private T x T copy, and the copies are added in a
 // fixed order: the result depends on the thread count only, as every product's does.
+// G comes transposed (Gt [cols, T], as the SGU rebuilds it), so that the products are
+// A·B: oneDNN ran them as A·Bᵀ over G itself at 350-405 GFLOP/s of work done (the
+// annotated model, T = 256 over 32768 columns: 9.1 ms in 128-row blocks, the fastest
+// for that form) and as A·B over Gt in 6.2-6.6 ms (64-row blocks; small and tiny
+// 1.0-1.1 -> 0.7 and 0.34 -> 0.22-0.30 ms).
 #include <omp.h>
 
 #include <algorithm>
@@ -28,7 +33,7 @@
 namespace gmlp::ops {
 namespace {
 constexpr int kBlock = 64;
-constexpr int kGradBlock = 128;  // dW's row blocks: longer rows ran faster than 64 (T = 128 to 512)
+constexpr int kGradBlock = 64;  // dW's row blocks (over Gt: 64 ran faster than 128 or 256)
 
 // rows x cols of W (rows ldw apart) from (r0, c0) into the dense out, every entry above
 // W's diagonal (column > row, in W's own indices) zero; transposed, out is cols x rows.
@@ -49,34 +54,35 @@ float* lower_part(const float* W, int ldw, int r0, int c0, int rows, int cols, b
   return out.data();
 }
 
-// dW[i, j] += sum_c dF[i, c] G[j, c] over c in [c0, c1), into P (T x T, ldp) with
+// dW[i, j] += sum_c dF[i, c] Gt[c, j] over c in [c0, c1), into P (T x T, ldp) with
 // beta = 0: causal, only blocks of rows [i0, i1) by columns [0, i1) are computed, and of
 // those only the lower triangle is read back.
-void weight_grad_part(bool causal, int T, int c0, int c1, const float* G, const float* dF, int ld, float* P,
+void weight_grad_part(bool causal, int T, int c0, int c1, const float* Gt, const float* dF, int ld, float* P,
                       int ldp) {
+  const float* gt = Gt + int64_t(c0) * T;
   if (!causal) {
-    gemm(false, true, T, T, c1 - c0, 1.f, dF + c0, ld, G + c0, ld, 0.f, P, ldp);
+    gemm(false, false, T, T, c1 - c0, 1.f, dF + c0, ld, gt, T, 0.f, P, ldp);
     return;
   }
   for (int i0 = 0; i0 < T; i0 += kGradBlock) {
     const int i1 = std::min(T, i0 + kGradBlock);
-    gemm(false, true, i1 - i0, i1, c1 - c0, 1.f, dF + int64_t(i0) * ld + c0, ld, G + c0, ld, 0.f,
+    gemm(false, false, i1 - i0, i1, c1 - c0, 1.f, dF + int64_t(i0) * ld + c0, ld, gt, T, 0.f,
          P + int64_t(i0) * ldp, ldp);
   }
 }
 
-void weight_grad(bool causal, int T, int cols, const float* G, const float* dF, int ld, float* dW, int ldw) {
-  const TimedProduct timed("NT/k", T, T, cols);
+void weight_grad(bool causal, int T, int cols, const float* Gt, const float* dF, int ld, float* dW, int ldw) {
+  const TimedProduct timed("NN/k", T, T, cols);
   const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below a few columns per thread, or little work, the product is left to gemm whole.
   if (nt == 1 || cols < 64 * nt || int64_t(T) * T * cols < kParallelMacs) {
     if (!causal) {
-      gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
+      gemm(false, false, T, T, cols, 1.f, dF, ld, Gt, T, 1.f, dW, ldw);
       return;
     }
     thread_local std::vector<float> part;
     part.resize(size_t(T) * T);
-    weight_grad_part(true, T, 0, cols, G, dF, ld, part.data(), T);
+    weight_grad_part(true, T, 0, cols, Gt, dF, ld, part.data(), T);
     for (int i = 0; i < T; ++i)
       for (int j = 0; j <= i; ++j) dW[int64_t(i) * ldw + j] += part[size_t(i) * T + j];
     return;
@@ -90,7 +96,7 @@ void weight_grad(bool causal, int T, int cols, const float* G, const float* dF, 
     const int t = omp_get_thread_num(), c0 = std::min(cols, t * step), c1 = std::min(cols, c0 + step);
     float* mine = P + size_t(t) * T * T;
     if (c1 > c0)
-      weight_grad_part(causal, T, c0, c1, G, dF, ld, mine, T);
+      weight_grad_part(causal, T, c0, c1, Gt, dF, ld, mine, T);
     else
       std::fill(mine, mine + size_t(T) * T, 0.f);
 #pragma omp barrier
@@ -121,11 +127,11 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
   }
 }
 
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* Gt, const float* dF,
                           int ld, float* dG, float* dW) {
   if (!causal) {
     gemm(true, false, T, cols, T, 1.f, W, ldw, dF, ld, 0.f, dG, ld);
-    weight_grad(false, T, cols, G, dF, ld, dW, ldw);
+    weight_grad(false, T, cols, Gt, dF, ld, dW, ldw);
     return;
   }
   for (int j0 = 0; j0 < T; j0 += kBlock) {
@@ -137,7 +143,7 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
     gemm(false, false, m, cols, T - j0, 1.f, Wc, T - j0, dF + int64_t(j0) * ld, ld, 0.f, dG + int64_t(j0) * ld, ld);
   }
   // dW[i, j] += dF[i] . G[j] for j <= i; the entries above the diagonal are not written.
-  weight_grad(true, T, cols, G, dF, ld, dW, ldw);
+  weight_grad(true, T, cols, Gt, dF, ld, dW, ldw);
 }
 
 void toeplitz_row(const float* w, int n, bool causal, int i, int T, float* row) {
