@@ -159,7 +159,7 @@ void gate_transposed(const SguParams& p, const Dims& d, const float* Z, int T, i
     }
     float* gt = Gt + int64_t(b) * d.g * T + t0;
     const float* in = tile.data();
-    if (nt == kTile) {
+    if (nt == kTile) {  // a constant trip count: one loop for both took 0.3-0.5 ms a layer more
       for (int c = 0; c < d.g; ++c) {
 #pragma omp simd
         for (int j = 0; j < kTile; ++j) gt[int64_t(c) * T + j] = in[j * d.g + c];
