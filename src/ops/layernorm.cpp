@@ -1,10 +1,9 @@
 // LayerNorm over channels. The backward recomputes x-hat from (x, mean, rstd) so the
 // forward need not keep a normalised copy of every activation.
 #include <cmath>
-#include <vector>
 
-#include "ops/ops.h"
 #include "ops/layernorm_rows.h"
+#include "ops/ops.h"
 #include "ops/reduce.h"
 
 namespace gmlp::ops {
