@@ -124,9 +124,14 @@ void check_sgu(const SguCase& c) {
   const Vec gW0 = gW, gb0 = gb, gnw0 = uniform(g, -1, 1, rng), gnb0 = uniform(g, -1, 1, rng);
   Vec gnw = gnw0, gnb = gnb0;
   Vec dZ(Z.size(), kNaN), sG(size_t(M) * g, kNaN), sdF(size_t(M) * g, kNaN), sdG(size_t(M) * g, kNaN);
-  if (c.zin.gelu) dZ = Z;  // as the block runs it: dU over U (the other cases: dZ apart from Z)
+  // As the block runs it: dU over U, and dF over F but for the multiplicative form (the
+  // other cases: dZ and dF apart from Z and F).
+  const bool dF_over_F = c.zin.gelu && c.kind != Sgu::multiplicative;
+  if (c.zin.gelu) dZ = Z;
   ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gb.data()}, R.data(), c.zin.gelu ? dZ.data() : Z.data(), T,
-                    B, f, gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
+                    B, f, gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(),
+                    dF_over_F ? F.data() : sdF.data(), sdG.data());
+  if (dF_over_F) sdF = F;  // before the checks below run the forward again
   EXPECT_TRUE(all_finite(dZ));
   EXPECT_TRUE(grad_check(Z, all(Z.size()), dZ, loss, "dZ"));
   if (c.zbias) {

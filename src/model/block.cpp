@@ -5,7 +5,7 @@
 // cheap next to the GEMMs and saves several [M, d_ffn] buffers per layer. Z = GELU(U)
 // is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
 // as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
-// gate G lives in S's buffer and dU is computed in place over U.
+// gate G lives in S's buffer, dU is computed in place over U and dF over F.
 #include "model/block.h"
 
 #include "backend/backend.h"
@@ -100,6 +100,9 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
       be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
+  // dL/dF goes over F, dead once the SGU's gate pass has read it, but for the
+  // multiplicative form, whose gate LayerNorm's backward reads F again.
+  float* dF = c.sgu == Sgu::multiplicative ? s.dF : saved.F;
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
     auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
@@ -109,14 +112,14 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     // (the forward kept neither S nor Z = GELU(U)), then dV = dY^T S and dv. dU goes over
     // U (nothing reads U after this layer's backward).
     be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
-    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, s.dF, saved.u);
+    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, dF, saved.u);
     be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
     // G in S's buffer (S is dead once dV is formed); for the split form dG over dS too
     // (ops.h: only the other forms read dS again).
     float* dG = c.sgu == Sgu::split ? s.dS : s.dG;
-    be.sgu_backward_mix(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, s.dF, dG);
+    be.sgu_backward_mix(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, dF, dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)
         be.toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
@@ -131,8 +134,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
                      c.has_sgu() ? nullptr : gp.proj_in_b);  // with an SGU its backward summed dU
   if (c.d_attn > 0) {
     const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
-    be.tiny_attention_backward(attn_params(c, p, call.lengths), ag, s.dF, s.h, T, B, saved.qkv, saved.P, saved.O,
-                                 s.dh, s.dO, s.dP, s.dqkv);
+    be.tiny_attention_backward(attn_params(c, p, call.lengths), ag, dF, s.h, T, B, saved.qkv, saved.P, saved.O, s.dh, s.dO,
+                                 s.dP, s.dqkv);
   }
   be.layernorm_backward(s.dh, d, x, d, saved.ln_mean, saved.ln_rstd, p.norm_w, M, d, dx, d, true, gp.norm_w,
                           gp.norm_b);

@@ -39,8 +39,10 @@ struct BlockScratch {
   float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
-  float *dF = nullptr, *dG = nullptr;              // [M, g] (dG unused by the split form,
-                                                   //     whose dG takes dS's buffer)
+  float *dF = nullptr, *dG = nullptr;              // [M, g], the multiplicative SGU's only (the
+                                                   //     others' dF goes over BlockSaved::F);
+                                                   //     dG unused by the split form, whose dG
+                                                   //     takes dS's buffer
   float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [T, T], [M, 3da]
   float* dWd = nullptr;                            // Toeplitz: dense [heads, T, T]
 };

@@ -200,8 +200,9 @@ void Model::ensure_arena(int B, int T, int layers) {
     a->dx = f32(M * d);
     a->dS = f32(M * s);
     if (cfg_.has_sgu()) {
-      a->dF = f32(M * g);
-      if (cfg_.sgu != Sgu::split) a->dG = f32(M * g);  // split: dG lives in dS (block.cpp)
+      // dF over F but for the multiplicative form; split: dG lives in dS (block.cpp).
+      if (cfg_.sgu == Sgu::multiplicative) a->dF = f32(M * g);
+      if (cfg_.sgu != Sgu::split) a->dG = f32(M * g);
     }
     if (da > 0) {
       a->dO = f32(M * da);
@@ -453,8 +454,8 @@ void Model::head_backward(const float* xL) {
 void Model::backward() {
   require(arena_ != nullptr && backward_ready_,
           "Model::backward needs a forward with targets, made with gradients enabled (one backward per forward)");
-  // The block's backward writes dU over the saved U (block.cpp): what a second backward
-  // would need is gone, so it needs a forward again.
+  // The block's backward writes dU over the saved U and dF over F (block.cpp): what a
+  // second backward would need is gone, so it needs a forward again.
   backward_ready_ = false;
   Arena& a = *arena_;
   const ParamViews& W = backend_views();

@@ -235,27 +235,29 @@ void sgu_backward_gate(const SguParams& p, const float* dS, const float* Z, int 
     if (dzdu) z_and_dz_du_of(p.z, u, 0, d.g, zbuf, dzdu, f);
     const float* z = dzdu ? zbuf : z_of(p.z, u, 0, d.g, zbuf, f);
     if (sr) sgu_combine_row(p.kind, z, fr, sr, d.g);
-    if (split || mult) {
-      for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
-    } else {
-      for (int c = 0; c < d.g; ++c) df[c] = ds[c];
-    }
-    // Split: Z1 is not the gate, so dZ1 can be written now (over Z1 when dZ aliases Z:
-    // the row's Z1 has been read whole).
+    // Split: Z1 is not the gate, so dZ1 is written here with dF. Each element of Z1 and
+    // F is read before its place is written, so dZ may alias Z and dF may alias F.
     float* acc = db.mine();
     if (dzdu) {
 #pragma omp simd
       for (int c = 0; c < d.g; ++c) {
-        const float du = ds[c] * fr[c] * dzdu[c];
+        const float dsc = ds[c], du = dsc * fr[c] * dzdu[c];
+        df[c] = dsc * z[c];
         dz[c] = du;
         acc[c] += du;
       }
     } else if (split) {
 #pragma omp simd
       for (int c = 0; c < d.g; ++c) {
-        dz[c] = ds[c] * fr[c];
-        acc[c] += dz[c];
+        const float dsc = ds[c], zc = z[c], du = dsc * fr[c];
+        df[c] = dsc * zc;
+        dz[c] = du;
+        acc[c] += du;
       }
+    } else if (mult) {
+      for (int c = 0; c < d.g; ++c) df[c] = ds[c] * z[c];
+    } else {
+      for (int c = 0; c < d.g; ++c) df[c] = ds[c];
     }
   }
 }

@@ -83,19 +83,18 @@ __global__ void k_combine(Sgu kind, ZIn z, const float* F, int M, int g, float* 
 }
 
 // S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS;
-// split: dZ1 = dS * F (times GELU'(U1) when given U), over U1 when dZ is U (each element
-// read, then written, by one thread).
+// split: dZ1 = dS * F (times GELU'(U1) when given U). Each element is read, then written,
+// by one thread: dZ may be U, and dF may be F.
 __global__ void k_back_gate(Sgu kind, const float* dS, ZIn z, const float* F, int M, int g, float* S, float* dZ,
                             float* dF) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
-  const float ds = dS[i], u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
-  if (S) S[i] = combine(kind, zv, F[i]);
+  const float ds = dS[i], fv = F[i], u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
+  if (S) S[i] = combine(kind, zv, fv);
   dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
-  if (kind == Sgu::split)
-    dZ[r * z.ld + c] = z.zin.gelu ? ds * F[i] * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * F[i];
+  if (kind == Sgu::split) dZ[r * z.ld + c] = z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv;
 }
 
 // Bias gradient: one thread per (head k, bias entry i); entry n - 1 also takes rows
