@@ -11,6 +11,10 @@ namespace gmlp::cuda {
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n, int threads = kThreads) { return unsigned((n + threads - 1) / threads); }
 
+// Rows per chunk of a column sum taken as partial sums over chunks of rows, one chunk
+// per blockIdx.y: 256, or more where M would need over 65535 chunks (gridDim.y's limit).
+inline int rows_per_chunk(int M) { return M > 256 * 65535 ? (M + 65534) / 65535 : 256; }
+
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread
 // gets the result. `shared` holds 32 values.
 template <typename T>

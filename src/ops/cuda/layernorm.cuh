@@ -96,7 +96,7 @@ template <typename XIn, typename Out>
 void layernorm_backward_with(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
                              int M, int C, Out out, float* dw, float* db) {
   if (M <= 0) return;
-  const int rows_per = 256, chunks = (M + rows_per - 1) / rows_per;
+  const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * 2 * size_t(chunks) * C));
   ln_backward_dwdb_partial_k<<<dim3(blocks_for(C), unsigned(chunks)), kThreads>>>(dy, lddy, xin, mean, rstd, M, C,
                                                                                   rows_per, part);

@@ -33,7 +33,7 @@ __global__ void colsum_finish(const float* part, int chunks, int N, float* out) 
 
 void colsum_add(const float* x, int M, int N, int ld, float* out) {
   if (M <= 0 || N <= 0) return;
-  const int rows_per = 256, chunks = (M + rows_per - 1) / rows_per;
+  const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
   colsum_partial<<<dim3(blocks_for(N), unsigned(chunks)), kThreads>>>(x, M, N, ld, rows_per, part);
   colsum_finish<<<blocks_for(N), kThreads>>>(part, chunks, N, out);
