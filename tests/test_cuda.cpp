@@ -49,6 +49,7 @@ using test::separate_backend;
 struct Variant {
   std::string name;
   std::function<void(ModelConfig&)> edit;
+  int T = 0;  // the batch's length; 0: the config's seq_len
 };
 
 ModelConfig tiny(Task task) {
@@ -96,6 +97,30 @@ const std::vector<Variant>& variants() {
          c.dropout = 0.1f;
          c.head_dropout = 0.3f;
        }},
+      // Padded rows through the other SGU forms' direct paths, with heads and Toeplitz.
+      {"classify_padded_multiplicative_heads", [](ModelConfig& c) {
+         c = tiny(Task::classify);
+         c.sgu = Sgu::multiplicative;
+         c.sgu_heads = 2;
+       }},
+      {"classify_padded_additive_toeplitz", [](ModelConfig& c) {
+         c = tiny(Task::classify);
+         c.sgu = Sgu::additive;
+         c.spatial = Spatial::toeplitz;
+       }},
+      {"classify_padded_linear", [](ModelConfig& c) { c = tiny(Task::classify); c.sgu = Sgu::linear; }},
+      {"mlm_toeplitz", [](ModelConfig& c) { c.task = Task::mlm; c.spatial = Spatial::toeplitz; }},  // two-sided
+      // Heads and a non-split form over several causal row blocks.
+      {"lm_long_heads_multiplicative", [](ModelConfig& c) {
+         c.seq_len = 200;
+         c.sgu_heads = 2;
+         c.sgu = Sgu::multiplicative;
+       }},
+      // Batches shorter than the window (W[:T, :T] of a wider W) and, Toeplitz, longer
+      // (rows past n on the last bias).
+      {"lm_shorter_than_n", [](ModelConfig&) {}, 17},
+      {"lm_toeplitz_longer_than_n", [](ModelConfig& c) { c.spatial = Spatial::toeplitz; }, 31},
+      {"mlm_toeplitz_longer_than_n", [](ModelConfig& c) { c.task = Task::mlm; c.spatial = Spatial::toeplitz; }, 31},
   };
   return v;
 }
@@ -111,9 +136,9 @@ struct TestBatch {
   Ids tokens, targets, lengths;
   Vec images, keep, drop, head_drop;
   Batch batch;
-  TestBatch(const ModelConfig& c, int B, uint64_t seed) {
+  TestBatch(const ModelConfig& c, int B, uint64_t seed, int length = 0) {
     std::mt19937 rng{uint32_t(seed)};
-    const int T = c.seq_len;
+    const int T = length > 0 ? length : c.seq_len;
     batch.B = B;
     batch.T = T;
     if (c.token_input()) {
@@ -310,7 +335,7 @@ TEST_P(SeparateMemory, TrainingEqualsTheCpuBitForBit) {
   auto cpu = make(c, cpu_backend());
   auto dev = make(c, separate_backend());
   EXPECT_EQ(std::memcmp(cpu->weights(), dev->weights(), cpu->num_params() * sizeof(float)), 0);
-  TestBatch tb(c, 3, 5);
+  TestBatch tb(c, 3, 5, GetParam().T);
   AdamW ocpu(*cpu, train_config()), odev(*dev, train_config());
   const auto lc = train_steps(*cpu, ocpu, tb.batch, 3);
   const auto ld = train_steps(*dev, odev, tb.batch, 3);
@@ -388,14 +413,17 @@ TEST(CudaOps, GemmEveryTransposeAndAnOffsetView) {
   REQUIRE_GPU();
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
-      const int M = 37, N = 53, K = 71;
-      const Vec A = randn(size_t(M) * K, 1), B = randn(size_t(K) * N, 2), C0 = randn(size_t(M) * N, 3);
+      // Views into larger buffers: each operand starts `off` floats in, its rows `pad`
+      // floats longer than it uses (the padding of C must come back untouched).
+      const int M = 37, N = 53, K = 71, pad = 5, off = 3;
+      const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      const Vec A = randn(off + size_t(ta ? K : M) * lda, 1), B = randn(off + size_t(tb ? N : K) * ldb, 2),
+                C0 = randn(off + size_t(M) * ldc, 3);
       Vec C = C0;
-      const int lda = ta ? M : K, ldb = tb ? K : N;
-      cpu_backend().gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, C.data(), N);
+      cpu_backend().gemm(ta, tb, M, N, K, 0.7f, A.data() + off, lda, B.data() + off, ldb, 0.3f, C.data() + off, ldc);
       OnDevice d;
       float* dC = d.up(C0);
-      d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A), lda, d.up(B), ldb, 0.3f, dC, N);
+      d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A) + off, lda, d.up(B) + off, ldb, 0.3f, dC + off, ldc);
       EXPECT_TRUE(test::all_close(d.down(dC, C.size()).data(), C.data(), C.size(), 1e-4f, kRtol, "gemm"));
     }
 }
@@ -574,7 +602,7 @@ TEST_P(CudaModel, ForwardAndBackwardMatchTheCpu) {
   const ModelConfig c = config_of(GetParam());
   auto cpu = make(c, cpu_backend());
   auto gpu = make(c, backend_for(Device::cuda));
-  TestBatch tb(c, 3, 21);
+  TestBatch tb(c, 3, 21, GetParam().T);
   const double lc = cpu->forward(tb.batch), lg = gpu->forward(tb.batch);
   EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
   const size_t nl = size_t(cpu->logit_rows()) * c.out_dim();
@@ -594,7 +622,7 @@ TEST_P(CudaModel, TenAdamWStepsMatchTheCpu) {
   const ModelConfig c = config_of(GetParam());
   auto cpu = make(c, cpu_backend());
   auto gpu = make(c, backend_for(Device::cuda));
-  TestBatch tb(c, 3, 22);
+  TestBatch tb(c, 3, 22, GetParam().T);
   AdamW ocpu(*cpu, train_config()), ogpu(*gpu, train_config());
   const auto lc = train_steps(*cpu, ocpu, tb.batch, 10);
   const auto lg = train_steps(*gpu, ogpu, tb.batch, 10);
@@ -678,7 +706,7 @@ void bf16_steps_stay_near_the_float32_run(Device d) {
   } restore{d};
   for (const auto& v : variants()) {
     const ModelConfig c = config_of(v);
-    TestBatch tb(c, 3, 22);
+    TestBatch tb(c, 3, 22, v.T);
     auto ref = make(c, cpu_backend());  // first: on the CPU the precision is the process's
     AdamW oref(*ref, train_config());
     const auto lc = train_steps(*ref, oref, tb.batch, 10);
