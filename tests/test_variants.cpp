@@ -4,6 +4,7 @@
 // branch; every variant's checkpoint round-trips with the documented tensor names; and
 // impossible configs are refused naming the key.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -835,6 +836,54 @@ TEST(Backward, OncePerForward) {
     m->backward();
     EXPECT_EQ(first, Vec(m->grads(), m->grads() + m->num_params()));
   }
+}
+
+// Gradients exist only once something asks for them: a model that runs forwards alone
+// (evaluation, generation, inference) never allocates its parameter-sized gradient
+// buffer; the first grads() makes it, zero, and a backward without a zero_grad first
+// starts from those zeros as it always did.
+TEST(Backward, GradientsAreMadeOnFirstUse) {
+  const auto heap_in_use = [] {
+    const struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+  };
+  {
+    const size_t before = heap_in_use();
+    std::vector<float> probe(size_t(1) << 20, 1.f);
+    if (heap_in_use() - before < probe.size() * sizeof(float))
+      GTEST_SKIP() << "malloc's statistics do not see this process's allocations (a sanitizer's allocator?)";
+  }
+  // Over a million parameters: the gradients are one block of 4 MB or more.
+  const ModelConfig c = tiny("causal_lm", [](ModelConfig& c) {
+    c.d_model = 128;
+    c.d_ffn = 2048;
+    c.n_layers = 3;
+  });
+  auto m = make(c);
+  const size_t bytes = m->num_params() * sizeof(float);
+  ASSERT_GE(bytes, size_t(4) << 20);
+  std::mt19937 rng(4);
+  const Ids ids = random_ids(size_t(2) * 9, c.vocab_size, rng);
+  {
+    NoGrad no_grad(*m);
+    m->forward(ids.data(), nullptr, 9, 2, 8);
+  }
+  size_t before = heap_in_use();
+  const float* g = m->grads();
+  EXPECT_GE(heap_in_use() - before, bytes) << "the gradients were there before anything asked for them";
+  EXPECT_EQ(Vec(g, g + m->num_params()), Vec(m->num_params(), 0.f));
+  before = heap_in_use();
+  m->grads();
+  m->zero_grad();
+  EXPECT_EQ(heap_in_use(), before) << "made twice";
+  // A backward on a fresh model (no zero_grad, no grads()) equals one after zero_grad.
+  auto fresh = make(c);
+  fresh->forward(ids.data(), ids.data() + 1, 9, 2, 8);
+  fresh->backward();
+  m->zero_grad();
+  m->forward(ids.data(), ids.data() + 1, 9, 2, 8);
+  m->backward();
+  EXPECT_EQ(Vec(fresh->grads(), fresh->grads() + fresh->num_params()), Vec(m->grads(), m->grads() + m->num_params()));
 }
 
 }  // namespace

@@ -182,6 +182,7 @@ class Model {
   struct Arena;
   struct Mirror;  // a parameter-sized buffer on the device and which copy is newer
   void ensure_arena(int B, int T, int layers);
+  void ensure_grads() const;
   BlockCall block_call(int l) const;  // the shape, padding and drop masks of the last forward, at layer l
   void embed_forward(const Batch& in, float* x);
   void embed_backward(const float* dx);
@@ -192,11 +193,15 @@ class Model {
   Backend* be_;
   std::vector<ParamInfo> layout_;
   // Host buffers: the model's own on the CPU, mirrors of the device copies otherwise
-  // (mutable: a const read refreshes the mirror).
+  // (mutable: a const read refreshes the mirror). The gradients' buffers and views are
+  // made on first use (ensure_grads, also from a const read).
   mutable std::vector<float> weights_, grads_;
-  std::unique_ptr<Mirror> dw_mirror_, dg_mirror_;  // null on the CPU
-  ParamViews w_, g_;    // views of the host buffers
-  ParamViews dw_, dg_;  // views of the backend's buffers (w_ and g_ on the CPU)
+  std::unique_ptr<Mirror> dw_mirror_;              // null on the CPU
+  mutable std::unique_ptr<Mirror> dg_mirror_;      // null on the CPU
+  ParamViews w_;                                   // views of the host buffers
+  mutable ParamViews g_;
+  ParamViews dw_;                                  // views of the backend's buffers (w_ and g_ on the CPU)
+  mutable ParamViews dg_;
   std::vector<float> pe_;  // sinusoidal table [T, d] when enabled (grown for longer T)
   std::unique_ptr<Arena> arena_;
   mutable std::vector<float> logits_host_;  // a device model's logits, read back by logits()
