@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct Variant {
   std::function<void(ModelConfig&)> edit;
   int T = 0;  // the batch's length; 0: the config's seq_len
 };
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 ModelConfig tiny(Task task) {
   ModelConfig c;
