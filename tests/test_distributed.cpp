@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,26 @@ void same_run_any_p(const std::string& args, const std::string& eval_key,
   expect_close_evals(dir.file("p1"), dir.file("p2"), eval_key);
   expect_close_weights(model_file(dir.file("p1")), model_file(dir.file("p2")));
   if (more) more(dir.file("p1"), dir.file("p2"));
+}
+
+// MPI's communicator is a module opened only under a launcher: a single-process run
+// never maps it or MPI's libraries (the dynamic loader's trace, LD_DEBUG=files, lists
+// every object a process loads); each rank of an mpirun job opens it.
+TEST(Distributed, OnlyALaunchedRunLoadsMpi) {
+  test::TempDir dir("dist_libs");
+  const std::string args = " train --steps 1 --data " + std::string(test::kGplText) + kTiny;
+  const auto one = run_command("LD_DEBUG=files " + single() + args + " --out " + dir.file("p1") + " 2>&1");
+  ASSERT_EQ(one.exit_code, 0) << one.output.substr(one.output.size() > 2000 ? one.output.size() - 2000 : 0);
+  ASSERT_TRUE(contains(one.output, "file=libopenblas")) << "LD_DEBUG gave no trace";
+  for (const char* lib : {"libgmlp_mpi", "libmpi", "libopen-pal"}) EXPECT_FALSE(contains(one.output, lib)) << lib;
+  const auto two = run_command("timeout 120 " GMLP_MPIEXEC " --allow-run-as-root --oversubscribe -np 2 -x LD_DEBUG=files " +
+                               single() + args + " --out " + dir.file("p2") + " 2>&1");
+  ASSERT_EQ(two.exit_code, 0) << two.output.substr(two.output.size() > 2000 ? two.output.size() - 2000 : 0);
+  size_t opened = 0;  // lines like "1234: file=/.../libgmlp_mpi.so [0];  dynamically loaded by ..."
+  std::istringstream lines(two.output);
+  for (std::string line; std::getline(lines, line);)
+    opened += contains(line, "file=") && contains(line, "/libgmlp_mpi.so") && contains(line, "dynamically loaded");
+  EXPECT_EQ(opened, 2u) << "each rank opens the MPI module once";
 }
 
 TEST(Distributed, CausalLmOnTwoRanksIsTheOneProcessRun) {

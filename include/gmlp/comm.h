@@ -6,6 +6,7 @@
 // Buffers are host pointers here. A GPU communicator (NCCL) takes the same calls over
 // one contiguous device gradient buffer; the trainer only ever passes contiguous
 // slices of the parameter layout.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -53,7 +54,12 @@ struct Block {
   size_t begin, end;
   size_t size() const { return end - begin; }
 };
-Block block_of(size_t n, int rank, int size);
+// Inline: the MPI module (libgmlp_mpi.so) uses it too.
+inline Block block_of(size_t n, int rank, int size) {
+  // The first n % size blocks are one longer.
+  const size_t q = n / size_t(size), r = n % size_t(size);
+  return {q * size_t(rank) + std::min(size_t(rank), r), q * size_t(rank + 1) + std::min(size_t(rank + 1), r)};
+}
 
 // This run's communicator. The first call starts MPI when this gmlp was built with
 // MPI and an MPI launcher started the process (its environment says so); a plain

@@ -15,6 +15,8 @@
 
 #include <mutex>
 #include <string>
+
+#include "io/module.h"
 #endif
 
 namespace gmlp {
@@ -32,40 +34,18 @@ struct CudaModule {
   std::string error;  // why it did not load
 };
 
-// Next to the object holding this code (the gmlp executable, or the Python extension in
-// its installed package), then where the build put it.
-std::vector<std::string> module_candidates() {
-  std::vector<std::string> out;
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&module_candidates), &info) && info.dli_fname) {
-    std::string self = info.dli_fname;
-    const size_t slash = self.rfind('/');
-    out.push_back((slash == std::string::npos ? std::string(".") : self.substr(0, slash)) + "/libgmlp_cuda.so");
-  }
-  out.push_back(GMLP_CUDA_MODULE_PATH);
-  return out;
-}
-
 const CudaModule& cuda_module() {
   static CudaModule m;
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const std::string& path : module_candidates()) {
-      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!h) {
-        if (m.error.empty()) m.error = dlerror();
-        continue;
-      }
-      m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
-      m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
-      if (m.device_count && m.backend) {
-        m.nccl_id = reinterpret_cast<decltype(m.nccl_id)>(dlsym(h, "gmlp_cuda_nccl_id"));
-        m.nccl_open = reinterpret_cast<decltype(m.nccl_open)>(dlsym(h, "gmlp_cuda_nccl_open"));
-        m.error.clear();
-        return;
-      }
-      m.error = path + ": not a gmlp CUDA module";
-      m.device_count = nullptr;
+    void* h = open_module("libgmlp_cuda.so", GMLP_CUDA_MODULE_PATH, "gmlp_cuda_backend", m.error);
+    if (!h) return;
+    m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
+    m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
+    m.nccl_id = reinterpret_cast<decltype(m.nccl_id)>(dlsym(h, "gmlp_cuda_nccl_id"));
+    m.nccl_open = reinterpret_cast<decltype(m.nccl_open)>(dlsym(h, "gmlp_cuda_nccl_open"));
+    if (!m.device_count) {
+      m.error = "libgmlp_cuda.so: not a gmlp CUDA module (no gmlp_cuda_device_count)";
       m.backend = nullptr;
     }
   });

@@ -1,5 +1,7 @@
 // The communicator of a run (gmlp/comm.h): this process alone, or MPI's world when an
-// MPI launcher started the process (src/train/comm_mpi.cpp, built with GMLP_HAVE_MPI).
+// MPI launcher started the process. MPI's communicator is a module of its own
+// (libgmlp_mpi.so, src/train/comm_mpi.cpp, built with GMLP_HAVE_MPI), opened only then:
+// a single-process run neither maps MPI's libraries nor needs them installed.
 #include "gmlp/comm.h"
 
 #include <algorithm>
@@ -8,9 +10,14 @@
 
 #include "gmlp/error.h"
 
+#ifdef GMLP_HAVE_MPI
+#include <dlfcn.h>
+
+#include "io/module.h"
+#endif
+
 namespace gmlp {
 
-std::unique_ptr<Communicator> make_mpi_communicator();  // comm_mpi.cpp (GMLP_HAVE_MPI only)
 
 namespace {
 
@@ -43,12 +50,6 @@ int env_int(const char* name) {
 
 }  // namespace
 
-Block block_of(size_t n, int rank, int size) {
-  // The first n % size blocks are one longer.
-  return {n / size_t(size) * size_t(rank) + std::min(size_t(rank), n % size_t(size)),
-          n / size_t(size) * size_t(rank + 1) + std::min(size_t(rank + 1), n % size_t(size))};
-}
-
 // Open MPI's mpirun, MPICH's hydra and Slurm's PMI2 say how many processes they
 // started; PMIx launchers (srun --mpi=pmix, PRRTE) set PMIX_RANK.
 int launcher_world_size() {
@@ -66,7 +67,13 @@ bool launched_by_mpi() {
 Communicator& world() {
   if (g_world) return *g_world;
 #ifdef GMLP_HAVE_MPI
-  if (launched_by_mpi()) g_world = make_mpi_communicator();
+  if (launched_by_mpi()) {
+    std::string error;
+    void* h = open_module("libgmlp_mpi.so", GMLP_MPI_MODULE_PATH, "gmlp_mpi_world", error);
+    require(h != nullptr, "started by an MPI launcher, but gmlp's MPI module does not load: " + error);
+    auto make = reinterpret_cast<Communicator* (*)()>(dlsym(h, "gmlp_mpi_world"));
+    g_world.reset(make());
+  }
 #else
   // Several copies of a build without MPI would each train the whole model and race
   // for the same run directory.

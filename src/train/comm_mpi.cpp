@@ -1,6 +1,7 @@
 // The MPI communicator (gmlp/comm.h): MPI_COMM_WORLD, started on first use and
-// finalised at exit. Compiled only when CMake found MPI (GMLP_HAVE_MPI).
-#ifdef GMLP_HAVE_MPI
+// finalised at exit. Built only when CMake found MPI, as a module of its own
+// (libgmlp_mpi.so) that src/train/comm.cpp opens only under an MPI launcher. It shares
+// no code with the library beyond the inline parts of gmlp/comm.h and gmlp/error.h.
 #include <mpi.h>
 
 #include <algorithm>
@@ -130,7 +131,8 @@ class MpiWorld final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiWorld>(); }
-
 }  // namespace gmlp
-#endif  // GMLP_HAVE_MPI
+
+// The module's entry point (an exception from MPI's start-up passes through to the
+// caller, which owns the communicator made).
+extern "C" __attribute__((visibility("default"))) gmlp::Communicator* gmlp_mpi_world() { return new gmlp::MpiWorld(); }
