@@ -7,12 +7,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 B=build-asan
 bash scripts/fetch_data.sh  # the corpus tests read data/kjv.txt
-# No CUDA module (its code needs a GPU to run, and an instrumented module would need the
-# sanitizer runtime linked into it) and no Python extension (it would load into an
-# uninstrumented interpreter); both are the same gmlp_core the tests cover.
+# No CUDA module (its code needs a GPU to run) and no Python extension (it would load
+# into an uninstrumented interpreter); both are the same gmlp_core the tests cover. The
+# MPI module is instrumented too: its link takes the sanitizers' runtime like the
+# executables' (the mpirun tests run through it).
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGMLP_CUDA=OFF -DGMLP_PYTHON=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B.log" 2>&1 || { tail -30 "$B.log"; exit 1; }
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B.log" 2>&1 || { tail -30 "$B.log"; exit 1; }
 cmake --build "$B" -j"$(nproc)" >> "$B.log" 2>&1 || { tail -30 "$B.log"; exit 1; }
 # Leaks are reported at exit; OpenMP's and OpenBLAS's thread pools hold memory for the
 # process's lifetime by design, so only errors and UB fail the run.
