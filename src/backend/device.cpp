@@ -38,16 +38,13 @@ const CudaModule& cuda_module() {
   static CudaModule m;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* h = open_module("libgmlp_cuda.so", GMLP_CUDA_MODULE_PATH, "gmlp_cuda_backend", m.error);
+    void* h = open_module("libgmlp_cuda.so", GMLP_CUDA_MODULE_PATH, {"gmlp_cuda_backend", "gmlp_cuda_device_count"},
+                          m.error);
     if (!h) return;
     m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
     m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
     m.nccl_id = reinterpret_cast<decltype(m.nccl_id)>(dlsym(h, "gmlp_cuda_nccl_id"));
     m.nccl_open = reinterpret_cast<decltype(m.nccl_open)>(dlsym(h, "gmlp_cuda_nccl_open"));
-    if (!m.device_count) {
-      m.error = "libgmlp_cuda.so: not a gmlp CUDA module (no gmlp_cuda_device_count)";
-      m.backend = nullptr;
-    }
   });
   return m;
 }

@@ -7,7 +7,8 @@
 
 namespace gmlp {
 
-void* open_module(const std::string& file, const std::string& build_path, const char* entry, std::string& error) {
+void* open_module(const std::string& file, const std::string& build_path, std::initializer_list<const char*> entries,
+                  std::string& error) {
   std::vector<std::string> candidates;
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&open_module), &info) && info.dli_fname) {
@@ -23,8 +24,11 @@ void* open_module(const std::string& file, const std::string& build_path, const 
       if (error.empty()) error = dlerror();
       continue;
     }
-    if (dlsym(h, entry)) return h;
-    error = path + ": not a gmlp module (no " + entry + ")";
+    const char* missing = nullptr;
+    for (const char* e : entries)
+      if (!missing && !dlsym(h, e)) missing = e;
+    if (!missing) return h;
+    error = path + ": not this gmlp's module (no " + missing + ")";
     dlclose(h);
   }
   return nullptr;

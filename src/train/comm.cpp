@@ -69,10 +69,12 @@ Communicator& world() {
 #ifdef GMLP_HAVE_MPI
   if (launched_by_mpi()) {
     std::string error;
-    void* h = open_module("libgmlp_mpi.so", GMLP_MPI_MODULE_PATH, "gmlp_mpi_world", error);
-    require(h != nullptr, "started by an MPI launcher, but gmlp's MPI module does not load: " + error);
-    auto make = reinterpret_cast<Communicator* (*)()>(dlsym(h, "gmlp_mpi_world"));
-    g_world.reset(make());
+    void* h = open_module("libgmlp_mpi.so", GMLP_MPI_MODULE_PATH, {"gmlp_mpi_world"}, error);
+    // One process under a launcher (srun -n 1) trains alone as well without it.
+    require(h != nullptr || launcher_world_size() <= 1,
+            "started by an MPI launcher as one of " + std::to_string(launcher_world_size()) +
+                " processes, but gmlp's MPI module does not load: " + error);
+    if (h) g_world.reset(reinterpret_cast<Communicator* (*)()>(dlsym(h, "gmlp_mpi_world"))());
   }
 #else
   // Several copies of a build without MPI would each train the whole model and race
