@@ -119,6 +119,8 @@ class Model {
   const float* weights() const;
   // Named views of the host weights (the same rules), for readers such as the decoder.
   const ParamViews& views() const;
+  // The gradients are made (zero) by the first of grads(), zero_grad() and backward():
+  // like the mirrors, a const call may write the model, so not from two threads at once.
   float* grads();
   const float* grads() const;
 

@@ -75,15 +75,18 @@ Model::Model(const ModelConfig& config, Backend& backend) : cfg_(config), be_(&b
 // buffer (the small config's inference peaked 12 MB higher with them).
 void Model::ensure_grads() const {
   if (!grads_.empty()) return;
-  grads_.assign(weights_.size(), 0.f);
-  g_ = param_views(cfg_, grads_.data());
-  if (be_->host_memory()) {
-    dg_ = g_;
-    return;
+  // Everything is made first and kept last, so that a failed allocation (a device out of
+  // memory) leaves the model as it was, to be asked again.
+  std::vector<float> host(weights_.size(), 0.f);
+  std::unique_ptr<Mirror> mirror;
+  if (!be_->host_memory()) {
+    mirror = std::make_unique<Mirror>();
+    mirror->dev = DeviceBuffer<float>(*be_, host.size());  // zero-filled, as the host vector
   }
-  dg_mirror_ = std::make_unique<Mirror>();
-  dg_mirror_->dev = DeviceBuffer<float>(*be_, grads_.size());  // zero-filled, as the host vector
-  dg_ = param_views(cfg_, dg_mirror_->dev.data());
+  grads_ = std::move(host);
+  g_ = param_views(cfg_, grads_.data());
+  dg_mirror_ = std::move(mirror);
+  dg_ = dg_mirror_ ? param_views(cfg_, dg_mirror_->dev.data()) : g_;
 }
 
 Model::~Model() = default;
