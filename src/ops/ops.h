@@ -204,8 +204,8 @@ void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float*
 // dZ [M, f] is overwritten (dL/dU when p.z.gelu); dF ends holding dL/dF (the attention's
 // dA for aMLP). G, dF and dG are scratch [M, g]. dZ may alias Z; G may be any dead
 // buffer; dG may alias dS only for the split form (the others read dS again at the end);
-// dF may alias F except for the multiplicative form (whose gate LayerNorm's backward
-// reads F again).
+// dF may alias F except for the multiplicative form (whose direct path dS * F, added in
+// the gate LayerNorm's backward pass, reads F again).
 void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
                   const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
                   float* dG);

@@ -15,14 +15,14 @@ __device__ inline float gelu(float x, bool t) {
 __device__ inline float gelu_grad(float v, bool t) {
   using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
   if (t) {
-    // With e = exp(-2|u|): tanh u = sign(u) (1 - e)/(1 + e) and 1 - tanh^2 u = 4e/(1 + e)^2,
-    // as the CPU's fast::gelu_tanh_and_grad: 1 - th * th cancels in the tails (v near -5
-    // gave 0 for -5e-7), and e cannot overflow.
+    // With e = exp(-2|u|) (at most 1: no overflow), 1 - tanh^2 u = 4e/(1 + e)^2 and
+    // 1 + tanh u = 2/(1 + e) for u >= 0, 2e/(1 + e) below: 1 - th * th and 1 + th cancel
+    // in the negative tail (v near -5 gave 0 for -5e-7), these do not.
     const float u = kSqrt2OverPi * (v + kTanhCoef * v * v * v);
     const float e = expf(-2.f * fabsf(u)), inv = 1.f / (1.f + e);
-    const float th = copysignf((1.f - e) * inv, u);
+    const float one_plus_th = 2.f * (u < 0.f ? e : 1.f) * inv;
     const float dt = 4.f * e * inv * inv * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
-    return 0.5f * (1.f + th) + 0.5f * v * dt;
+    return 0.5f * one_plus_th + 0.5f * v * dt;
   }
   return 0.5f * (1.f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
 }
