@@ -128,10 +128,21 @@ void check_sgu(const SguCase& c) {
   // other cases: dZ and dF apart from Z and F).
   const bool dF_over_F = c.zin.gelu && c.kind != Sgu::multiplicative;
   if (c.zin.gelu) dZ = Z;
-  ops::sgu_backward(p, {gnw.data(), gnb.data(), gW.data(), gb.data()}, R.data(), c.zin.gelu ? dZ.data() : Z.data(), T,
-                    B, f, gmean.data(), grstd.data(), F.data(), dZ.data(), sG.data(),
-                    dF_over_F ? F.data() : sdF.data(), sdG.data());
-  if (dF_over_F) sdF = F;  // before the checks below run the forward again
+  const ops::SguGrads grads{gnw.data(), gnb.data(), gW.data(), gb.data()};
+  if (dF_over_F) {
+    // In the block's two parts, S rebuilt by the gate pass before dF goes over F.
+    const Vec S0 = S;
+    Vec S1(S.size(), kNaN);
+    ops::sgu_backward_gate(p, R.data(), dZ.data(), T, B, f, F.data(), S1.data(), F.data(), dZ.data());
+    for (size_t i = 0; i < S.size(); ++i)
+      ASSERT_NEAR(S1[i], S0[i], 1e-6f * (1.f + std::fabs(S0[i]))) << "S rebuilt at " << i;
+    ops::sgu_backward_mix(p, grads, R.data(), dZ.data(), T, B, f, gmean.data(), grstd.data(), F.data(), dZ.data(),
+                          S1.data(), F.data(), sdG.data());
+    sdF = F;  // before the checks below run the forward again
+  } else {
+    ops::sgu_backward(p, grads, R.data(), c.zin.gelu ? dZ.data() : Z.data(), T, B, f, gmean.data(), grstd.data(),
+                      F.data(), dZ.data(), sG.data(), sdF.data(), sdG.data());
+  }
   EXPECT_TRUE(all_finite(dZ));
   EXPECT_TRUE(grad_check(Z, all(Z.size()), dZ, loss, "dZ"));
   if (c.zbias) {
