@@ -51,4 +51,22 @@ double ordered_sum(int64_t n, Term term) {
   return total;
 }
 
+// The same, each thread's contiguous range summed by lane_sum<double> (thread t takes
+// [n t / T, n (t+1) / T)): for long sums of cheap terms, where ordered_sum's one chain of
+// dependent adds per thread is the bottleneck (clipping's sum of squares over the
+// annotated model's 9.9 M gradients ran at 15 GB/s, 2.7 ms of a step).
+template <typename Term>
+double ordered_lane_sum(int64_t n, Term term) {
+  std::vector<double> partial(size_t(omp_get_max_threads()), 0.0);
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    partial[size_t(t)] = lane_sum<double>(hi - lo, [&](int64_t i) { return term(lo + i); });
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
 }  // namespace gmlp::ops
