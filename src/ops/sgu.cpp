@@ -95,7 +95,8 @@ void z_and_dz_du_of(const ZInput& zin, const float* row, int off, int n, float* 
     });
 }
 
-// A row buffer of this thread's, at least n floats. Asked for once a row: a plain array
+// A row buffer of this thread's, at least n floats. Asked for once a row (or a tile of
+// rows): a plain array
 // (static TLS, an offset from the thread pointer) up to 4096 floats, since a
 // thread_local vector's every access calls its TLS initialiser (tiny inference was 4%
 // slower with it).
@@ -145,12 +146,11 @@ void gate_transposed(const SguParams& p, const Dims& d, const float* Z, int T, i
 #pragma omp parallel for schedule(static)
   for (int item = 0; item < B * blocks; ++item) {
     const int b = item / blocks, t0 = (item % blocks) * kTile, nt = std::min(kTile, T - t0);
-    thread_local std::vector<float> tile;
-    tile.resize(size_t(kTile) * d.g);
+    float* tile = row_buffer(1, kTile * d.g);  // slot 0 is z_of's, below
     for (int j = 0; j < nt; ++j) {
       const int t = t0 + j;
       const int64_t r = int64_t(t) * B + b;
-      float* out = tile.data() + size_t(j) * d.g;
+      float* out = tile + size_t(j) * d.g;
       if (p.lengths && t >= p.lengths[b])
         std::fill(out, out + d.g, 0.f);
       else  // the next row this thread reads is the sequence's next position, B rows on
@@ -158,7 +158,7 @@ void gate_transposed(const SguParams& p, const Dims& d, const float* Z, int T, i
                             p.norm_b, gmean[r], grstd[r], out);
     }
     float* gt = Gt + int64_t(b) * d.g * T + t0;
-    const float* in = tile.data();
+    const float* in = tile;
     if (nt == kTile) {  // a constant trip count: one loop for both took 0.3-0.5 ms a layer more
       for (int c = 0; c < d.g; ++c) {
 #pragma omp simd
