@@ -66,23 +66,20 @@ bool launched_by_mpi() {
 
 Communicator& world() {
   if (g_world) return *g_world;
-#ifdef GMLP_HAVE_MPI
   if (launched_by_mpi()) {
+    std::string why = "this gmlp was built without MPI (install libopenmpi-dev and rebuild)";
+#ifdef GMLP_HAVE_MPI
     std::string error;
-    void* h = open_module("libgmlp_mpi.so", GMLP_MPI_MODULE_PATH, {"gmlp_mpi_world"}, error);
-    // One process under a launcher (srun -n 1) trains alone as well without it.
-    require(h != nullptr || launcher_world_size() <= 1,
-            "started by an MPI launcher as one of " + std::to_string(launcher_world_size()) +
-                " processes, but gmlp's MPI module does not load: " + error);
-    if (h) g_world.reset(reinterpret_cast<Communicator* (*)()>(dlsym(h, "gmlp_mpi_world"))());
-  }
-#else
-  // Several copies of a build without MPI would each train the whole model and race
-  // for the same run directory.
-  require(!launched_by_mpi() || launcher_world_size() <= 1,
-          "started as one of " + std::to_string(launcher_world_size()) +
-              " processes, but this gmlp was built without MPI (install libopenmpi-dev and rebuild)");
+    if (void* h = open_module("libgmlp_mpi.so", GMLP_MPI_MODULE_PATH, {"gmlp_mpi_world"}, error))
+      g_world.reset(reinterpret_cast<Communicator* (*)()>(dlsym(h, "gmlp_mpi_world"))());
+    else
+      why = "gmlp's MPI module does not load: " + error;
 #endif
+    // Without MPI, several copies would each train the whole model and race for the same
+    // run directory; one process under a launcher (srun -n 1) trains alone as well.
+    require(g_world || launcher_world_size() <= 1,
+            "started as one of " + std::to_string(launcher_world_size()) + " processes, but " + why);
+  }
   if (!g_world) g_world = std::make_unique<SingleProcess>();
   return *g_world;
 }
