@@ -30,9 +30,9 @@ using test::run_command;
 using test::train_losses;
 
 // Every launch is bounded: a hang fails the test instead of stalling the suite.
-std::string launch(int P) {
+std::string launch(int P, const std::string& launcher_options = "") {
   return "timeout 120 " GMLP_MPIEXEC " --allow-run-as-root --oversubscribe -np " + std::to_string(P) + " " +
-         test::gmlp_exe() + " --threads 1";
+         launcher_options + " " + test::gmlp_exe() + " --threads 1";
 }
 std::string single() { return test::gmlp_exe() + " --threads 1"; }
 
@@ -116,9 +116,8 @@ TEST(Distributed, OnlyALaunchedRunLoadsMpi) {
   // Each rank's trace to a file of its own (ld.<pid>): mpirun relays the ranks' stderr in
   // chunks that may splice their lines.
   fs::create_directories(dir.file("ld"));
-  const auto two = run_command("timeout 120 " GMLP_MPIEXEC " --allow-run-as-root --oversubscribe -np 2 -x LD_DEBUG=files"
-                               " -x LD_DEBUG_OUTPUT=" + dir.file("ld") + "/ld " + single() + args + " --out " +
-                               dir.file("p2") + " 2>&1");
+  const auto two = run_command(launch(2, "-x LD_DEBUG=files -x LD_DEBUG_OUTPUT=" + dir.file("ld") + "/ld") + args +
+                               " --out " + dir.file("p2") + " 2>&1");
   ASSERT_EQ(two.exit_code, 0) << two.output.substr(two.output.size() > 2000 ? two.output.size() - 2000 : 0);
   std::vector<int> opened;  // per rank, lines like "1234: file=/.../libgmlp_mpi.so [0];  dynamically loaded by ..."
   for (const auto& f : fs::directory_iterator(dir.file("ld"))) {
