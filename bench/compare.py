@@ -305,6 +305,9 @@ def main() -> None:
     gemm_choice = next((r["cpu_gemm"] for r in records if r.get("env_label") == "default" and "cpu_gemm" in r), None)
     if gemm_choice:
         report.append(f"- gmlp's fp32 products: {gemm_choice}")
+    malloc = next((r["malloc"] for r in records if r.get("env_label") == "default" and "malloc" in r), None)
+    if malloc:
+        report.append(f"- gmlp's malloc: {malloc} (PyTorch's: glibc's, the interpreter's)")
     report.append("- BLAS environment: " + (f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} (PyTorch's "
                   "default runs OpenBLAS on these kernels; the 'own BLAS kernels' column without it)"
                   if os.environ.get("OPENBLAS_CORETYPE") else "OPENBLAS_CORETYPE not set (OpenBLAS picks its kernels)"))

@@ -15,6 +15,7 @@ PKGS=(
   libstb-dev zlib1g-dev                        # PNG read/write (stb_image), gzipped IDX (vision data)
   libopenmpi-dev openmpi-bin                   # data-parallel training across processes (mpirun)
   libdnnl-dev                                  # oneDNN: bf16 products where the CPU has them; AVX-512 fp32
+  libjemalloc-dev                              # the executable's malloc: less resident memory (docs/bench.md)
 )
 
 missing=()

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gmlp/bench.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/files.h"
 #include "gmlp/safetensors.h"
@@ -383,6 +384,23 @@ TEST(ThreadWait, TheCliChoosesUnlessTheUserHas) {
   EXPECT_TRUE(std::regex_match(omp_wait(clean + "OMP_NUM_THREADS=1 "), std::regex("passive: 1 threads, .*")));
   EXPECT_EQ(omp_wait(clean + "OMP_WAIT_POLICY=ACTIVE "), "OMP_WAIT_POLICY=ACTIVE");
   EXPECT_EQ(omp_wait(clean + "GOMP_SPINCOUNT=1000 "), "GOMP_SPINCOUNT=1000");
+}
+
+// The executable's malloc (CMakeLists.txt's GMLP_JEMALLOC): jemalloc where the build
+// found it, interposed on glibc's for the whole process (oneDNN's packing buffers
+// included: they are what it is for); the tests' own process keeps glibc's. bench names
+// the library that malloc resolved to, not what the build meant to link.
+TEST(Malloc, TheExecutableAllocatesWithJemallocWhereBuiltWithIt) {
+  EXPECT_EQ(malloc_name(), "glibc malloc");
+  const auto r = run_command(gmlp() + " bench --config " + test::source_dir() +
+                             "/configs/tiny.json --mode infer --repeats 1 --warmup 0 --batch-size 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string m = nlohmann::json::parse(r.output.substr(r.output.find('{')))["malloc"].get<std::string>();
+#ifdef GMLP_EXE_JEMALLOC
+  EXPECT_TRUE(std::regex_match(m, std::regex("jemalloc [0-9]+\\.[0-9]+\\.[0-9]+"))) << m;
+#else
+  EXPECT_EQ(m, "glibc malloc");
+#endif
 }
 
 // Which library multiplies fp32 matrices (products.cpp): OpenBLAS, unless it runs AVX2

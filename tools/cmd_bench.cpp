@@ -78,6 +78,7 @@ int run_bench(const BenchArgs& a) {
   out["gflops"] = r.gflops;
   out["mfu"] = r.gflops / r.sgemm_peak_gflops;
   out["peak_rss_mb"] = r.peak_rss_mb;
+  out["malloc"] = malloc_name();  // the peak RSS depends on it (docs/bench.md)
   if (o.device != Device::cpu) out["device_peak_mb"] = r.device_peak_mb;
   // How OpenMP's threads wait in this run: gmlp's own choice, or the user's variables.
   const char* policy = std::getenv("OMP_WAIT_POLICY");
@@ -115,9 +116,9 @@ int run_bench(const BenchArgs& a) {
                   out.value("images_per_s", r.tokens_per_s), mc.token_input() ? "tokens" : "images",
                   r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats);
     // The peak is the process's gemm at the precision in use (bf16's under --precision bf16).
-    std::printf("  %.1f GFLOP/s = %.1f%% of the measured %s peak %.1f GFLOP/s; peak RSS %.0f MB\n", r.gflops,
+    std::printf("  %.1f GFLOP/s = %.1f%% of the measured %s peak %.1f GFLOP/s; peak RSS %.0f MB (%s)\n", r.gflops,
                 100 * out["mfu"].get<double>(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm", r.sgemm_peak_gflops,
-                r.peak_rss_mb);
+                r.peak_rss_mb, out["malloc"].get<std::string>().c_str());
     if (out.contains("device_peak_mb"))
       std::printf("  peak device memory %.0f MiB (the backend's allocations)\n", r.device_peak_mb);
     std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());

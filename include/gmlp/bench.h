@@ -54,6 +54,10 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
 double sgemm_peak_gflops();
 // The process's peak resident set so far.
 double peak_rss_mb();
+// Which malloc serves this process: "jemalloc <version>" where the executable links it
+// (CMake's GMLP_JEMALLOC), "glibc malloc" (the Python module's process, the tests),
+// else the name of the library that provides it (a sanitizer's runtime, a preload).
+std::string malloc_name();
 
 // A batch of B windows of the config's task with random content (the causal LM's
 // shifted windows, the masked LM's targets at mask_prob, full-length sentences, random

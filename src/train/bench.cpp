@@ -1,6 +1,7 @@
 // Benchmarks of a config on this machine (gmlp/bench.h).
 #include "gmlp/bench.h"
 
+#include <dlfcn.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -59,6 +60,28 @@ double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0;  // KB on Linux
+}
+
+std::string malloc_name() {
+  // The library that malloc resolved to in this process (a linked or preloaded malloc
+  // interposes on glibc's); jemalloc's version from its own mallctl. Looked up, not
+  // linked: the library is the same whichever malloc the executable took.
+  Dl_info info{};
+  void* m = dlsym(RTLD_DEFAULT, "malloc");
+  if (!m || !dladdr(m, &info) || !info.dli_fname) return "unknown malloc";
+  const std::string lib = info.dli_fname;
+  const std::string base = lib.substr(lib.find_last_of('/') + 1);
+  if (base.rfind("libc.so", 0) == 0) return "glibc malloc";
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  if (base.rfind("libjemalloc", 0) == 0) {
+    const char* version = nullptr;
+    size_t size = sizeof(version);
+    auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+    if (mallctl && mallctl("version", &version, &size, nullptr, 0) == 0 && version)
+      return "jemalloc " + std::string(version).substr(0, std::string(version).find('-'));
+    return "jemalloc";
+  }
+  return base + "'s malloc";
 }
 
 SyntheticBatch::SyntheticBatch(const RunConfig& rc, int B, Rng& rng) {
