@@ -20,6 +20,7 @@
 #include "gmlp/error.h"
 #include "gmlp/model.h"
 #include "gmlp/safetensors.h"
+#include "backend/cpu_backend.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -776,6 +777,38 @@ TEST(SparseMlmHead, SameLossAndGradientsAsTheFullHead) {
                                     258, 1e-6f, 1e-6f, "logits row " + std::to_string(k)));
         ++k;
       }
+}
+
+// The arena grows by half again at least when a larger call comes: a window growing a
+// token at a time (generation recomputing it) rebuilds the arena a few times, not once a
+// token, and the room a call leaves unused changes no result.
+TEST(Arena, AWindowGrowingATokenAtATimeRebuildsItAFewTimes) {
+  struct CountingCpu : CpuBackend {
+    int allocs = 0;
+    void* alloc(size_t bytes) override {
+      ++allocs;
+      return CpuBackend::alloc(bytes);
+    }
+  } be;
+  const ModelConfig c = tiny("causal_lm");  // n = 64
+  Model m(c, be);
+  Rng rng(5);
+  m.init(rng);
+  auto fresh = make(c);
+  ASSERT_EQ(Vec(m.weights(), m.weights() + m.num_params()), Vec(fresh->weights(), fresh->weights() + fresh->num_params()));
+  std::mt19937 g(6);
+  const Ids ids = random_ids(size_t(c.seq_len), c.vocab_size, g);
+  NoGrad no_grad(m), no_grad_fresh(*fresh);
+  int rebuilds = 0;
+  for (int T = c.seq_len / 2; T <= c.seq_len; ++T) {
+    const int before = be.allocs;
+    m.forward(ids.data(), nullptr, T, 1, T);
+    rebuilds += be.allocs > before;
+  }
+  EXPECT_EQ(rebuilds, 3) << "32, then 48 and 64 tokens: one arena each";
+  fresh->forward(ids.data(), nullptr, c.seq_len, 1, c.seq_len);
+  const size_t n = size_t(c.seq_len) * c.vocab_size;
+  EXPECT_EQ(Vec(m.logits(), m.logits() + n), Vec(fresh->logits(), fresh->logits() + n));
 }
 
 }  // namespace
