@@ -100,9 +100,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
       be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
-  // dL/dF goes over F, dead once the SGU's gate pass has read it, but for the
-  // multiplicative form, whose gate LayerNorm's backward reads F again.
-  float* dF = c.sgu == Sgu::multiplicative ? s.dF : saved.F;
+  float* dF = sgu_needs_dF(c) ? s.dF : saved.F;  // block.h
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
     auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
@@ -116,9 +114,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
-    // G in S's buffer (S is dead once dV is formed); for the split form dG over dS too
-    // (ops.h: only the other forms read dS again).
-    float* dG = c.sgu == Sgu::split ? s.dS : s.dG;
+    // G in S's buffer (S is dead once dV is formed); dG over dS where block.h says.
+    float* dG = sgu_needs_dG(c) ? s.dG : s.dS;
     be.sgu_backward_mix(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, dF, dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)

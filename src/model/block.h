@@ -39,13 +39,18 @@ struct BlockScratch {
   float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
-  float *dF = nullptr, *dG = nullptr;              // [M, g], the multiplicative SGU's only (the
-                                                   //     others' dF goes over BlockSaved::F);
-                                                   //     dG unused by the split form, whose dG
-                                                   //     takes dS's buffer
+  float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG
   float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [T, T], [M, 3da]
   float* dWd = nullptr;                            // Toeplitz: dense [heads, T, T]
 };
+
+// Which backward scratch the SGU needs of its own, decided here for the arena that
+// allocates it (model.cpp) and the backward that uses it (block.cpp). dL/dF goes over F,
+// dead once the gate pass has read it, but for the multiplicative form, whose gate
+// LayerNorm's backward reads F again; dL/dG over dS for the split form (ops.h: only
+// the other forms read dS again).
+inline bool sgu_needs_dF(const ModelConfig& c) { return c.has_sgu() && c.sgu == Sgu::multiplicative; }
+inline bool sgu_needs_dG(const ModelConfig& c) { return c.has_sgu() && c.sgu != Sgu::split; }
 
 struct BlockCall {
   int T = 0, B = 0;

@@ -225,11 +225,8 @@ void Model::ensure_arena(int B, int T, int layers) {
     a->dh = f32(M * d);
     a->dx = f32(M * d);
     a->dS = f32(M * s);
-    if (cfg_.has_sgu()) {
-      // dF over F but for the multiplicative form; split: dG lives in dS (block.cpp).
-      if (cfg_.sgu == Sgu::multiplicative) a->dF = f32(M * g);
-      if (cfg_.sgu != Sgu::split) a->dG = f32(M * g);
-    }
+    if (sgu_needs_dF(cfg_)) a->dF = f32(M * g);
+    if (sgu_needs_dG(cfg_)) a->dG = f32(M * g);
     if (da > 0) {
       a->dO = f32(M * da);
       a->dP = f32(size_t(T) * T);
