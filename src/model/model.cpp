@@ -152,14 +152,14 @@ void Model::zero_grad() {
 
 void Model::ensure_arena(int B, int T, int layers) {
   if (arena_ && B <= arena_->B && T <= arena_->T && layers <= arena_->layers) return;
-  if (arena_) {
-    // Growing: by half again at least (within the model's window, where it has one), so
-    // that a window that grows a token at a time, as generation's recompute does,
-    // reallocates a few times rather than on every call. Each layer's slots are packed
-    // by the call's own B x T, so the room beyond it is never touched.
-    const int window = cfg_.token_input() && !cfg_.any_length() ? cfg_.seq_len : std::numeric_limits<int>::max();
-    if (T > arena_->T) T = std::max(T, std::min(window, arena_->T + arena_->T / 2));
-    if (B > arena_->B) B = std::max(B, arena_->B + arena_->B / 2);
+  if (arena_ && T > arena_->T) {
+    // A longer window: by half again at least (within the model's window while the call
+    // is), so that a window that grows a token at a time, as generation's recompute
+    // does, reallocates a few times rather than on every call. Each layer's slots are
+    // packed by the call's own B x T, so the room beyond it is never touched. The batch
+    // stays exact: a larger one is a caller's choice, not a growing window.
+    const int window = T <= cfg_.seq_len ? cfg_.seq_len : std::numeric_limits<int>::max();
+    T = std::max(T, std::min(window, arena_->T + arena_->T / 2));
   }
   arena_.reset();  // free the old arena before allocating the new one
   const size_t M = size_t(B) * T, L = size_t(layers), d = cfg_.d_model, f = cfg_.d_ffn,

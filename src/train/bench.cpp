@@ -63,24 +63,26 @@ double peak_rss_mb() {
 }
 
 std::string malloc_name() {
-  // The library that malloc resolved to in this process (a linked or preloaded malloc
-  // interposes on glibc's); jemalloc's version from its own mallctl. Looked up, not
-  // linked: the library is the same whichever malloc the executable took.
-  Dl_info info{};
+  // The object that malloc resolved to in this process (a linked or preloaded malloc
+  // interposes on glibc's): jemalloc when the same object answers mallctl, whatever its
+  // file is called (a static link puts it in the executable). Looked up, not linked: the
+  // library is the same whichever malloc the executable took.
+  Dl_info at{};
   void* m = dlsym(RTLD_DEFAULT, "malloc");
-  if (!m || !dladdr(m, &info) || !info.dli_fname) return "unknown malloc";
-  const std::string lib = info.dli_fname;
-  const std::string base = lib.substr(lib.find_last_of('/') + 1);
-  if (base.rfind("libc.so", 0) == 0) return "glibc malloc";
+  if (!m || !dladdr(m, &at) || !at.dli_fname) return "unknown malloc";
   using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
-  if (base.rfind("libjemalloc", 0) == 0) {
+  auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  Dl_info ctl{};
+  if (mallctl && dladdr(reinterpret_cast<void*>(mallctl), &ctl) && ctl.dli_fbase == at.dli_fbase) {
     const char* version = nullptr;
     size_t size = sizeof(version);
-    auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
-    if (mallctl && mallctl("version", &version, &size, nullptr, 0) == 0 && version)
+    if (mallctl("version", &version, &size, nullptr, 0) == 0 && version)
       return "jemalloc " + std::string(version).substr(0, std::string(version).find('-'));
     return "jemalloc";
   }
+  const std::string lib = at.dli_fname;
+  const std::string base = lib.substr(lib.find_last_of('/') + 1);
+  if (base.rfind("libc.so.", 0) == 0) return "glibc malloc";
   return base + "'s malloc";
 }
 
