@@ -50,11 +50,16 @@ void spatial_causal_forward(const float* W, int ldw, const float* b, int T, int6
     for (int64_t c = 0; c < cols; ++c) F[int64_t(i) * cols + c] += b[i];
 }
 
+std::vector<float> transposed(const float* G, int T, int64_t cols, int64_t ld) {
+  std::vector<float> Gt(size_t(cols) * T);
+  for (int t = 0; t < T; ++t)
+    for (int64_t c = 0; c < cols; ++c) Gt[size_t(c) * T + t] = G[int64_t(t) * ld + c];
+  return Gt;
+}
+
 void spatial_causal_backward(const float* W, int ldw, int T, int64_t cols, const float* G, const float* dF,
                              float* dG, float* dW, float* db) {
-  std::vector<float> Gt(size_t(cols) * T);  // the op takes G transposed
-  for (int t = 0; t < T; ++t)
-    for (int64_t c = 0; c < cols; ++c) Gt[size_t(c) * T + t] = G[int64_t(t) * cols + c];
+  const std::vector<float> Gt = transposed(G, T, cols, cols);
   ops::spatial_mix_backward(W, ldw, true, T, int(cols), Gt.data(), dF, int(cols), dG, dW);
   for (int i = 0; i < T; ++i) {
     double s = 0.0;

@@ -2,8 +2,13 @@
 // Test-only oracles: straightforward forms of fast ops, which the tests hold the fast
 // paths against. Not part of the library.
 #include <cstdint>
+#include <vector>
 
 namespace gmlp::test {
+
+// G [T, cols] (rows ld apart) transposed: Gt [cols, T], the form the spatial mix's
+// backward takes G in (ops.h).
+std::vector<float> transposed(const float* G, int T, int64_t cols, int64_t ld);
 
 // GELU with libm's erf/exp/tanh.
 void gelu_forward_reference(const float* x, float* y, int64_t n, bool tanh_approx);

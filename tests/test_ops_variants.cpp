@@ -15,6 +15,7 @@
 
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
 #include "grad_check.h"
+#include "oracles.h"
 #include "test_util.h"
 
 namespace gmlp {
@@ -407,9 +408,7 @@ TEST(OpsVariants, SpatialMixStridedMatchesNaiveLoops) {
           if (!causal || j <= i) dW[size_t(i) * n + j] = 0.25f;
       const Vec dW0 = dW;
       ops::spatial_mix_forward(W.data(), n, causal, T, cols, G.data(), ld, F.data());
-      Vec Gt(size_t(cols) * T);  // the backward takes G transposed
-      for (int t = 0; t < T; ++t)
-        for (int c = 0; c < cols; ++c) Gt[size_t(c) * T + t] = G[size_t(t) * ld + c];
+      const Vec Gt = test::transposed(G.data(), T, cols, ld);
       ops::spatial_mix_backward(W.data(), n, causal, T, cols, Gt.data(), dF.data(), ld, dG.data(), dW.data());
       auto visible = [&](int i, int j) { return !causal || j <= i; };
       for (int t = 0; t < T; ++t)
