@@ -779,9 +779,9 @@ TEST(SparseMlmHead, SameLossAndGradientsAsTheFullHead) {
       }
 }
 
-// The arena grows by half again at least when a larger call comes: a window growing a
-// token at a time (generation recomputing it) rebuilds the arena a few times, not once a
-// token, and the room a call leaves unused changes no result.
+// A longer window grows the arena by half again at least: a window growing a token at a
+// time (generation recomputing it) rebuilds the arena a few times, not once a token, and
+// the room a call leaves unused changes no result.
 TEST(Arena, AWindowGrowingATokenAtATimeRebuildsItAFewTimes) {
   struct CountingCpu : CpuBackend {
     int allocs = 0;

@@ -96,10 +96,9 @@ void z_and_dz_du_of(const ZInput& zin, const float* row, int off, int n, float* 
 }
 
 // A row buffer of this thread's, at least n floats. Asked for once a row (or a tile of
-// rows): a plain array
-// (static TLS, an offset from the thread pointer) up to 4096 floats, since a
-// thread_local vector's every access calls its TLS initialiser (tiny inference was 4%
-// slower with it).
+// rows): a plain array (static TLS, an offset from the thread pointer) up to 4096
+// floats, since a thread_local vector's every access calls its TLS initialiser (tiny
+// inference was 4% slower with it).
 float* row_buffer(int slot, int n) {
   constexpr int kRow = 4096;
   alignas(64) thread_local float rows[2][kRow];

@@ -4,7 +4,6 @@
 // a single-process run neither maps MPI's libraries nor needs them installed.
 #include "gmlp/comm.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -17,7 +16,6 @@
 #endif
 
 namespace gmlp {
-
 
 namespace {
 
