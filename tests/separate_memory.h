@@ -157,19 +157,19 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("scale_rows", {keep, dx, out});
     CpuBackend::scale_rows(keep, dx, M, B, d, out);
   }
-  void residual_dropout(const float* x, const float* h, const float* keep, const float* mask, int M, int B, int d,
-                        float* out) override {
-    mine("residual_dropout", {x, h, keep, mask, out});
+  void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M, int B,
+                        int d, float* out) override {
+    mine("residual_dropout", {x, h, keep, out});
     CpuBackend::residual_dropout(x, h, keep, mask, M, B, d, out);
   }
-  void residual_dropout_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
+  void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                  float* dh) override {
-    mine("residual_dropout_backward", {dout, keep, mask, dh});
+    mine("residual_dropout_backward", {dout, keep, dh});
     CpuBackend::residual_dropout_backward(dout, keep, mask, M, B, d, dh);
   }
-  void dropout_apply(const float* x, const float* mask, int64_t n, float* y) override {
-    mine("dropout_apply", {x, mask, y});
-    CpuBackend::dropout_apply(x, mask, n, y);
+  void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y) override {
+    mine("dropout_apply", {x, y});
+    CpuBackend::dropout_apply(x, mask, B, d, y);
   }
   void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) override {
     mine("mean_pool_forward", {h, lengths, pooled});

@@ -136,7 +136,7 @@ ModelConfig config_of(const Variant& v) {
 // One batch of the config's task with random content; owns its buffers.
 struct TestBatch {
   Ids tokens, targets, lengths;
-  Vec images, keep, drop, head_drop;
+  Vec images, keep;
   Batch batch;
   TestBatch(const ModelConfig& c, int B, uint64_t seed, int length = 0) {
     std::mt19937 rng{uint32_t(seed)};
@@ -178,9 +178,7 @@ struct TestBatch {
       batch.keep = keep.data();
     }
     Rng r(seed, 5);
-    draw_dropout(c, B, T, r, drop, head_drop);
-    if (!drop.empty()) batch.drop = drop.data();
-    if (!head_drop.empty()) batch.head_drop = head_drop.data();
+    draw_dropout(c, r, batch);
   }
 };
 
@@ -542,25 +540,27 @@ TEST(CudaOps, DropoutWithAndWithoutStochasticDepth) {
   REQUIRE_GPU();
   const int T = 7, B = 3, M = T * B, d = 40;
   const Vec x = randn(size_t(M) * d, 60), h = randn(size_t(M) * d, 61), keep = {2.f, 0.f, 1.f};
-  Vec mask(size_t(M) * d);
-  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 3 == 0 ? 0.f : 1.25f;
   Backend& cb = cpu_backend();
   OnDevice dv;
-  const float *dX = dv.up(x), *dH = dv.up(h), *dMask = dv.up(mask), *dKeep = dv.up(keep);
-  for (bool with_keep : {false, true}) {
-    Vec out(x.size()), dh(x.size());
-    cb.residual_dropout(x.data(), h.data(), with_keep ? keep.data() : nullptr, mask.data(), M, B, d, out.data());
-    cb.residual_dropout_backward(x.data(), with_keep ? keep.data() : nullptr, mask.data(), M, B, d, dh.data());
-    float *dOut = dv.up(Vec(x.size())), *dDh = dv.up(Vec(x.size()));
-    dv.be.residual_dropout(dX, dH, with_keep ? dKeep : nullptr, dMask, M, B, d, dOut);
-    dv.be.residual_dropout_backward(dX, with_keep ? dKeep : nullptr, dMask, M, B, d, dDh);
-    EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 1e-6f, 1e-6f, "residual"));
-    EXPECT_TRUE(test::all_close(dv.down(dDh, dh.size()).data(), dh.data(), dh.size(), 1e-6f, 1e-6f, "backward"));
-  }
+  const float *dX = dv.up(x), *dH = dv.up(h), *dKeep = dv.up(keep);
+  // The masks come from their counters on both sides: the same drops, a row offset
+  // (a rank's rows) included; and no mask at all.
+  for (const ops::DropMask& mask : {ops::drop_mask(0x5eed, 1, 0.3f, 5), ops::DropMask{}})
+    for (bool with_keep : {false, true}) {
+      Vec out(x.size()), dh(x.size());
+      cb.residual_dropout(x.data(), h.data(), with_keep ? keep.data() : nullptr, mask, M, B, d, out.data());
+      cb.residual_dropout_backward(x.data(), with_keep ? keep.data() : nullptr, mask, M, B, d, dh.data());
+      float *dOut = dv.up(Vec(x.size())), *dDh = dv.up(Vec(x.size()));
+      dv.be.residual_dropout(dX, dH, with_keep ? dKeep : nullptr, mask, M, B, d, dOut);
+      dv.be.residual_dropout_backward(dX, with_keep ? dKeep : nullptr, mask, M, B, d, dDh);
+      EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 1e-6f, 1e-6f, "residual"));
+      EXPECT_TRUE(test::all_close(dv.down(dDh, dh.size()).data(), dh.data(), dh.size(), 1e-6f, 1e-6f, "backward"));
+    }
+  const ops::DropMask head = ops::drop_mask(0x5eed, 2, 0.5f, 0);
   Vec y(x.size());
-  cb.dropout_apply(x.data(), mask.data(), int64_t(x.size()), y.data());
+  cb.dropout_apply(x.data(), head, M, d, y.data());
   float* dY = dv.up(Vec(x.size()));
-  dv.be.dropout_apply(dX, dMask, int64_t(x.size()), dY);
+  dv.be.dropout_apply(dX, head, M, d, dY);
   EXPECT_TRUE(test::all_close(dv.down(dY, y.size()).data(), y.data(), y.size(), 0.f, 0.f, "dropout"));
 }
 

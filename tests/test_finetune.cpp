@@ -1,5 +1,5 @@
-// Fine-tuning on a user's labelled data (issue 13): dropout (masks as inputs, none at
-// evaluation, exact resumption), model selection on a validation split with early
+// Fine-tuning on a user's labelled data (issue 13): dropout (a seed per training batch,
+// none at evaluation, exact resumption; the masks themselves: test_dropout.cpp), model selection on a validation split with early
 // stopping and epochs, long texts (head+tail, chunks averaged, Toeplitz windows longer
 // than n), the search over settings, and the reports. Each test runs in about a second.
 #include <gtest/gtest.h>
@@ -52,23 +52,22 @@ ModelConfig tiny_classifier(float dropout, float head_dropout, int seq_len = 12)
 
 // ---- dropout
 
-TEST(Dropout, MasksHaveTheRateAndScaleAndAClassifierOnlyHeadMask) {
-  ModelConfig c = tiny_classifier(0.25f, 0.5f);
-  Rng rng(3);
-  std::vector<float> drop, head;
-  draw_dropout(c, 16, 10, rng, drop, head);
-  ASSERT_EQ(drop.size(), size_t(2) * 10 * 16 * 8);
-  ASSERT_EQ(head.size(), size_t(16) * 8);
-  size_t zeros = 0;
-  for (float v : drop) {
-    EXPECT_TRUE(v == 0.f || std::fabs(v - 1.f / 0.75f) < 1e-6f) << v;
-    zeros += v == 0.f;
-  }
-  EXPECT_NEAR(double(zeros) / double(drop.size()), 0.25, 0.03);
-  c.dropout = 0.f;
-  c.head_dropout = 0.f;
-  draw_dropout(c, 16, 10, rng, drop, head);
-  EXPECT_TRUE(drop.empty() && head.empty()) << "no masks (and no draws) without dropout";
+TEST(Dropout, ATrainingBatchTakesOneSeedAndOnlyWhereTheConfigDrops) {
+  ModelConfig c = tiny_classifier(0.25f, 0.f);
+  Rng rng(3), twin(3);
+  Batch batch;
+  draw_dropout(c, rng, batch);
+  EXPECT_TRUE(batch.dropout);
+  EXPECT_EQ(batch.dropout_seed, twin.next_u64()) << "the seed is the RNG's next draw";
+  EXPECT_EQ(rng.state(), twin.state()) << "and the only one";
+  c = tiny_classifier(0.f, 0.5f);  // the head alone drops
+  draw_dropout(c, rng, batch);
+  EXPECT_TRUE(batch.dropout);
+  EXPECT_EQ(batch.dropout_seed, twin.next_u64());
+  c = tiny_classifier(0.f, 0.f);
+  draw_dropout(c, rng, batch);
+  EXPECT_FALSE(batch.dropout);
+  EXPECT_EQ(rng.state(), twin.state()) << "no draw without dropout: a run without it is unchanged";
   c.task = Task::mlm;
   c.head_dropout = 0.1f;
   EXPECT_THROW(c.validate(), Error);  // a per-token head has no classifier input to drop
@@ -97,12 +96,19 @@ TEST(Dropout, EvaluationIsMaskFreeAndTrainingMasksChangeTheForward) {
   Batch batch = pb.make(idx, 4);
   batch.targets = set.labels.data();
   const double plain = with.forward(batch);
-  std::vector<float> drop, head;
   Rng rng(1);
-  draw_dropout(with.config(), batch.B, batch.T, rng, drop, head);
-  batch.drop = drop.data();
-  batch.head_drop = head.data();
-  EXPECT_NE(with.forward(batch), plain);
+  draw_dropout(with.config(), rng, batch);
+  ASSERT_TRUE(batch.dropout);
+  EXPECT_THROW(without.forward(batch), Error) << "a model without dropout refuses a dropout batch";
+  {
+    NoGrad eval(with);
+    EXPECT_THROW(with.forward(batch), Error) << "dropout is for training forwards";
+  }
+  const double dropped = with.forward(batch);
+  EXPECT_NE(dropped, plain);
+  EXPECT_EQ(with.forward(batch), dropped) << "the same seed drops the same";
+  batch.dropout_seed += 1;
+  EXPECT_NE(with.forward(batch), dropped) << "another seed drops otherwise";
   with.backward();  // the masked forward's backward runs (its values: the parity tests)
 }
 

@@ -5,9 +5,12 @@
 // tolerances bound our float32 error, not a mismatch between two float32 programs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "gmlp/checkpoint.h"
 #include "gmlp/optimizer.h"
 #include "gmlp/trainer.h"
+#include "ops/ops.h"  // the engine's dropout masks, to hold against the reference's
 #include "test_util.h"
 
 namespace gmlp {
@@ -31,8 +34,8 @@ std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<
 
 // Every case: a causal LM stores tokens [B, T+1] (targets are the shift); the other
 // tasks store inputs [B, T] and targets ([B, T] per token or [B] per row), and may add
-// lengths [B] (padding), keep [L, B] (stochastic depth), drop [L, T, B, d] and
-// head_drop [B, d] (dropout masks) and images [B, C, H, W].
+// lengths [B] (padding), keep [L, B] (stochastic depth), dropout_seed [1] with the masks
+// the reference made of it, drop [L, T, B, d] and head_drop [B, d], and images [B, C, H, W].
 void check_forward_and_gradients(const std::string& model_path, const SafeTensorsFile& cf) {
   auto model = load_model(model_path);
   const ModelConfig& c = model->config();
@@ -69,17 +72,37 @@ void check_forward_and_gradients(const std::string& model_path, const SafeTensor
     keep = cf.read_f32("keep");
     batch.keep = keep.data();
   }
-  // Dropout masks [L, T, B, d] (sequence-major rows, as the engine holds them) and [B, d].
-  std::vector<float> drop, head_drop;
-  if (cf.has("drop")) {
-    drop = cf.read_f32("drop");
-    batch.drop = drop.data();
-  }
-  if (cf.has("head_drop")) {
-    head_drop = cf.read_f32("head_drop");
-    batch.head_drop = head_drop.data();
-  }
   const int B = batch.B, T = batch.T, V = c.out_dim();
+  if (cf.has("dropout_seed")) {
+    batch.dropout = true;
+    batch.dropout_seed = uint64_t(cf.read_int("dropout_seed")[0]);
+    // The reference's copy of the generator made these masks of the seed: [L, T, B, d]
+    // (sequence-major rows, as the engine's ops read them) and [B, d]. The engine's must
+    // be the same to the bit.
+    const int d = c.d_model;
+    auto engine_mask = [&](int stream, float p, int rows, int positions) {
+      const size_t n = size_t(rows) * positions * d;
+      const std::vector<float> zero(n, 0.f), one(n, 1.f);
+      std::vector<float> m(n);
+      ops::residual_add(zero.data(), one.data(), nullptr, ops::drop_mask(batch.dropout_seed, stream, p, 0),
+                        rows * positions, rows, d, m.data());
+      return m;
+    };
+    ASSERT_EQ(cf.has("drop"), c.dropout > 0);
+    if (cf.has("drop")) {
+      const std::vector<float> want = cf.read_f32("drop");
+      for (int l = 0; l < c.n_layers; ++l) {
+        const std::vector<float> got = engine_mask(l, c.dropout, B, T);
+        ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin() + ptrdiff_t(l) * B * T * d))
+            << "layer " << l << "'s dropout mask differs from the reference's";
+      }
+    }
+    ASSERT_EQ(cf.has("head_drop"), c.head_dropout > 0);
+    if (cf.has("head_drop")) {
+      ASSERT_EQ(engine_mask(c.n_layers, c.head_dropout, B, 1), cf.read_f32("head_drop"))
+          << "the classifier input's dropout mask differs from the reference's";
+    }
+  }
 
   model->zero_grad();
   const double loss = model->forward(batch);

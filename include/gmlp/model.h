@@ -53,9 +53,11 @@ struct ParamViews {
 //  targets: per token (same layout as tokens; < 0 ignored) for LM/MLM, per row [B] for
 //           classify/vision; without targets forward returns 0;
 //  keep [L, B]: stochastic-depth multipliers of each block's branch (0 or 1/p);
-//  drop [L, T, B, d]: dropout masks of each block's branch (0 or 1/(1-p)), layer l's
-//           rows sequence-major (row t * B + b) like the activations;
-//  head_drop [B, d]: dropout mask of the classifier's input, the pooled row (classify, vision).
+//  dropout: a training forward's dropout (model.dropout on each block's branch,
+//           model.head_dropout on a classifier's pooled input), its masks drawn by
+//           counter from dropout_seed where the ops read them (docs/variants.md), the
+//           batch's row b being row row_offset + b of the global batch (data parallelism:
+//           every split of a global batch draws the same masks).
 struct Batch {
   int B = 0, T = 0;
   const int32_t* tokens = nullptr;
@@ -64,8 +66,9 @@ struct Batch {
   const int32_t* lengths = nullptr;
   const int32_t* targets = nullptr;
   const float* keep = nullptr;
-  const float* drop = nullptr;
-  const float* head_drop = nullptr;
+  bool dropout = false;
+  uint64_t dropout_seed = 0;
+  int row_offset = 0;
 };
 
 // The ordered tensor list of a config, and views of any buffer laid out by it.
@@ -76,11 +79,12 @@ float survival_probability(const ModelConfig& c, int l);
 // Draws keep[L, B] for one training batch: 1/p_l with probability p_l, else 0.
 void draw_keep(const ModelConfig& c, int B, Rng& rng, float* keep);
 
-// Draws the dropout masks of one training batch of B x T (Batch::drop, Batch::head_drop):
-// each entry 0 with probability p (model.dropout, model.head_dropout), else 1/(1 - p).
-// Leaves a vector empty when its rate is 0.
-void draw_dropout(const ModelConfig& c, int B, int T, Rng& rng, std::vector<float>& drop,
-                  std::vector<float>& head_drop);
+// Turns on a training batch's dropout where the config has any (model.dropout, or
+// model.head_dropout on a classifier), drawing its seed from rng (one draw; none without
+// dropout). Each mask entry is then 0 with probability p, else 1/(1 - p).
+void draw_dropout(const ModelConfig& c, Rng& rng, Batch& batch);
+// Whether the config drops anything in training.
+bool has_dropout(const ModelConfig& c);
 
 // Head k of layer l's spatial weights as a dense [n, n] matrix, Toeplitz weights
 // expanded (docs/variants.md); a causal model's unused upper triangle reads 0.
@@ -211,7 +215,9 @@ class Model {
   bool grad_enabled_ = true;
   bool backward_ready_ = false;  // the last forward kept what backward needs
   bool last_lengths_ = false, last_keep_ = false;  // the last forward had padding / stochastic depth
-  bool last_drop_ = false, last_head_drop_ = false;  // the last forward had dropout masks
+  bool last_dropout_ = false;  // the last forward dropped, by these:
+  uint64_t last_seed_ = 0;
+  int last_row_offset_ = 0;
   bool sparse_head_ = false, last_sparse_ = false;
   std::vector<int32_t> head_rows_, sel_targets_;   // sparse head: chosen rows and their targets
   GradReadyHook grad_ready_;

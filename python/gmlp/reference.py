@@ -204,11 +204,32 @@ def survival_probs(n_layers: int, p_last: float) -> list[float]:
     return [1.0 - (l / n_layers) * (1.0 - p_last) for l in range(1, n_layers + 1)]
 
 
-def draw_dropout(shape: tuple[int, ...], p: float,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-    """A dropout mask: 0 with probability p, else 1/(1-p) (float32, as the C++ side holds it)."""
-    return torch.where(torch.rand(shape, generator=generator) < p,
-                       torch.zeros(()), torch.full((), 1.0 / (1.0 - p)))
+_MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser over uint64 (wrapping, as in C)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_mask(seed: int, stream: int, p: float, B: int, T: int, d: int,
+                 row_offset: int = 0) -> torch.Tensor:
+    """The engine's dropout mask [T, B, d] (src/ops/dropout_mask.h): 0 where the counter's
+    24-bit draw u satisfies u / 2^24 < p, else 1/(1-p) (float32); stream l is block l's
+    branch, L the classifier's input; row b is row row_offset + b of the global batch."""
+    key = _mix64(np.uint64(seed) ^ _mix64(np.uint64(stream + 1)))
+    t = np.arange(T, dtype=np.uint64)[:, None]
+    b = np.arange(row_offset, row_offset + B, dtype=np.uint64)[None, :]
+    rows = _mix64(key ^ ((b << np.uint64(32)) | t))                      # [T, B]
+    c = np.arange(1, d + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        u = _mix64(rows[:, :, None] + c * _GOLDEN) >> np.uint64(40)  # [T, B, d]
+    pf = np.float32(p)  # the engine's config holds p as a float
+    keep = u.astype(np.float64) / 16777216.0 >= np.float64(pf)
+    return torch.from_numpy(np.where(keep, np.float32(1.0) / (np.float32(1.0) - pf), np.float32(0.0)))
 
 
 def draw_keep(n_layers: int, batch: int, p_last: float,

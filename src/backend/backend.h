@@ -89,13 +89,14 @@ class Backend {
   virtual void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d,
                              float* out) = 0;
   virtual void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) = 0;
-  // Dropout (ops/ops.h): out = x + keep[b] * mask * h (keep and mask each may be null),
-  // its branch's backward, and y = x * mask.
-  virtual void residual_dropout(const float* x, const float* h, const float* keep, const float* mask, int M, int B,
-                                int d, float* out) = 0;
-  virtual void residual_dropout_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
-                                         float* dh) = 0;
-  virtual void dropout_apply(const float* x, const float* mask, int64_t n, float* y) = 0;
+  // Dropout (ops/ops.h): out = x + keep[b] * mask * h (keep may be null, the mask
+  // inactive), its branch's backward, and y = x * mask over B rows of d. The masks are
+  // computed from their counters where they are read (ops/dropout_mask.h).
+  virtual void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M,
+                                int B, int d, float* out) = 0;
+  virtual void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B,
+                                         int d, float* dh) = 0;
+  virtual void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y) = 0;
   virtual void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) = 0;
   virtual void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t* lengths, float* dh) = 0;
   virtual void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) = 0;

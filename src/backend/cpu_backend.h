@@ -129,16 +129,16 @@ class CpuBackend : public Backend {
   void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) override {
     ops::scale_rows(keep, dx, M, B, d, out);
   }
-  void residual_dropout(const float* x, const float* h, const float* keep, const float* mask, int M, int B, int d,
-                        float* out) override {
+  void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M, int B,
+                        int d, float* out) override {
     ops::residual_add(x, h, keep, mask, M, B, d, out);
   }
-  void residual_dropout_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
+  void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                  float* dh) override {
     ops::residual_branch_backward(dout, keep, mask, M, B, d, dh);
   }
-  void dropout_apply(const float* x, const float* mask, int64_t n, float* y) override {
-    ops::dropout_apply(x, mask, n, y);
+  void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y) override {
+    ops::dropout_apply(x, mask, B, d, y);
   }
   void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) override {
     ops::mean_pool_forward(h, T, B, d, lengths, pooled);

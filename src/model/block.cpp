@@ -71,14 +71,14 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   } else {
     be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
   }
-  if (!call.keep && !call.drop) {
+  if (!call.keep && !call.drop.active()) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
     be.residual_bias(x, p.proj_out_b, M, d, out);
     be.gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
   } else {
     // Stochastic depth and dropout: x' = x + keep[b] * mask (S V^T + v), the branch built in h.
     be.linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
-    if (call.drop)
+    if (call.drop.active())
       be.residual_dropout(x, s.h, call.keep, call.drop, M, B, d, out);
     else
       be.residual_keep(x, call.keep, s.h, M, B, d, out);
@@ -93,8 +93,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   // dx holds dL/d(block output); the residual passes it to the input unchanged, and the
   // branch's contribution is added by the block LayerNorm's backward at the end.
   const float* dY = dx;
-  if (call.keep || call.drop) {
-    if (call.drop)
+  if (call.keep || call.drop.active()) {
+    if (call.drop.active())
       be.residual_dropout_backward(dx, call.keep, call.drop, M, B, d, s.dh);
     else
       be.scale_rows(call.keep, dx, M, B, d, s.dh);

@@ -11,6 +11,7 @@
 
 #include "gmlp/config.h"
 #include "gmlp/model.h"
+#include "ops/dropout_mask.h"
 
 namespace gmlp {
 
@@ -56,7 +57,7 @@ struct BlockCall {
   int T = 0, B = 0;
   const int32_t* lengths = nullptr;  // [B] real tokens per row (padded bidirectional batches), or null
   const float* keep = nullptr;       // [B] this layer's stochastic-depth multipliers (0 or 1/p), or null
-  const float* drop = nullptr;       // [M, d] this layer's dropout mask on the branch (0 or 1/(1-p)), or null
+  ops::DropMask drop;                // this layer's dropout on the branch, inactive without
   float* gate = nullptr;             // [M, g] where the normalised gate goes (the decoder's cache), or
                                      // null for scratch.S
 };

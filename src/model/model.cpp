@@ -16,8 +16,9 @@
 namespace gmlp {
 
 // The arena: every buffer is backend memory (device memory on a GPU, one arena there
-// as on the CPU). Ids, padding lengths and drop masks are assembled on the host and
-// uploaded (on the CPU the upload is a copy).
+// as on the CPU). Ids, padding lengths and stochastic depth's multipliers are assembled
+// on the host and uploaded (on the CPU the upload is a copy); dropout's masks are never
+// stored: the ops compute them from their counters (ops/dropout_mask.h).
 struct Model::Arena {
   int B = 0, T = 0, layers = 0;  // capacity
   size_t d = 0, f = 0, g = 0, da = 0;
@@ -31,7 +32,6 @@ struct Model::Arena {
   std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
-  F32 drop, head_drop;                       // [L, M, d], [B, d]: dropout masks (training)
   F32 images, patches;                       // vision: [B, C*H*W], [M, C*ph*pw]
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
@@ -182,9 +182,6 @@ void Model::ensure_arena(int B, int T, int layers) {
   a->rows = DeviceBuffer<int32_t>(be, M);
   a->lengths = DeviceBuffer<int32_t>(be, size_t(B));
   a->keep = f32(size_t(cfg_.n_layers) * B);
-  // Dropout masks only where a training forward can carry them.
-  if (grad && cfg_.dropout > 0) a->drop = f32(L * M * d);
-  if (grad && cfg_.head_dropout > 0 && !cfg_.per_token_output()) a->head_drop = f32(size_t(B) * d);
   if (!cfg_.token_input()) {
     a->patches = f32(M * size_t(cfg_.patch_dim()));
     if (!be.host_memory())
@@ -312,13 +309,12 @@ double Model::forward(const Batch& in) {
   }
   last_keep_ = in.keep != nullptr;
   if (in.keep) be_->upload(a.keep.data(), in.keep, sizeof(float) * size_t(cfg_.n_layers) * B);
-  last_drop_ = in.drop != nullptr;
-  require(!in.drop || a.drop.size() > 0, "forward: dropout masks need model.dropout > 0 and a training forward");
-  if (in.drop) be_->upload(a.drop.data(), in.drop, sizeof(float) * size_t(cfg_.n_layers) * B * T * cfg_.d_model);
-  last_head_drop_ = in.head_drop != nullptr;
-  require(!in.head_drop || !cfg_.per_token_output(), "forward: head_drop is for classifier heads");
-  require(!in.head_drop || a.head_drop.size() > 0, "forward: a head dropout mask needs model.head_dropout > 0");
-  if (in.head_drop) be_->upload(a.head_drop.data(), in.head_drop, sizeof(float) * size_t(B) * cfg_.d_model);
+  require(!in.dropout || has_dropout(cfg_), "forward: dropout needs model.dropout or model.head_dropout > 0");
+  require(!in.dropout || grad_enabled_, "forward: dropout is for training forwards");
+  require(in.row_offset >= 0, "forward: row_offset " + std::to_string(in.row_offset) + " is negative");
+  last_dropout_ = in.dropout;
+  last_seed_ = in.dropout_seed;
+  last_row_offset_ = in.row_offset;
 
   const ParamViews& W = backend_views();
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
@@ -337,8 +333,13 @@ BlockCall Model::block_call(int l) const {
   // The arena's copies stay from earlier calls; only this forward's inputs count.
   call.lengths = last_lengths_ ? arena_->lengths.data() : nullptr;
   call.keep = last_keep_ ? arena_->keep.data() + size_t(l) * B_ : nullptr;
-  call.drop = last_drop_ ? arena_->drop.data() + size_t(l) * B_ * T_ * cfg_.d_model : nullptr;
+  if (last_dropout_) call.drop = ops::drop_mask(last_seed_, l, cfg_.dropout, last_row_offset_);
   return call;
+}
+
+// The classifier's input's mask: the stream after the blocks'.
+static ops::DropMask head_mask(const ModelConfig& c, bool on, uint64_t seed, int row_offset) {
+  return on ? ops::drop_mask(seed, c.n_layers, c.head_dropout, row_offset) : ops::DropMask{};
 }
 
 // Token ids (checked against the vocabulary) to embeddings, with positions when
@@ -428,7 +429,8 @@ double Model::head_forward(const Batch& in, const float* xL) {
     // Mean over the real positions of each row, then the classifier.
     rows = B;
     be_->mean_pool_forward(a.h.data(), T, B, d, block_call(0).lengths, a.pooled.data());
-    if (last_head_drop_) be_->dropout_apply(a.pooled.data(), a.head_drop.data(), int64_t(B) * d, a.pooled.data());
+    const ops::DropMask drop = head_mask(cfg_, last_dropout_, last_seed_, last_row_offset_);
+    if (drop.active()) be_->dropout_apply(a.pooled.data(), drop, B, d, a.pooled.data());
     be_->linear_forward(a.pooled.data(), B, d, W.head_w, W.head_b, out, a.logits.data());
   }
   if (!in.targets) return 0.0;
@@ -467,7 +469,8 @@ void Model::head_backward(const float* xL) {
     float* dpooled = a.dx.data();  // [B, d], dead until the final LayerNorm's backward
     be_->linear_backward(a.dlogits.data(), a.pooled.data(), B, d, W.head_w, out, dpooled, false, dg_.head_w,
                          dg_.head_b);
-    if (last_head_drop_) be_->dropout_apply(dpooled, a.head_drop.data(), int64_t(B) * d, dpooled);
+    const ops::DropMask drop = head_mask(cfg_, last_dropout_, last_seed_, last_row_offset_);
+    if (drop.active()) be_->dropout_apply(dpooled, drop, B, d, dpooled);
     be_->mean_pool_backward(dpooled, T, B, d, block_call(0).lengths, a.dh.data());
   }
   be_->layernorm_backward(a.dh.data(), d, xL, d, a.f_mean.data(), a.f_rstd.data(), W.norm_w, M, d, a.dx.data(), d,

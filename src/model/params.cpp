@@ -114,15 +114,13 @@ void draw_keep(const ModelConfig& c, int B, Rng& rng, float* keep) {
   }
 }
 
-void draw_dropout(const ModelConfig& c, int B, int T, Rng& rng, std::vector<float>& drop,
-                  std::vector<float>& head_drop) {
-  auto draw = [&](std::vector<float>& m, size_t n, float p) {
-    m.resize(p > 0 ? n : 0);
-    const float scale = 1.f / (1.f - p);
-    for (auto& v : m) v = rng.uniform() < p ? 0.f : scale;
-  };
-  draw(drop, size_t(c.n_layers) * size_t(T) * size_t(B) * size_t(c.d_model), c.dropout);
-  draw(head_drop, size_t(B) * size_t(c.d_model), c.per_token_output() ? 0.f : c.head_dropout);
+bool has_dropout(const ModelConfig& c) {
+  return c.dropout > 0 || (c.head_dropout > 0 && !c.per_token_output());
+}
+
+void draw_dropout(const ModelConfig& c, Rng& rng, Batch& batch) {
+  batch.dropout = has_dropout(c);
+  batch.dropout_seed = batch.dropout ? rng.next_u64() : 0;
 }
 
 void Model::init(Rng& rng) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gmlp/kinds.h"
+#include "ops/dropout_mask.h"
 
 namespace gmlp::ops {
 
@@ -254,16 +255,18 @@ void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, fl
 // Sinusoidal table pe[T, d]: pe[t, 2i] = sin(t / 10000^(2i/d)), pe[t, 2i+1] = cos(...).
 void sinusoidal_positions(int T, int d, float* pe);
 
-// ---- dropout.cpp: masks are inputs (0 or 1/(1-p) per element), drawn by the caller.
-// y = x * mask over n values (the backward is the same product: dx = dy * mask; y may be x).
-void dropout_apply(const float* x, const float* mask, int64_t n, float* y);
-// The block's residual: out[r, c] = x[r, c] + keep[r % B] * mask[r, c] * y[r, c] over M
-// rows of d, keep [B] (stochastic depth) and mask [M, d] (dropout) each optional (null = 1).
-void residual_add(const float* x, const float* y, const float* keep, const float* mask, int M, int B, int d,
+// ---- dropout.cpp: the masks are drawn by counter where they are read (dropout_mask.h).
+// y = x * mask over rows [B, d] at position 0 (a classifier's pooled input; the backward
+// is the same product: dx = dy * mask; y may be x).
+void dropout_apply(const float* x, const DropMask& mask, int B, int d, float* y);
+// The block's residual: out[r, c] = x[r, c] + keep[r % B] * mask(r % B, r / B, c) * y[r, c]
+// over M = T * B sequence-major rows of d, keep [B] (stochastic depth; null = 1) and the
+// mask (inactive = 1) each optional.
+void residual_add(const float* x, const float* y, const float* keep, const DropMask& mask, int M, int B, int d,
                   float* out);
-// Its backward into the branch: dy = keep[r % B] * mask[r, c] * dout (the residual's own
-// path passes dout unchanged).
-void residual_branch_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
+// Its backward into the branch: dy = keep[r % B] * mask(r % B, r / B, c) * dout (the
+// residual's own path passes dout unchanged).
+void residual_branch_backward(const float* dout, const float* keep, const DropMask& mask, int M, int B, int d,
                               float* dy);
 
 // ---- cross_entropy.cpp: mean softmax cross-entropy over M rows of V logits.

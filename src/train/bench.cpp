@@ -151,11 +151,13 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   std::optional<AdamW> opt;
   std::optional<NoGrad> no_grad;
   std::function<void()> step;  // train and infer: one timed unit
+  Batch train_batch = batch;  // training drops what the config drops, as `gmlp train` does
+  draw_dropout(mc, rng, train_batch);
   if (mode == BenchMode::train) {
     opt.emplace(model, rc.train);
     step = [&] {
       model.zero_grad();
-      model.forward(batch);
+      model.forward(train_batch);
       model.backward();
       clip_grad_norm(model, 1.f);
       opt->step(model, 1e-4f);

@@ -62,15 +62,7 @@ const Batch& DataParallel::shard(const Batch& g) {
       std::memcpy(keep_.data() + size_t(l) * n, g.keep + size_t(l) * g.B + r0, sizeof(float) * size_t(n));
     shard_.keep = keep_.data();
   }
-  if (g.drop) {
-    // drop is [L, T, B, d]: this rank's rows of every layer's every position.
-    const int64_t LT = int64_t(c.n_layers) * g.T, d = c.d_model;
-    drop_.resize(size_t(LT * n * d));
-    for (int64_t lt = 0; lt < LT; ++lt)
-      std::memcpy(drop_.data() + lt * n * d, g.drop + (lt * g.B + r0) * d, sizeof(float) * size_t(n * d));
-    shard_.drop = drop_.data();
-  }
-  if (g.head_drop) shard_.head_drop = g.head_drop + int64_t(r0) * c.d_model;  // [B, d]: contiguous rows
+  shard_.row_offset = g.row_offset + r0;  // the dropout masks go by global row
   return shard_;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Data parallelism over a Communicator (docs/distributed.md). Every rank draws the
-// whole global batch from the same seeded RNG (data, masking, augmentation and drop
-// masks alike) and trains on its own contiguous rows. A rank's mean loss times its
+// whole global batch from the same seeded RNG (data, masking, augmentation, stochastic
+// depth and the dropout seed alike) and trains on its own contiguous rows, whose dropout
+// masks go by their global row numbers. A rank's mean loss times its
 // share of the global batch's targets sums, over the ranks, to the one-process loss;
 // so do the gradients, which are scaled by that share and summed with all-reduces
 // started layer by layer during backward. Every rank then applies the same clipping
@@ -65,7 +66,6 @@ class DataParallel {
   size_t pending_end_ = 0;  // grads [offset, pending_end_) scaled, not yet being reduced
   Batch shard_;
   std::vector<float> keep_;  // this rank's columns of the stochastic-depth masks
-  std::vector<float> drop_;  // this rank's rows of the dropout masks
 };
 
 }  // namespace gmlp

@@ -300,7 +300,6 @@ TrainSummary train(const TrainOptions& opts) {
   double window_time = 0.0, window_wait = 0.0;
   int64_t window_units = 0;
   const std::string per_s = std::string(task->unit()) + "_per_s";
-  std::vector<float> drop_mask, head_drop_mask;
 
   bool stop = false;  // on_log asked to stop (rank 0's; the step vote carries it to the others)
   auto write_log = [&](const nlohmann::json& line) {
@@ -321,12 +320,10 @@ TrainSummary train(const TrainOptions& opts) {
     }
     auto t0 = Clock::now();
     Batch batch = task->next_batch(st.rng);
-    // Dropout masks come from the run's RNG after the batch's draws, for the whole
-    // global batch on every rank: a resumed run, and any number of ranks, draw the same
-    // ones. Evaluation batches never carry any.
-    draw_dropout(rc.model, batch.B, batch.T, st.rng, drop_mask, head_drop_mask);
-    if (!drop_mask.empty()) batch.drop = drop_mask.data();
-    if (!head_drop_mask.empty()) batch.head_drop = head_drop_mask.data();
+    // The dropout masks' seed comes from the run's RNG after the batch's draws, the
+    // same on every rank (the masks go by global batch row): a resumed run, and any
+    // number of ranks, drop the same. Evaluation batches never carry any.
+    draw_dropout(rc.model, st.rng, batch);
     const Batch& shard = dp.shard(batch);
     model.zero_grad();
     const double local_loss = model.forward(shard);

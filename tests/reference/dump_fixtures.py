@@ -18,8 +18,10 @@ needs it):
   images        [B, C, H, W] (vision)
   lengths       I32 [B]: real lengths, positions t >= lengths[b] are padding
   keep          [L, B]: stochastic-depth multipliers, x += keep[l, b] * branch
-  drop          [L, T, B, d]: dropout masks of the branches, x += keep[l, b] * drop[l] * branch
-  head_drop     [B, d]: dropout mask of the classifier's pooled input
+  dropout_seed  [1] int64: the step's dropout seed (its bits as uint64)
+  drop          [L, T, B, d]: the dropout masks of the branches it gives, x += keep[l, b] *
+                drop[l] * branch (made by the reference's copy of the engine's generator)
+  head_drop     [B, d]: the dropout mask it gives the classifier's pooled input
   logits        [B, T, V] (causal_lm, mlm; padded rows follow the contract: their keys
                 are masked, they are not) or [B, n_classes] (classify, vision)
   loss          [1]: mean cross entropy over targets >= 0, or over the B labels
@@ -46,7 +48,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))  # the gmlp package
 from gmlp.reference import (GMLP, GMLPLanguageModel, full_config, load_safetensors,  # noqa: E402
-                     draw_dropout, make_optimizer, param_dict, param_shapes, save_safetensors,
+                     dropout_mask, make_optimizer, param_dict, param_shapes, save_safetensors,
                      survival_probs, train_step)
 
 TRAIN_STEPS = 10
@@ -255,8 +257,10 @@ VARIANT_CASES = {
     "vision_drop": (5017, vision_cfg(3, survival_prob=0.6), 4, 8, None,
                     [[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]]),
     "vision_amlp_heads": (5018, vision_cfg(2, d_attn=8, sgu_heads=2), 3, 8, None, None),
-    # Dropout (masks drawn here, passed to both sides): on the branches and the pooled
-    # input of a padded classifier; on the branches of a masked LM; with stochastic depth.
+    # Dropout (a seed passed to both sides; the masks made here by the reference's copy of
+    # the engine's generator, and checked against the engine's): on the branches and the
+    # pooled input of a padded classifier; on the branches of a masked LM; with
+    # stochastic depth.
     "classify_dropout": (5019, vcfg("classify", 16, 40, 2, 20, n_classes=4, dropout=0.3,
                                     head_dropout=0.5, tokenizer=CHAR_SPECIALS),
                          4, 15, [15, 9, 4, 2], None),
@@ -306,10 +310,14 @@ def variant_inputs(name: str) -> tuple[GMLP, dict]:
         p = survival_probs(cfg["n_layers"], cfg["survival_prob"])
         keep = torch.tensor([[s / p[l] for s in row] for l, row in enumerate(survive)])
         inputs["keep"] = keep.to(torch.float32)
-    if cfg["dropout"] > 0:
-        inputs["drop"] = draw_dropout((cfg["n_layers"], T, B, cfg["d_model"]), cfg["dropout"], gen)
-    if cfg["head_dropout"] > 0:
-        inputs["head_drop"] = draw_dropout((B, cfg["d_model"]), cfg["head_dropout"], gen)
+    if cfg["dropout"] > 0 or cfg["head_dropout"] > 0:
+        dseed = (seed * 0x9E3779B97F4A7C15) % 2**64  # all 64 bits in play
+        inputs["dropout_seed"] = torch.tensor([dseed - 2**64 if dseed >= 2**63 else dseed])  # int64's bits
+        L, d = cfg["n_layers"], cfg["d_model"]
+        if cfg["dropout"] > 0:
+            inputs["drop"] = torch.stack([dropout_mask(dseed, l, cfg["dropout"], B, T, d) for l in range(L)])
+        if cfg["head_dropout"] > 0:
+            inputs["head_drop"] = dropout_mask(dseed, L, cfg["head_dropout"], B, 1, d)[0]
     return model, inputs
 
 
@@ -367,6 +375,8 @@ def run_variant(name: str, out_dir: str) -> str:
     for k in ("tokens", "targets", "lengths"):
         if k in inputs:
             case[k] = inputs[k].to(torch.int32)
+    if "dropout_seed" in inputs:
+        case["dropout_seed"] = inputs["dropout_seed"].to(torch.int64)
     for k in ("keep", "images", "drop", "head_drop"):
         if k in inputs:
             case[k] = f32(inputs[k])

@@ -79,12 +79,12 @@ void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int 
 void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE);
 void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
 
-// dropout.cu: the masks (0 or 1/(1-p)) come with the batch; keep (stochastic depth) and
-// mask may each be null.
-void dropout_apply(const float* x, const float* mask, int64_t n, float* y);
-void residual_dropout(const float* x, const float* h, const float* keep, const float* mask, int M, int B, int d,
-                      float* out);
-void residual_dropout_backward(const float* dout, const float* keep, const float* mask, int M, int B, int d,
+// dropout.cu: the masks computed from their counters as the kernels read them
+// (ops/dropout_mask.h); keep (stochastic depth) may be null, the mask inactive.
+void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y);
+void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M, int B,
+                      int d, float* out);
+void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                float* dh);
 
 // cross_entropy.cu: the mean loss, read back (the one host copy of a step besides the norm).
