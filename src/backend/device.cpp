@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -34,12 +35,24 @@ struct CudaModule {
   std::string error;  // why it did not load
 };
 
+// GMLP_CUDA_EMULATOR: the path of the CUDA emulator's module (tests/cuda_emu), which runs
+// the CUDA backend's kernels on the CPU; the CUDA tests use it where there is no GPU.
+const char* emulator_module() {
+  const char* e = std::getenv("GMLP_CUDA_EMULATOR");
+  return e && *e ? e : nullptr;
+}
+
 const CudaModule& cuda_module() {
   static CudaModule m;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* h = open_module("libgmlp_cuda.so", GMLP_CUDA_MODULE_PATH, {"gmlp_cuda_backend", "gmlp_cuda_device_count"},
-                          m.error);
+    const char* emu = emulator_module();
+    std::string file = "libgmlp_cuda.so", path = GMLP_CUDA_MODULE_PATH;
+    if (emu) {
+      path = emu;
+      file = path.substr(path.rfind('/') + 1);
+    }
+    void* h = open_module(file, path, {"gmlp_cuda_backend", "gmlp_cuda_device_count"}, m.error);
     if (!h) return;
     m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
     m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
@@ -51,7 +64,7 @@ const CudaModule& cuda_module() {
 
 // Without the NVIDIA driver's control device no CUDA call can find a GPU; checking it
 // first keeps `--device auto` on a machine without one from loading the module at all.
-bool nvidia_driver_present() { return access("/dev/nvidiactl", F_OK) == 0; }
+bool nvidia_driver_present() { return emulator_module() || access("/dev/nvidiactl", F_OK) == 0; }
 
 }  // namespace
 

@@ -45,15 +45,15 @@ __global__ void k_scale(float* x, size_t n, float c) {
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) {
   if (n == 0) return;
-  k_adamw<<<blocks_for(int64_t(n)), kThreads>>>(p, g, m, v, n, s);
+  GMLP_LAUNCH(k_adamw, blocks_for(int64_t(n)), kThreads)(p, g, m, v, n, s);
   check_launch("adamw");
 }
 
 double sum_squares(const float* x, size_t n) {
   if (n == 0) return 0.0;
   double* part = static_cast<double*>(scratch(sizeof(double) * (kReduceBlocks + 1)));
-  k_sum_squares<<<kReduceBlocks, kThreads>>>(x, n, part);
-  k_finish<<<1, 1024>>>(part, kReduceBlocks, part + kReduceBlocks);
+  GMLP_LAUNCH(k_sum_squares, kReduceBlocks, kThreads)(x, n, part);
+  GMLP_LAUNCH(k_finish, 1, 1024)(part, kReduceBlocks, part + kReduceBlocks);
   check_launch("sum of squares");
   double host = 0.0;
   check(int(cudaMemcpy(&host, part + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost)), "norm read-back");
@@ -62,7 +62,7 @@ double sum_squares(const float* x, size_t n) {
 
 void scale(float* x, size_t n, float c) {
   if (n == 0) return;
-  k_scale<<<blocks_for(int64_t(n)), kThreads>>>(x, n, c);
+  GMLP_LAUNCH(k_scale, blocks_for(int64_t(n)), kThreads)(x, n, c);
   check_launch("scale");
 }
 

@@ -8,6 +8,15 @@
 
 namespace gmlp::cuda {
 
+// Every kernel launch: kernel<<<grid, block>>> under nvcc; compiled by g++ against the
+// CUDA emulator (tests/cuda_emu, GMLP_CUDA_EMULATED), the emulator's launch, which runs
+// the kernel's threads on the CPU so that the CUDA tests run without a GPU.
+#if defined(GMLP_CUDA_EMULATED)
+#define GMLP_LAUNCH(kernel, grid, block) GMLP_EMU_LAUNCH(kernel, grid, block)
+#else
+#define GMLP_LAUNCH(kernel, grid, block) kernel<<<grid, block>>>
+#endif
+
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n, int threads = kThreads) { return unsigned((n + threads - 1) / threads); }
 

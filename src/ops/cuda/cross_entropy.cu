@@ -61,9 +61,9 @@ double cross_entropy(const float* logits, int M, int V, const int32_t* targets, 
   double* loss = reinterpret_cast<double*>(base);
   double* total = loss + M;
   int* count = reinterpret_cast<int*>(total + 1);
-  k_count<<<1, 1024>>>(targets, M, count);
-  k_rows<<<unsigned(M), kRowThreads>>>(logits, V, targets, count, dlogits, loss);
-  k_sum<<<1, 1024>>>(loss, M, total);
+  GMLP_LAUNCH(k_count, 1, 1024)(targets, M, count);
+  GMLP_LAUNCH(k_rows, unsigned(M), kRowThreads)(logits, V, targets, count, dlogits, loss);
+  GMLP_LAUNCH(k_sum, 1, 1024)(loss, M, total);
   check_launch("cross-entropy");
   double host_total = 0.0;
   int host_count = 0;

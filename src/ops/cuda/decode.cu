@@ -73,7 +73,7 @@ __global__ void k_add(float* y, const float* x, int64_t n) {
 void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe,
                   float* x) {
   if (R <= 0) return;
-  k_decode_embed<<<blocks_for(int64_t(R) * d), kThreads>>>(E, d, tokens, pos, R, pe, x);
+  GMLP_LAUNCH(k_decode_embed, blocks_for(int64_t(R) * d), kThreads)(E, d, tokens, pos, R, pe, x);
   check_launch("decode embed");
 }
 
@@ -93,7 +93,7 @@ void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t
   if (R <= 0) return;
   const int gh = g / heads, threads = 128;
   const dim3 grid(unsigned(R), unsigned(heads), blocks_for(gh, threads));
-  k_decode_mix<<<grid, threads>>>(G, n, g, gh, W, wsz, toeplitz, bias, stream, pos, F);
+  GMLP_LAUNCH(k_decode_mix, grid, threads)(G, n, g, gh, W, wsz, toeplitz, bias, stream, pos, F);
   check_launch("decode mix");
 }
 
@@ -104,12 +104,12 @@ void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* s
   // The new rows' q|k|v, then into the cache: the stream's keys now reach position i.
   float* rows = static_cast<float*>(scratch(sizeof(float) * size_t(R) * q3));
   linear_forward(h, R, p.d, p.qkv_w, p.qkv_b, q3, rows);
-  k_put_rows<<<blocks_for(int64_t(R) * q3), kThreads>>>(rows, R, q3, stream, pos, n, qkv);
+  GMLP_LAUNCH(k_put_rows, blocks_for(int64_t(R) * q3), kThreads)(rows, R, q3, stream, pos, n, qkv);
   check_launch("decode attention (cache)");
-  k_decode_attend<<<unsigned(R), 128>>>(qkv, n, p.da, stream, pos, P, O);
+  GMLP_LAUNCH(k_decode_attend, unsigned(R), 128)(qkv, n, p.da, stream, pos, P, O);
   check_launch("decode attention");
   linear_forward(O, R, p.da, p.out_w, p.out_b, p.dout, A);
-  k_add<<<blocks_for(int64_t(R) * p.dout), kThreads>>>(F, A, int64_t(R) * p.dout);
+  GMLP_LAUNCH(k_add, blocks_for(int64_t(R) * p.dout), kThreads)(F, A, int64_t(R) * p.dout);
   check_launch("decode attention (add)");
 }
 

@@ -36,21 +36,21 @@ __global__ void k_residual_dropout(const float* x, const float* h, const float* 
 
 void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y) {
   if (B <= 0 || d <= 0) return;
-  k_dropout_apply<<<unsigned(B), kRowThreads>>>(x, mask, d, y);
+  GMLP_LAUNCH(k_dropout_apply, unsigned(B), kRowThreads)(x, mask, d, y);
   check_launch("dropout");
 }
 
 void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M, int B,
                       int d, float* out) {
   if (M <= 0 || d <= 0) return;
-  k_residual_dropout<<<unsigned(M), kRowThreads>>>(x, h, keep, mask, B, d, out);
+  GMLP_LAUNCH(k_residual_dropout, unsigned(M), kRowThreads)(x, h, keep, mask, B, d, out);
   check_launch("residual dropout");
 }
 
 void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                float* dh) {
   if (M <= 0 || d <= 0) return;
-  k_residual_dropout<<<unsigned(M), kRowThreads>>>(nullptr, dout, keep, mask, B, d, dh);
+  GMLP_LAUNCH(k_residual_dropout, unsigned(M), kRowThreads)(nullptr, dout, keep, mask, B, d, dh);
   check_launch("residual dropout backward");
 }
 

@@ -35,18 +35,18 @@ __global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int
 }  // namespace
 
 void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe, float* x) {
-  k_embed<<<blocks_for(int64_t(M) * d), kThreads>>>(E, d, tokens, M, B, pe, x);
+  GMLP_LAUNCH(k_embed, blocks_for(int64_t(M) * d), kThreads)(E, d, tokens, M, B, pe, x);
   check_launch("embedding");
 }
 
 void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) {
-  k_embed_backward<<<blocks_for(int64_t(M) * d), kThreads>>>(dx, d, tokens, M, dE);
+  GMLP_LAUNCH(k_embed_backward, blocks_for(int64_t(M) * d), kThreads)(dx, d, tokens, M, dE);
   check_launch("embedding backward");
 }
 
 void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
   const int n = (Hi / ph) * (Wi / pw);
-  k_patches<<<blocks_for(int64_t(n) * B * C * ph * pw), kThreads>>>(images, B, C, Hi, Wi, ph, pw, n, out);
+  GMLP_LAUNCH(k_patches, blocks_for(int64_t(n) * B * C * ph * pw), kThreads)(images, B, C, Hi, Wi, ph, pw, n, out);
   check_launch("patches");
 }
 

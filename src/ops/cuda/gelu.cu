@@ -29,20 +29,20 @@ __global__ void k_gelu_backward(const float* x, const float* dy, float* dx, int6
 
 void gelu_forward(const float* x, float* y, int64_t n, bool tanh_approx) {
   if (n <= 0) return;
-  k_gelu<<<blocks_for(n), kThreads>>>(x, y, n, tanh_approx);
+  GMLP_LAUNCH(k_gelu, blocks_for(n), kThreads)(x, y, n, tanh_approx);
   check_launch("gelu");
 }
 
 void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool tanh_approx) {
   const int64_t total = int64_t(M) * n;
   if (total <= 0) return;
-  k_bias_gelu<<<blocks_for(total), kThreads>>>(u, b, total, n, y, tanh_approx);
+  GMLP_LAUNCH(k_bias_gelu, blocks_for(total), kThreads)(u, b, total, n, y, tanh_approx);
   check_launch("bias + gelu");
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx) {
   if (n <= 0) return;
-  k_gelu_backward<<<blocks_for(n), kThreads>>>(x, dy, dx, n, tanh_approx);
+  GMLP_LAUNCH(k_gelu_backward, blocks_for(n), kThreads)(x, dy, dx, n, tanh_approx);
   check_launch("gelu backward");
 }
 

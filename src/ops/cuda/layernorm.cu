@@ -34,21 +34,21 @@ struct DxPlain {
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd) {
   if (M <= 0) return;
-  ln_forward_k<<<unsigned(M), kRowThreads>>>(XPlain{x, ldx}, C, w, b, eps, y, ldy, mean, rstd, nullptr);
+  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, y, ldy, mean, rstd, nullptr);
   check_launch("layernorm forward");
 }
 
 void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
                       int ldy, const int32_t* rows) {
   if (R <= 0) return;
-  ln_forward_k<<<unsigned(R), kRowThreads>>>(XPlain{x, ldx}, C, w, b, eps, y, ldy, nullptr, nullptr, rows);
+  GMLP_LAUNCH(ln_forward_k, unsigned(R), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, y, ldy, nullptr, nullptr, rows);
   check_launch("decode layernorm");
 }
 
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                      const float* rstd, float* y, int ldy) {
   if (M <= 0) return;
-  ln_apply_k<<<blocks_for(int64_t(M) * C), kThreads>>>(XPlain{x, ldx}, M, C, w, b, mean, rstd, y, ldy);
+  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * C), kThreads)(XPlain{x, ldx}, M, C, w, b, mean, rstd, y, ldy);
   check_launch("layernorm apply");
 }
 

@@ -98,10 +98,10 @@ void layernorm_backward_with(const float* dy, int lddy, XIn xin, const float* me
   if (M <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * 2 * size_t(chunks) * C));
-  ln_backward_dwdb_partial_k<<<dim3(blocks_for(C), unsigned(chunks)), kThreads>>>(dy, lddy, xin, mean, rstd, M, C,
-                                                                                  rows_per, part);
-  ln_backward_dwdb_finish_k<<<blocks_for(C), kThreads>>>(part, chunks, C, dw, db);
-  ln_backward_dx_k<<<unsigned(M), kRowThreads>>>(dy, lddy, xin, mean, rstd, w, C, out);
+  GMLP_LAUNCH(ln_backward_dwdb_partial_k, dim3(blocks_for(C), unsigned(chunks)), kThreads)(dy, lddy, xin, mean, rstd, M,
+                                                                                           C, rows_per, part);
+  GMLP_LAUNCH(ln_backward_dwdb_finish_k, blocks_for(C), kThreads)(part, chunks, C, dw, db);
+  GMLP_LAUNCH(ln_backward_dx_k, unsigned(M), kRowThreads)(dy, lddy, xin, mean, rstd, w, C, out);
   check_launch("layernorm backward");
 }
 

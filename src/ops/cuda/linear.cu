@@ -35,13 +35,13 @@ void colsum_add(const float* x, int M, int N, int ld, float* out) {
   if (M <= 0 || N <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
-  colsum_partial<<<dim3(blocks_for(N), unsigned(chunks)), kThreads>>>(x, M, N, ld, rows_per, part);
-  colsum_finish<<<blocks_for(N), kThreads>>>(part, chunks, N, out);
+  GMLP_LAUNCH(colsum_partial, dim3(blocks_for(N), unsigned(chunks)), kThreads)(x, M, N, ld, rows_per, part);
+  GMLP_LAUNCH(colsum_finish, blocks_for(N), kThreads)(part, chunks, N, out);
   check_launch("colsum");
 }
 
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) {
-  seed_rows<<<blocks_for(int64_t(M) * out), kThreads>>>(y, b, M, out);
+  GMLP_LAUNCH(seed_rows, blocks_for(int64_t(M) * out), kThreads)(y, b, M, out);
   check_launch("linear bias");
   gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
 }

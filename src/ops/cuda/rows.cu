@@ -62,48 +62,48 @@ __global__ void k_zero_padding(const int32_t* lengths, int T, int B, int C, floa
 
 void residual_bias(const float* x, const float* b, int M, int d, float* out) {
   const int64_t n = int64_t(M) * d;
-  k_residual_bias<<<blocks_for(n), kThreads>>>(x, b, n, d, out);
+  GMLP_LAUNCH(k_residual_bias, blocks_for(n), kThreads)(x, b, n, d, out);
   check_launch("residual + bias");
 }
 
 void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) {
   const int64_t n = int64_t(M) * d;
-  k_residual_keep<<<blocks_for(n), kThreads>>>(x, keep, h, n, B, d, out);
+  GMLP_LAUNCH(k_residual_keep, blocks_for(n), kThreads)(x, keep, h, n, B, d, out);
   check_launch("stochastic-depth residual");
 }
 
 void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) {
   const int64_t n = int64_t(M) * d;
-  k_scale_rows<<<blocks_for(n), kThreads>>>(keep, dx, n, B, d, out);
+  GMLP_LAUNCH(k_scale_rows, blocks_for(n), kThreads)(keep, dx, n, B, d, out);
   check_launch("scale rows");
 }
 
 void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) {
-  k_pool<<<blocks_for(int64_t(B) * d), kThreads>>>(h, T, B, d, lengths, pooled);
+  GMLP_LAUNCH(k_pool, blocks_for(int64_t(B) * d), kThreads)(h, T, B, d, lengths, pooled);
   check_launch("mean pool");
 }
 
 void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t* lengths, float* dh) {
-  k_pool_backward<<<blocks_for(int64_t(T) * B * d), kThreads>>>(dpooled, T, B, d, lengths, dh);
+  GMLP_LAUNCH(k_pool_backward, blocks_for(int64_t(T) * B * d), kThreads)(dpooled, T, B, d, lengths, dh);
   check_launch("mean pool backward");
 }
 
 void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) {
   if (K <= 0) return;
-  k_gather<<<blocks_for(int64_t(K) * d), kThreads>>>(src, rows, K, d, dst);
+  GMLP_LAUNCH(k_gather, blocks_for(int64_t(K) * d), kThreads)(src, rows, K, d, dst);
   check_launch("gather rows");
 }
 
 void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) {
   check(int(cudaMemset(dst, 0, sizeof(float) * size_t(M) * d)), "cudaMemset");
   if (K <= 0) return;
-  k_scatter<<<blocks_for(int64_t(K) * d), kThreads>>>(src, rows, K, d, dst);
+  GMLP_LAUNCH(k_scatter, blocks_for(int64_t(K) * d), kThreads)(src, rows, K, d, dst);
   check_launch("scatter rows");
 }
 
 void zero_padding(const int32_t* lengths, int T, int B, int C, float* X) {
   if (!lengths) return;
-  k_zero_padding<<<blocks_for(int64_t(T) * B * C), kThreads>>>(lengths, T, B, C, X);
+  GMLP_LAUNCH(k_zero_padding, blocks_for(int64_t(T) * B * C), kThreads)(lengths, T, B, C, X);
   check_launch("zero padding");
 }
 

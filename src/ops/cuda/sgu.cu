@@ -131,20 +131,20 @@ void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, f
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   if (M <= 0) return;  // no launch of an empty grid
-  ln_forward_k<<<unsigned(M), kRowThreads>>>(ZIn{Z, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G, d.g, gmean,
-                                             grstd, nullptr);
+  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn{Z, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G, d.g,
+                                                      gmean, grstd, nullptr);
   check_launch("sgu gate layernorm");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_slice(p, nullptr, B, d, [&](const float* W, float*, int off, int cols) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off);
   });
-  k_bias_combine<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, ZIn{Z, f, 0, p.z}, F, M, B, d.g, d.gh, p.bias,
-                                                             p.n, extra, S);
+  GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn{Z, f, 0, p.z}, F, M, B, d.g, d.gh,
+                                                                      p.bias, p.n, extra, S);
   check_launch("sgu bias + combine");
 }
 
 void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
-  k_combine<<<blocks_for(int64_t(M) * g), kThreads>>>(kind, ZIn{Z, ldz, 0, {}}, F, M, g, S);
+  GMLP_LAUNCH(k_combine, blocks_for(int64_t(M) * g), kThreads)(kind, ZIn{Z, ldz, 0, {}}, F, M, g, S);
   check_launch("sgu combine");
 }
 
@@ -153,7 +153,7 @@ void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z,
   const Dims d = dims(p, f);
   const int M = T * B;
   if (M <= 0) return;  // no launch of an empty grid
-  k_back_gate<<<blocks_for(int64_t(M) * d.g), kThreads>>>(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, S, dZ, dF);
+  GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, S, dZ, dF);
   check_launch("sgu backward (gate)");
   if (p.kind == Sgu::split && p.z.dbias) colsum_add(dZ, M, d.g, f, p.z.dbias);  // dZ1's columns
 }
@@ -165,14 +165,15 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
   const int M = T * B, ld = B * d.g;
   if (M <= 0) return;  // no launch of an empty grid
   const ZIn gate{Z, f, d.goff, p.z};
-  ln_apply_k<<<blocks_for(int64_t(M) * d.g), kThreads>>>(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G, d.g);
+  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G,
+                                                                  d.g);
   check_launch("sgu gate recomputed");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_slice(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols) {
     spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW);
   });
   zero_padding(p.lengths, T, B, d.g, dG);
-  k_bias_grad<<<blocks_for(p.heads * p.n), kThreads>>>(dF, T, B, d.g, d.gh, p.heads, p.n, g.bias);
+  GMLP_LAUNCH(k_bias_grad, blocks_for(p.heads * p.n), kThreads)(dF, T, B, d.g, d.gh, p.heads, p.n, g.bias);
   check_launch("sgu bias gradient");
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
   layernorm_backward_with(dG, d.g, gate, gmean, grstd, p.norm_w, M, d.g,

@@ -66,19 +66,19 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
       gemm(true, false, m, cols, T - j1, 1.f, W + int64_t(j1) * ldw + j0, ldw, dF + int64_t(j1) * ld, ld, 1.f, dGb,
            ld);
     gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
-    clear_upper<<<dim3(blocks_for(m), unsigned(m)), kThreads>>>(dW, ldw, j0, j1, j1);
+    GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
     check_launch("causal dW clear");
   }
 }
 
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) {
-  k_toeplitz<<<blocks_for(int64_t(T) * T), kThreads>>>(w, n, causal, T, W);
+  GMLP_LAUNCH(k_toeplitz, blocks_for(int64_t(T) * T), kThreads)(w, n, causal, T, W);
   check_launch("toeplitz materialize");
 }
 
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) {
   const int count = causal ? n : 2 * n - 1;
-  k_toeplitz_fold<<<blocks_for(count), kThreads>>>(dW, T, n, causal, dw);
+  GMLP_LAUNCH(k_toeplitz_fold, blocks_for(count), kThreads)(dW, T, n, causal, dw);
   check_launch("toeplitz fold");
 }
 

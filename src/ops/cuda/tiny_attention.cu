@@ -43,7 +43,7 @@ void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int
     const float* Q = qkv + int64_t(b) * q3;
     float* Pb = P + int64_t(b) * T * T;
     gemm(false, true, T, T, da, scale, Q, B * q3, Q + da, B * q3, 0.f, Pb, T);
-    k_softmax<<<unsigned(T), kRowThreads>>>(Pb, T, p.lengths, b, p.causal);
+    GMLP_LAUNCH(k_softmax, unsigned(T), kRowThreads)(Pb, T, p.lengths, b, p.causal);
     check_launch("attention softmax");
     gemm(false, false, T, da, T, 1.f, Pb, T, Q + 2 * da, B * q3, 0.f, O + int64_t(b) * da, B * da);
   }
@@ -63,7 +63,7 @@ void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, 
     float* dQ = dqkv + int64_t(b) * q3;
     gemm(true, false, T, da, T, 1.f, Pb, T, dOb, B * da, 0.f, dQ + 2 * da, B * q3);
     gemm(false, true, T, T, da, 1.f, dOb, B * da, Q + 2 * da, B * q3, 0.f, dP, T);
-    k_softmax_backward<<<unsigned(T), kRowThreads>>>(Pb, dP, T, scale);
+    GMLP_LAUNCH(k_softmax_backward, unsigned(T), kRowThreads)(Pb, dP, T, scale);
     check_launch("attention softmax backward");
     gemm(false, false, T, da, T, 1.f, dP, T, Q + da, B * q3, 0.f, dQ, B * q3);
     gemm(true, false, T, da, T, 1.f, dP, T, Q, B * q3, 0.f, dQ + da, B * q3);

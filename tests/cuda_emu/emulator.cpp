@@ -1,0 +1,441 @@
+// The CUDA emulator's runtime (tests/cuda_emu/README.md): kernels run on the CPU, one
+// block at a time, each thread a fiber that the scheduler switches at __syncthreads and
+// warp shuffles; device memory is host memory the emulator tracks, so
+// copies and cuBLAS calls check their pointers and leading dimensions; cuBLAS's three
+// products are written from its documented column-major semantics.
+//
+// What breaks a rule of the device language ends the process with a message naming the
+// launch site: a barrier not every thread of the block reaches, a shuffle not every lane
+// of the warp reaches or whose partner lane does not exist, a barrier inside a launch
+// site that earlier ran without any.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+
+namespace gmlp::emu {
+
+dim3 thread_idx, block_idx, block_dim, grid_dim;  // one launch at a time (g_launch_mutex)
+
+namespace {
+
+// ---- memory: every allocation, by address, for the copies' and products' checks
+std::mutex g_mem_mutex;
+std::map<const char*, size_t> g_allocs;  // start -> bytes
+thread_local cudaError_t g_last_error = cudaSuccess;
+
+cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) g_last_error = e;
+  return e;
+}
+
+// Whether [p, p + bytes) lies in one device allocation.
+bool on_device(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  const char* c = static_cast<const char*>(p);
+  auto it = g_allocs.upper_bound(c);
+  if (it == g_allocs.begin()) return false;
+  --it;
+  return c >= it->first && c + bytes <= it->first + it->second;
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "CUDA emulator: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+// ---- the scheduler
+//
+// A fiber switch saves the callee-saved registers on the stack it leaves and takes the
+// other's (System V x86-64). glibc's swapcontext does that plus a system call for the
+// signal mask and the floating-point control words (which no kernel changes), which made
+// the CUDA tests' millions of barriers and shuffles take ten times as long.
+extern "C" void gmlp_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl gmlp_emu_switch
+  .hidden gmlp_emu_switch
+  .type gmlp_emu_switch, @function
+gmlp_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size gmlp_emu_switch, .-gmlp_emu_switch
+)");
+
+enum class Wait { none, block, warp, done };
+
+struct Fiber {
+  void* sp = nullptr;  // its saved stack pointer while it is not running
+  Wait wait = Wait::none;
+  dim3 idx;
+};
+
+constexpr size_t kStackBytes = 64 * 1024;
+
+struct Run {
+  Site* site = nullptr;
+  const std::function<void()>* body = nullptr;
+  bool plain = false;   // threads as plain calls: no barrier may be reached
+  bool synced = false;  // a barrier was reached in this launch
+  unsigned threads = 0;
+  std::vector<Fiber> fibers;
+  // Warp exchange, 16 bytes a thread in each of two buffers: shuffles alternate between
+  // them, so a lane can write its next value before its partner has read the last one
+  // (no lane gets two shuffles ahead: each shuffle waits for the whole warp).
+  std::vector<unsigned char> slots[2];
+  std::vector<unsigned char> phase;  // each thread's next buffer
+  void* sched_sp = nullptr;          // the scheduler's, while a fiber runs
+  std::vector<unsigned> at_warp;     // per warp: lanes waiting at a shuffle
+  unsigned at_block = 0, done = 0;   // threads waiting at __syncthreads, returned
+  unsigned current = 0;
+};
+
+Run* g_run = nullptr;
+std::vector<std::unique_ptr<char[]>> g_stacks;  // one per thread of the largest block yet
+std::mutex g_launch_mutex;  // one launch at a time: __shared__ is a static
+
+std::string site_of(const Run& r) { return std::string("kernel ") + (r.site ? r.site->name : "?"); }
+
+// A fiber's first instructions: the body, then back to the scheduler for good.
+[[noreturn]] void fiber_main() {
+  Run& r = *g_run;
+  (*r.body)();
+  Fiber& f = r.fibers[r.current];
+  f.wait = Wait::done;
+  ++r.done;
+  gmlp_emu_switch(&f.sp, r.sched_sp);
+  die("a finished fiber was resumed");
+}
+
+// A fresh stack whose first switch "returns" into fiber_main, aligned as a call would
+// leave it.
+void* fresh_stack(char* base) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(base) + kStackBytes) & ~uintptr_t(15);
+  auto* w = reinterpret_cast<uint64_t*>(top);
+  *--w = 0;                                        // fiber_main's (never used) return address
+  *--w = reinterpret_cast<uint64_t>(&fiber_main);  // where the switch's ret goes
+  for (int i = 0; i < 6; ++i) *--w = 0;            // rbp, rbx, r12-r15
+  return w;
+}
+
+void wait_at(Wait kind, const char* what) {
+  Run* r = g_run;
+  if (!r) die(std::string(what) + " outside a kernel");
+  if (r->plain)
+    die(site_of(*r) + ": " + what + " reached in a launch run without fibers (an earlier launch of this site "
+                               "reached none); the emulator cannot run this site's threads as plain calls");
+  r->synced = true;
+  Fiber& f = r->fibers[r->current];
+  f.wait = kind;
+  if (kind == Wait::warp)
+    ++r->at_warp[r->current / 32];
+  else
+    ++r->at_block;
+  gmlp_emu_switch(&f.sp, r->sched_sp);
+}
+
+unsigned linear(const dim3& i, const dim3& dim) { return i.x + dim.x * (i.y + dim.y * i.z); }
+
+void run_block_fibers(Run& r) {
+  const unsigned n = r.threads, warps = (n + 31) / 32;
+  while (g_stacks.size() < n) g_stacks.emplace_back(new char[kStackBytes]);
+  r.fibers.assign(n, Fiber{});
+  r.phase.assign(n, 0);
+  r.at_warp.assign(warps, 0);
+  r.at_block = r.done = 0;
+  for (unsigned t = 0; t < n; ++t) {
+    Fiber& f = r.fibers[t];
+    f.idx = dim3(t % block_dim.x, (t / block_dim.x) % block_dim.y, t / (block_dim.x * block_dim.y));
+    f.sp = fresh_stack(g_stacks[t].get());
+  }
+  for (;;) {
+    for (unsigned t = 0; t < n; ++t)
+      if (r.fibers[t].wait == Wait::none) {
+        r.current = t;
+        thread_idx = r.fibers[t].idx;
+        gmlp_emu_switch(&r.sched_sp, r.fibers[t].sp);
+      }
+    // Every fiber now waits at a barrier or is done: first the warps whose every lane
+    // waits at a shuffle, then the block's barrier once every thread is there.
+    bool released = false;
+    for (unsigned w = 0; w < warps; ++w) {
+      if (r.at_warp[w] == 0) continue;
+      const unsigned lo = w * 32, hi = std::min(n, lo + 32);
+      if (r.at_warp[w] != hi - lo)
+        die(site_of(r) + ": a warp shuffle that not every lane of warp " + std::to_string(w) + " reached (" +
+            std::to_string(r.at_warp[w]) + " of " + std::to_string(hi - lo) + " lanes)");
+      for (unsigned t = lo; t < hi; ++t) r.fibers[t].wait = Wait::none;
+      r.at_warp[w] = 0;
+      released = true;
+    }
+    if (released) continue;
+    if (r.done == n) return;
+    if (r.done > 0)
+      die(site_of(r) + ": __syncthreads() that not every thread of block (" + std::to_string(block_idx.x) + ", " +
+          std::to_string(block_idx.y) + ") reached (" + std::to_string(r.at_block) + " of " + std::to_string(n) +
+          " threads; the rest had returned)");
+    for (Fiber& f : r.fibers) f.wait = Wait::none;
+    r.at_block = 0;
+  }
+}
+
+}  // namespace
+
+void fail(const char* what) { die(what); }
+
+void syncthreads() { wait_at(Wait::block, "__syncthreads()"); }
+
+void warp_exchange(const void* mine, void* partner, size_t bytes, int lane_mask) {
+  Run* r = g_run;
+  if (!r) die("a warp shuffle outside a kernel");
+  if (bytes > 16) die("a warp shuffle of more than 16 bytes");
+  const unsigned t = linear(thread_idx, block_dim), other = t ^ unsigned(lane_mask);
+  if (lane_mask < 0 || lane_mask > 31 || other >= r->threads)
+    die(site_of(*r) + ": thread " + std::to_string(t) + " shuffles with lane mask " + std::to_string(lane_mask) +
+        ", whose partner thread " + std::to_string(other) + " does not exist (" + std::to_string(r->threads) +
+        " threads)");
+  const int p = r->phase[t];
+  r->phase[t] = uint8_t(p ^ 1);
+  std::memcpy(&r->slots[p][size_t(t) * 16], mine, bytes);
+  wait_at(Wait::warp, "a warp shuffle");
+  std::memcpy(partner, &r->slots[p][size_t(other) * 16], bytes);
+}
+
+void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& body) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+    record(cudaErrorInvalidConfiguration);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_launch_mutex);
+  Run r;
+  r.site = &site;
+  r.body = &body;
+  r.plain = site.plain;
+  r.threads = unsigned(threads);
+  for (auto& s : r.slots) s.assign(size_t(threads) * 16, 0);
+  Run* outer = g_run;
+  g_run = &r;
+  grid_dim = grid;
+  block_dim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        block_idx = dim3(x, y, z);
+        if (r.plain) {
+          for (unsigned t = 0; t < r.threads; ++t) {
+            thread_idx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            body();
+          }
+        } else {
+          run_block_fibers(r);
+        }
+      }
+  g_run = outer;
+  if (!r.synced) site.plain = true;
+}
+
+}  // namespace gmlp::emu
+
+using gmlp::emu::record;
+
+// ---- the runtime
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess : cudaErrorInvalidValue); }
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void* q = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!q) return record(cudaErrorMemoryAllocation);
+  std::memset(q, 0xA5, bytes);  // fresh device memory holds garbage, never zeros to rely on
+  std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
+  gmlp::emu::g_allocs[static_cast<const char*>(q)] = bytes;
+  *p = q;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
+  auto it = gmlp::emu::g_allocs.find(static_cast<const char*>(p));
+  if (it == gmlp::emu::g_allocs.end()) return record(cudaErrorInvalidValue);
+  gmlp::emu::g_allocs.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_dev = gmlp::emu::on_device(dst, bytes), src_dev = gmlp::emu::on_device(src, bytes);
+  const bool ok = kind == cudaMemcpyHostToDevice   ? dst_dev && !src_dev
+                  : kind == cudaMemcpyDeviceToHost ? src_dev && !dst_dev
+                  : kind == cudaMemcpyDeviceToDevice ? src_dev && dst_dev
+                                                     : kind == cudaMemcpyDefault;
+  if (!ok) return record(cudaErrorInvalidValue);
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!gmlp::emu::on_device(p, bytes)) return record(cudaErrorInvalidValue);
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // every call runs to completion
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = gmlp::emu::g_last_error;
+  gmlp::emu::g_last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    default: return "unspecified launch failure";
+  }
+}
+
+// ---- cuBLAS
+struct cublasContext {};
+
+namespace {
+
+cublasContext g_blas;
+
+// Rounded to bf16 (nearest, ties to even), as the tensor cores take fp32 inputs under
+// CUBLAS_COMPUTE_32F_FAST_16BF.
+float to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// op(X)(i, l) of a column-major X with leading dimension ld.
+float op_at(const float* X, int ld, cublasOperation_t op, int i, int l) {
+  return op == CUBLAS_OP_N ? X[i + size_t(l) * ld] : X[l + size_t(i) * ld];
+}
+
+bool device_matrix(const float* X, int ld, int rows, int cols) {
+  return rows == 0 || cols == 0 || gmlp::emu::on_device(X, (size_t(cols - 1) * ld + rows) * sizeof(float));
+}
+
+cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc, bool bf16) {
+  if (m < 0 || n < 0 || k < 0 || ta == CUBLAS_OP_C || tb == CUBLAS_OP_C) return CUBLAS_STATUS_INVALID_VALUE;
+  const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+  const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+  if (lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!device_matrix(A, lda, a_rows, a_cols) || !device_matrix(B, ldb, b_rows, b_cols) ||
+      !device_matrix(C, ldc, m, n))
+    gmlp::emu::fail("a cuBLAS product given memory that is not the device's, or past the end of an allocation");
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.f;  // fp32 accumulation, as cuBLAS's
+      for (int l = 0; l < k; ++l) {
+        float a = op_at(A, lda, ta, i, l), b = op_at(B, ldb, tb, l, j);
+        if (bf16) a = to_bf16(a), b = to_bf16(b);
+        acc += a * b;
+      }
+      float& c = C[i + size_t(j) * ldc];
+      c = alpha * acc + (beta == 0.f ? 0.f : beta * c);  // beta 0: C is not read
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  *handle = &g_blas;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
+  return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
+                           const float* beta, float* C, int ldc) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  return gemm(transa, transb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, false);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_16BF)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  return gemm(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
+              static_cast<const float*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc,
+              computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
+}
+
+// C = alpha * B * op(A), A n x n triangular (side right), only its `uplo` triangle read.
+cublasStatus_t cublasStrmm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                           cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const float* alpha,
+                           const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (side != CUBLAS_SIDE_RIGHT || trans == CUBLAS_OP_C) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (m < 0 || n < 0 || lda < std::max(1, n) || ldb < std::max(1, m) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!device_matrix(A, lda, n, n) || !device_matrix(B, ldb, m, n) || !device_matrix(C, ldc, m, n))
+    gmlp::emu::fail("cublasStrmm given memory that is not the device's, or past the end of an allocation");
+  auto a = [&](int l, int j) {  // op(A)(l, j), zero off the stored triangle
+    const int r = trans == CUBLAS_OP_N ? l : j, c = trans == CUBLAS_OP_N ? j : l;
+    const bool stored = uplo == CUBLAS_FILL_MODE_UPPER ? r <= c : r >= c;
+    if (!stored) return 0.f;
+    if (r == c && diag == CUBLAS_DIAG_UNIT) return 1.f;
+    return A[r + size_t(c) * lda];
+  };
+  std::vector<float> out(size_t(m) * n);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.f;
+      for (int l = 0; l < n; ++l) acc += B[i + size_t(l) * ldb] * a(l, j);
+      out[i + size_t(j) * m] = *alpha * acc;
+    }
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) C[i + size_t(j) * ldc] = out[i + size_t(j) * m];  // C may be B
+  return CUBLAS_STATUS_SUCCESS;
+}
