@@ -25,6 +25,7 @@
 #include "gmlp/error.h"
 #include "gmlp/model.h"
 #include "gmlp/optimizer.h"
+#include "gmlp/trainer.h"
 #include "ops/ops.h"
 #include "separate_memory.h"
 #include "test_util.h"
@@ -634,6 +635,38 @@ TEST_P(CudaModel, TenAdamWStepsMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaModel, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return info.param.name; });
+
+// Checkpoints are the same fp32 files on every device: a run trained on the GPU resumes
+// on the CPU and back, and ends where a CPU run of the same steps ends (to float
+// rounding: the GPU's sums are ordered otherwise). From the command line, as a user
+// would, with the optimizer state and the RNG crossing devices in the training state.
+TEST(CudaCli, ARunResumesAcrossDevicesAndEndsWhereACpuRunEnds) {
+  REQUIRE_GPU();
+  test::TempDir dir("cross_device");
+  const std::string common = test::gmlp_exe() + " train --data " + test::kGplText +
+                             " --steps 12 --ckpt-every 4 --eval-every 6 --lr 1e-2 --batch-size 4 --no-progress"
+                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2"
+                             " --set model.seq_len=24 --set model.dropout=0.1";
+  auto r = test::run_command(common + " --device cpu --out " + dir.file("cpu") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("gmlp train: on "), std::string::npos) << "a CPU run's header is as it was";
+  r = test::run_command(common + " --device cuda --stop-after 5 --out " + dir.file("moved") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gmlp train: on " + backend_for(Device::cuda).device_name() + "\n"), std::string::npos)
+      << "a GPU run names its GPU:\n" << r.output;
+  r = test::run_command(test::gmlp_exe() + " train --resume --device cpu --stop-after 4 --no-progress --out " +
+                        dir.file("moved") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("moved") +
+                        " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> want = test::train_losses(dir.file("cpu")), got = test::train_losses(dir.file("moved"));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i])) << "log line " << i;
+  auto a = load_model(model_file(dir.file("cpu"))), b = load_model(model_file(dir.file("moved")));
+  ASSERT_EQ(a->num_params(), b->num_params());
+  EXPECT_TRUE(test::all_close(b->weights(), a->weights(), a->num_params(), 1e-5f, 1e-4f, "final weights"));
+}
 
 TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {
   REQUIRE_GPU();

@@ -79,7 +79,10 @@ int run_bench(const BenchArgs& a) {
   out["mfu"] = r.gflops / r.sgemm_peak_gflops;
   out["peak_rss_mb"] = r.peak_rss_mb;
   out["malloc"] = malloc_name();  // the peak RSS depends on it (docs/bench.md)
-  if (o.device != Device::cpu) out["device_peak_mb"] = r.device_peak_mb;
+  if (o.device != Device::cpu) {
+    out["device_peak_mb"] = r.device_peak_mb;
+    out["device_name"] = r.device_name;
+  }
   // How OpenMP's threads wait in this run: gmlp's own choice, or the user's variables.
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spins = std::getenv("GOMP_SPINCOUNT");
@@ -120,7 +123,8 @@ int run_bench(const BenchArgs& a) {
                 100 * out["mfu"].get<double>(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm", r.sgemm_peak_gflops,
                 r.peak_rss_mb, out["malloc"].get<std::string>().c_str());
     if (out.contains("device_peak_mb"))
-      std::printf("  peak device memory %.0f MiB (the backend's allocations)\n", r.device_peak_mb);
+      std::printf("  on %s; peak device memory %.0f MiB (the backend's allocations)\n", r.device_name.c_str(),
+                  r.device_peak_mb);
     std::printf("  OpenMP threads wait by: %s\n", out["omp_wait"].get<std::string>().c_str());
     std::printf("  fp32 products: %s\n", out["cpu_gemm"].get<std::string>().c_str());
     if (a.products) {

@@ -13,6 +13,8 @@
 
 namespace gmlp {
 
+class Backend;
+
 enum class BenchMode { train, infer, generate };
 
 struct BenchOptions {
@@ -45,6 +47,7 @@ struct BenchResult {
   double sgemm_peak_gflops = 0;
   double peak_rss_mb = 0;
   double device_peak_mb = 0;  // a device backend's peak allocation (0 on the CPU)
+  std::string device_name;    // what ran it: "cpu", or the GPU (Backend::device_name)
   std::vector<ProductTime> products;  // most time first (BenchOptions::products)
 };
 
@@ -52,6 +55,8 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
 
 // The best sgemm rate this process gets at the thread count in force.
 double sgemm_peak_gflops();
+// The same on a backend: the CPU's above, or the device's own product (a GPU's cuBLAS).
+double gemm_peak_gflops(Backend& be);
 // The process's peak resident set so far.
 double peak_rss_mb();
 // Which malloc serves this process: "jemalloc <version>" where the executable links it

@@ -23,6 +23,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
+  // What runs the ops, for the run's header: "cpu", or the GPU's name, compute
+  // capability and memory.
+  virtual std::string device_name() const = 0;
   // True when backend memory is host memory (the CPU): then a model keeps no mirror.
   virtual bool host_memory() const = 0;
 

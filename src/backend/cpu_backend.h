@@ -15,6 +15,7 @@ class CpuBackend : public Backend {
  public:
   static constexpr size_t kAlign = 64;  // bytes: one cache line, one AVX-512 vector
   Device device() const override { return Device::cpu; }
+  std::string device_name() const override { return "cpu"; }
   bool host_memory() const override { return true; }
   void set_precision(Precision p) override;
 

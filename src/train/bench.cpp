@@ -56,6 +56,23 @@ double sgemm_peak_gflops() {
   return best;
 }
 
+// On a device, its own product at the precision in use (cuBLAS's, on a GPU): the CPU's
+// peak would make a GPU step's MFU meaningless. Larger squares: a GPU needs them to
+// reach its steady state.
+double gemm_peak_gflops(Backend& be) {
+  if (be.host_memory()) return sgemm_peak_gflops();
+  double best = 0;
+  for (int n : {2048, 4096}) {
+    DeviceBuffer<float> a(be, size_t(n) * n), b(be, size_t(n) * n), c(be, size_t(n) * n);
+    const Stats s = time_it(1, 3, [&] {
+      be.gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      be.synchronize();
+    });
+    best = std::max(best, 2.0 * n * n * double(n) / s.min / 1e9);
+  }
+  return best;
+}
+
 double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -142,6 +159,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   Rng rng(rc.train.seed, 1);
   model.init(rng);
   r.params = model.num_params();
+  r.device_name = model.backend().device_name();
   // A batch of the task's shape with random content: the causal LM's shifted windows,
   // the masked LM's targets, full-length sentences, random images.
   SyntheticBatch data(rc, B, rng);
@@ -225,7 +243,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   r.device_peak_mb = double(model.backend().peak_bytes()) / double(1 << 20);
   // Last, so that the peak RSS is the model's: the peak's 2048 x 2048 operands (48 MB)
   // would otherwise be most of a small model's figure.
-  r.sgemm_peak_gflops = sgemm_peak_gflops();
+  r.sgemm_peak_gflops = gemm_peak_gflops(model.backend());
   return r;
 }
 

@@ -282,6 +282,8 @@ TrainSummary train(const TrainOptions& opts) {
   if (lead) {
     std::fprintf(stderr, "gmlp train: %s, %zu parameters; %s, batch %d\n", name_of(rc.model.task).c_str(),
                  model.num_params(), task->describe().c_str(), B);
+    if (model.device() != Device::cpu)
+      std::fprintf(stderr, "gmlp train: on %s\n", model.backend().device_name().c_str());
     if (comm.size() > 1)
       std::fprintf(stderr, "gmlp train: %s, %d rows of each batch per rank\n", dp.describe().c_str(),
                    B / comm.size());

@@ -38,7 +38,15 @@ enum cudaMemcpyKind {
 };
 using cudaStream_t = struct CUstream_st*;
 
+struct cudaDeviceProp {
+  char name[256];
+  int major, minor, multiProcessorCount;
+  size_t totalGlobalMem;
+};
+
 cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 template <typename T>

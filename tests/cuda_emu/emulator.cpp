@@ -268,6 +268,22 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return record(cudaErrorInvalidValue);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "the CUDA emulator on the CPU (tests/cuda_emu), not a GPU");
+  prop->major = 0;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  prop->totalGlobalMem = 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess : cudaErrorInvalidValue); }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {

@@ -3,7 +3,9 @@
 // order; reading a result back (a download, the loss, the gradient norm) waits for it.
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <unordered_map>
 
 #include "backend/backend.h"
@@ -38,6 +40,18 @@ int local_rank() {
 class CudaBackend final : public Backend {
  public:
   Device device() const override { return Device::cuda; }
+  std::string device_name() const override {
+    int dev = 0;
+    cudaDeviceProp p{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return "cuda";
+    }
+    char text[400];
+    std::snprintf(text, sizeof text, "%s (device %d, sm_%d%d, %d SMs, %.1f GiB)", p.name, dev, p.major, p.minor,
+                  p.multiProcessorCount, double(p.totalGlobalMem) / (1 << 30));
+    return text;
+  }
   bool host_memory() const override { return false; }
 
   void* alloc(size_t bytes) override {
