@@ -28,13 +28,18 @@ class SeparateMemoryBackend final : public CpuBackend {
     CpuBackend::release(p);
   }
 
+  // What crossed between host and "device" since the caller last zeroed these.
+  size_t uploaded_bytes = 0, downloaded_bytes = 0;
+
   // ---- every op and copy of the interface, checked, then the CPU's.
   void upload(void* dst, const void* host_src, size_t bytes) override {
     mine("upload", {dst});
+    uploaded_bytes += bytes;
     if (bytes) std::memcpy(dst, host_src, bytes);  // not CpuBackend's, which goes through copy()
   }
   void download(void* host_dst, const void* src, size_t bytes) override {
     mine("download", {src});
+    downloaded_bytes += bytes;
     if (bytes) std::memcpy(host_dst, src, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) override {

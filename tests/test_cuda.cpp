@@ -350,6 +350,30 @@ TEST_P(SeparateMemory, TrainingEqualsTheCpuBitForBit) {
   EXPECT_EQ(std::memcmp(cpu->logits(), dev->logits(), size_t(cpu->logit_rows()) * c.out_dim() * sizeof(float)), 0);
 }
 
+// Issue 10's "no host-device copies inside a step": once the weights are on the device
+// and the arena is made, a training step (forward, backward, clipping, AdamW) sends the
+// device the batch alone (ids and targets, padding lengths, stochastic depth's L x B
+// multipliers, or the images) and reads nothing back through the interface: the loss
+// and the gradient norm come back as the ops' return values. Dropout's masks are not
+// sent: the ops compute them (docs/variants.md).
+TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchAloneAndReadsNothingBack) {
+  const ModelConfig c = config_of(GetParam());
+  test::SeparateMemoryBackend& be = separate_backend();
+  auto dev = make(c, be);
+  const int B = 3;
+  TestBatch tb(c, B, 5, GetParam().T);
+  AdamW opt(*dev, train_config());
+  train_steps(*dev, opt, tb.batch, 1);  // weights up, arena made
+  be.uploaded_bytes = be.downloaded_bytes = 0;
+  const int steps = 2;
+  train_steps(*dev, opt, tb.batch, steps);
+  const size_t M = size_t(B) * tb.batch.T;
+  const size_t batch_bytes = sizeof(int32_t) * (2 * M + B) + sizeof(float) * (size_t(c.n_layers) * B + tb.images.size());
+  EXPECT_LE(be.uploaded_bytes, steps * batch_bytes);
+  EXPECT_GT(be.uploaded_bytes, 0u);
+  EXPECT_EQ(be.downloaded_bytes, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, SeparateMemory, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return info.param.name; });
 
