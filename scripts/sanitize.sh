@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 B=build-asan
 bash scripts/fetch_data.sh  # the corpus tests read data/kjv.txt
-# No CUDA module (its code needs a GPU to run) and no Python extension (it would load
-# into an uninstrumented interpreter); both are the same gmlp_core the tests cover. The
-# MPI module is instrumented too: its link takes the sanitizers' runtime like the
-# executables' (the mpirun tests run through it).
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGMLP_CUDA=OFF -DGMLP_PYTHON=OFF \
+# No Python extension (it would load into an uninstrumented interpreter; it is the same
+# gmlp_core the tests cover). The CUDA backend is built where nvcc is: its kernels run
+# the CUDA tests on the CUDA emulator (tests/cuda_emu), instrumented, so a kernel's read
+# or write past a buffer is a report here. The MPI module is instrumented too: its link
+# takes the sanitizers' runtime like the executables' (the mpirun tests run through it).
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGMLP_CUDA=AUTO -DGMLP_PYTHON=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B.log" 2>&1 || { tail -30 "$B.log"; exit 1; }

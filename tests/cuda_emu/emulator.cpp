@@ -21,6 +21,18 @@
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 
+// Under AddressSanitizer (scripts/sanitize.sh) the emulator tells it of every stack
+// switch, and device memory is allocated at its exact size: a kernel that reads or
+// writes past a buffer, or past a __shared__ array, is then a heap- or
+// global-buffer-overflow report naming the kernel: a CPU-side memcheck.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define GMLP_EMU_ASAN 1
+#else
+#define GMLP_EMU_ASAN 0
+#endif
+
 namespace gmlp::emu {
 
 dim3 thread_idx, block_idx, block_dim, grid_dim;  // one launch at a time (g_launch_mutex)
@@ -90,9 +102,28 @@ struct Fiber {
   void* sp = nullptr;  // its saved stack pointer while it is not running
   Wait wait = Wait::none;
   dim3 idx;
+  char* stack = nullptr;
+  void* asan_fake = nullptr;  // AddressSanitizer's fake stack while switched out
 };
 
-constexpr size_t kStackBytes = 64 * 1024;
+constexpr size_t kStackBytes = GMLP_EMU_ASAN ? 512 * 1024 : 64 * 1024;
+
+// AddressSanitizer's two halves of a switch (nothing without it): before leaving a
+// stack for the one at [bottom, bottom + size), and on arriving.
+void asan_leave(void** fake, const void* bottom, size_t size) {
+#if GMLP_EMU_ASAN
+  __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+  (void)fake, (void)bottom, (void)size;
+#endif
+}
+void asan_arrive(void* fake, const void** bottom_old, size_t* size_old) {
+#if GMLP_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, bottom_old, size_old);
+#else
+  (void)fake, (void)bottom_old, (void)size_old;
+#endif
+}
 
 struct Run {
   Site* site = nullptr;
@@ -107,6 +138,9 @@ struct Run {
   std::vector<unsigned char> slots[2];
   std::vector<unsigned char> phase;  // each thread's next buffer
   void* sched_sp = nullptr;          // the scheduler's, while a fiber runs
+  const void* sched_bottom = nullptr;  // the scheduler's stack, for AddressSanitizer
+  size_t sched_size = 0;
+  void* sched_fake = nullptr;
   std::vector<unsigned> at_warp;     // per warp: lanes waiting at a shuffle
   unsigned at_block = 0, done = 0;   // threads waiting at __syncthreads, returned
   unsigned current = 0;
@@ -121,10 +155,12 @@ std::string site_of(const Run& r) { return std::string("kernel ") + (r.site ? r.
 // A fiber's first instructions: the body, then back to the scheduler for good.
 [[noreturn]] void fiber_main() {
   Run& r = *g_run;
+  asan_arrive(nullptr, &r.sched_bottom, &r.sched_size);
   (*r.body)();
   Fiber& f = r.fibers[r.current];
   f.wait = Wait::done;
   ++r.done;
+  asan_leave(nullptr, r.sched_bottom, r.sched_size);  // null: this fiber's stack is done with
   gmlp_emu_switch(&f.sp, r.sched_sp);
   die("a finished fiber was resumed");
 }
@@ -132,6 +168,9 @@ std::string site_of(const Run& r) { return std::string("kernel ") + (r.site ? r.
 // A fresh stack whose first switch "returns" into fiber_main, aligned as a call would
 // leave it.
 void* fresh_stack(char* base) {
+#if GMLP_EMU_ASAN
+  __asan_unpoison_memory_region(base, kStackBytes);  // a finished fiber's frames never unwound
+#endif
   uintptr_t top = (reinterpret_cast<uintptr_t>(base) + kStackBytes) & ~uintptr_t(15);
   auto* w = reinterpret_cast<uint64_t*>(top);
   *--w = 0;                                        // fiber_main's (never used) return address
@@ -153,7 +192,9 @@ void wait_at(Wait kind, const char* what) {
     ++r->at_warp[r->current / 32];
   else
     ++r->at_block;
+  asan_leave(&f.asan_fake, r->sched_bottom, r->sched_size);
   gmlp_emu_switch(&f.sp, r->sched_sp);
+  asan_arrive(f.asan_fake, nullptr, nullptr);
 }
 
 unsigned linear(const dim3& i, const dim3& dim) { return i.x + dim.x * (i.y + dim.y * i.z); }
@@ -168,14 +209,17 @@ void run_block_fibers(Run& r) {
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = r.fibers[t];
     f.idx = dim3(t % block_dim.x, (t / block_dim.x) % block_dim.y, t / (block_dim.x * block_dim.y));
-    f.sp = fresh_stack(g_stacks[t].get());
+    f.stack = g_stacks[t].get();
+    f.sp = fresh_stack(f.stack);
   }
   for (;;) {
     for (unsigned t = 0; t < n; ++t)
       if (r.fibers[t].wait == Wait::none) {
         r.current = t;
         thread_idx = r.fibers[t].idx;
+        asan_leave(&r.sched_fake, r.fibers[t].stack, kStackBytes);
         gmlp_emu_switch(&r.sched_sp, r.fibers[t].sp);
+        asan_arrive(r.sched_fake, nullptr, nullptr);
       }
     // Every fiber now waits at a barrier or is done: first the warps whose every lane
     // waits at a shuffle, then the block's barrier once every thread is there.
@@ -289,7 +333,10 @@ cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
-  void* q = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  // 256-byte aligned as cudaMalloc's; at the exact size under AddressSanitizer, which
+  // then reports a kernel's first byte past the end.
+  void* q = nullptr;
+  if (posix_memalign(&q, 256, GMLP_EMU_ASAN ? bytes : (bytes + 255) / 256 * 256) != 0) q = nullptr;
   if (!q) return record(cudaErrorMemoryAllocation);
   std::memset(q, 0xA5, bytes);  // fresh device memory holds garbage, never zeros to rely on
   std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
