@@ -170,8 +170,8 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   std::optional<NoGrad> no_grad;
   std::function<void()> step;  // train and infer: one timed unit
   Batch train_batch = batch;  // training drops what the config drops, as `gmlp train` does
-  draw_dropout(mc, rng, train_batch);
   if (mode == BenchMode::train) {
+    draw_dropout(mc, rng, train_batch);  // here only: the other modes' draws stay as they were
     opt.emplace(model, rc.train);
     step = [&] {
       model.zero_grad();

@@ -8,6 +8,8 @@
 // launch site: a barrier not every thread of the block reaches, a shuffle not every lane
 // of the warp reaches or whose partner lane does not exist, a barrier inside a launch
 // site that earlier ran without any.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -147,7 +149,19 @@ struct Run {
 };
 
 Run* g_run = nullptr;
-std::vector<std::unique_ptr<char[]>> g_stacks;  // one per thread of the largest block yet
+// One stack per thread of the largest block yet, each above a page no access may touch:
+// a kernel that overflows its stack faults there instead of writing over its neighbour's.
+struct Stack {
+  char* base = nullptr;  // the usable stack, kStackBytes above the guard page
+  Stack() {
+    void* m = mmap(nullptr, kStackBytes + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) die("cannot map a fiber stack");
+    if (mprotect(m, kGuard, PROT_NONE) != 0) die("cannot protect a fiber stack's guard page");
+    base = static_cast<char*>(m) + kGuard;
+  }
+  static constexpr size_t kGuard = 4096;
+};
+std::vector<std::unique_ptr<Stack>> g_stacks;
 std::mutex g_launch_mutex;  // one launch at a time: __shared__ is a static
 
 std::string site_of(const Run& r) { return std::string("kernel ") + (r.site ? r.site->name : "?"); }
@@ -201,7 +215,7 @@ unsigned linear(const dim3& i, const dim3& dim) { return i.x + dim.x * (i.y + di
 
 void run_block_fibers(Run& r) {
   const unsigned n = r.threads, warps = (n + 31) / 32;
-  while (g_stacks.size() < n) g_stacks.emplace_back(new char[kStackBytes]);
+  while (g_stacks.size() < n) g_stacks.emplace_back(new Stack);
   r.fibers.assign(n, Fiber{});
   r.phase.assign(n, 0);
   r.at_warp.assign(warps, 0);
@@ -209,7 +223,7 @@ void run_block_fibers(Run& r) {
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = r.fibers[t];
     f.idx = dim3(t % block_dim.x, (t / block_dim.x) % block_dim.y, t / (block_dim.x * block_dim.y));
-    f.stack = g_stacks[t].get();
+    f.stack = g_stacks[t]->base;
     f.sp = fresh_stack(f.stack);
   }
   for (;;) {
@@ -255,6 +269,7 @@ void warp_exchange(const void* mine, void* partner, size_t bytes, int lane_mask)
   Run* r = g_run;
   if (!r) die("a warp shuffle outside a kernel");
   if (bytes > 16) die("a warp shuffle of more than 16 bytes");
+  if (r->plain) wait_at(Wait::warp, "a warp shuffle");  // ends the process, naming the site
   const unsigned t = linear(thread_idx, block_dim), other = t ^ unsigned(lane_mask);
   if (lane_mask < 0 || lane_mask > 31 || other >= r->threads)
     die(site_of(*r) + ": thread " + std::to_string(t) + " shuffles with lane mask " + std::to_string(lane_mask) +
@@ -404,7 +419,10 @@ cublasContext g_blas;
 float to_bf16(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+  if ((u & 0x7f800000u) != 0x7f800000u)
+    u += 0x7fffu + ((u >> 16) & 1u);
+  else if (u & 0x007fffffu)
+    u |= 0x00400000u;  // a NaN stays a NaN (quiet), whichever mantissa bits were set
   u &= 0xffff0000u;
   std::memcpy(&x, &u, 4);
   return x;
