@@ -53,9 +53,8 @@ struct BenchResult {
 
 BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions& o);
 
-// The best sgemm rate this process gets at the thread count in force.
-double sgemm_peak_gflops();
-// The same on a backend: the CPU's above, or the device's own product (a GPU's cuBLAS).
+// The best product rate a backend gets, at the thread count and precision in force: the
+// CPU's SGEMM (or bf16 GEMM), or a device's own product (a GPU's cuBLAS).
 double gemm_peak_gflops(Backend& be);
 // The process's peak resident set so far.
 double peak_rss_mb();

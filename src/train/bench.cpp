@@ -45,25 +45,17 @@ Stats time_it(int warmup, int repeats, F&& fn) {
 
 }  // namespace
 
-// Square products large enough for OpenBLAS to reach its steady state.
-double sgemm_peak_gflops() {
-  double best = 0;
-  for (int n : {1024, 2048}) {
-    std::vector<float> a(size_t(n) * n, 1e-3f), b(size_t(n) * n, 1e-3f), c(size_t(n) * n);
-    const Stats s = time_it(1, 3, [&] { ops::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); });
-    best = std::max(best, 2.0 * n * n * double(n) / s.min / 1e9);
-  }
-  return best;
-}
-
-// On a device, its own product at the precision in use (cuBLAS's, on a GPU): the CPU's
-// peak would make a GPU step's MFU meaningless. Larger squares: a GPU needs them to
-// reach its steady state.
+// The backend's own product at the precision in use (the CPU's SGEMM, or cuBLAS's on a
+// GPU: the CPU's peak would make a GPU step's MFU meaningless), on squares large enough
+// to reach its steady state (OpenBLAS's at 1024 and 2048; a GPU needs larger).
 double gemm_peak_gflops(Backend& be) {
-  if (be.host_memory()) return sgemm_peak_gflops();
   double best = 0;
-  for (int n : {2048, 4096}) {
-    DeviceBuffer<float> a(be, size_t(n) * n), b(be, size_t(n) * n), c(be, size_t(n) * n);
+  for (int n : be.host_memory() ? std::vector<int>{1024, 2048} : std::vector<int>{2048, 4096}) {
+    const size_t count = size_t(n) * n;
+    const std::vector<float> values(count, 1e-3f);
+    DeviceBuffer<float> a(be, count), b(be, count), c(be, count);
+    be.upload(a.data(), values.data(), sizeof(float) * count);
+    be.upload(b.data(), values.data(), sizeof(float) * count);
     const Stats s = time_it(1, 3, [&] {
       be.gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
       be.synchronize();
