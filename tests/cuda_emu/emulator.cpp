@@ -104,7 +104,6 @@ struct Fiber {
   void* sp = nullptr;  // its saved stack pointer while it is not running
   Wait wait = Wait::none;
   dim3 idx;
-  char* stack = nullptr;
   void* asan_fake = nullptr;  // AddressSanitizer's fake stack while switched out
 };
 
@@ -211,7 +210,9 @@ void wait_at(Wait kind, const char* what) {
   asan_arrive(f.asan_fake, nullptr, nullptr);
 }
 
+// A thread's linear index in its block (warps are runs of 32 of these), and back.
 unsigned linear(const dim3& i, const dim3& dim) { return i.x + dim.x * (i.y + dim.y * i.z); }
+dim3 thread_at(unsigned t, const dim3& dim) { return dim3(t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)); }
 
 void run_block_fibers(Run& r) {
   const unsigned n = r.threads, warps = (n + 31) / 32;
@@ -222,16 +223,15 @@ void run_block_fibers(Run& r) {
   r.at_block = r.done = 0;
   for (unsigned t = 0; t < n; ++t) {
     Fiber& f = r.fibers[t];
-    f.idx = dim3(t % block_dim.x, (t / block_dim.x) % block_dim.y, t / (block_dim.x * block_dim.y));
-    f.stack = g_stacks[t]->base;
-    f.sp = fresh_stack(f.stack);
+    f.idx = thread_at(t, block_dim);
+    f.sp = fresh_stack(g_stacks[t]->base);
   }
   for (;;) {
     for (unsigned t = 0; t < n; ++t)
       if (r.fibers[t].wait == Wait::none) {
         r.current = t;
         thread_idx = r.fibers[t].idx;
-        asan_leave(&r.sched_fake, r.fibers[t].stack, kStackBytes);
+        asan_leave(&r.sched_fake, g_stacks[t]->base, kStackBytes);
         gmlp_emu_switch(&r.sched_sp, r.fibers[t].sp);
         asan_arrive(r.sched_fake, nullptr, nullptr);
       }
@@ -306,7 +306,7 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
         block_idx = dim3(x, y, z);
         if (r.plain) {
           for (unsigned t = 0; t < r.threads; ++t) {
-            thread_idx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            thread_idx = thread_at(t, block);
             body();
           }
         } else {
