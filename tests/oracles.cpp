@@ -8,6 +8,14 @@
 #include "ops/ops.h"
 
 namespace gmlp::test {
+
+std::vector<float> materialised(const ops::DropMask& m, int B, int T, int d) {
+  const int M = T * B;
+  const std::vector<float> zero(size_t(M) * d, 0.f), one(size_t(M) * d, 1.f);
+  std::vector<float> out(size_t(M) * d);
+  ops::residual_add(zero.data(), one.data(), nullptr, m, M, B, d, out.data());
+  return out;
+}
 using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
 
 void gelu_forward_reference(const float* x, float* y, int64_t n, bool tanh_approx) {

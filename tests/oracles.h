@@ -4,7 +4,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/dropout_mask.h"
+
 namespace gmlp::test {
+
+// A dropout mask's values [T, B, d] (sequence-major, as the ops read them), through the
+// op that applies it: 0 + 1 * mask * 1.
+std::vector<float> materialised(const ops::DropMask& m, int B, int T, int d);
 
 // G [T, cols] (rows ld apart) transposed: Gt [cols, T], the form the spatial mix's
 // backward takes G in (ops.h).

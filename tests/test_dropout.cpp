@@ -12,21 +12,13 @@
 
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
 #include "grad_check.h"
+#include "oracles.h"
 
 namespace gmlp {
 namespace {
 
 using ops::DropMask;
 using test::Vec;
-
-// The mask itself, [T, B, d] sequence-major, through the residual: 0 + 1 * mask * 1.
-Vec materialise(const DropMask& m, int B, int T, int d) {
-  const int M = T * B;
-  const Vec zero(size_t(M) * d, 0.f), one(size_t(M) * d, 1.f);
-  Vec out(size_t(M) * d);
-  ops::residual_add(zero.data(), one.data(), nullptr, m, M, B, d, out.data());
-  return out;
-}
 
 double zero_fraction(const Vec& v) {
   size_t z = 0;
@@ -54,7 +46,7 @@ TEST(DropoutMask, EveryValueIsTheDocumentedGenerators) {
   const uint64_t seed = 0xfeedface12345678ULL;
   const int B = 3, T = 5, d = 70, off = 7;
   for (float p : {0.1f, 0.3f, 0.5f}) {
-    const Vec m = materialise(ops::drop_mask(seed, 2, p, off), B, T, d);
+    const Vec m = test::materialised(ops::drop_mask(seed, 2, p, off), B, T, d);
     for (int t = 0; t < T; ++t)
       for (int b = 0; b < B; ++b)
         for (int c = 0; c < d; ++c)
@@ -66,7 +58,7 @@ TEST(DropoutMask, EveryValueIsTheDocumentedGenerators) {
 TEST(DropoutMask, HasTheRateAndTheScale) {
   const int B = 16, T = 32, d = 64;  // 32768 draws
   for (float p : {0.05f, 0.1f, 0.25f, 0.5f, 0.9f}) {
-    const Vec m = materialise(ops::drop_mask(42, 0, p, 0), B, T, d);
+    const Vec m = test::materialised(ops::drop_mask(42, 0, p, 0), B, T, d);
     const float scale = 1.f / (1.f - p);
     for (float v : m) ASSERT_TRUE(v == 0.f || v == scale) << v;
     const double sigma = std::sqrt(double(p) * (1 - p) / double(m.size()));
@@ -80,7 +72,7 @@ TEST(DropoutMask, HasTheRateAndTheScale) {
 // both dropped at rate 1/2 in a quarter of the pairs.
 TEST(DropoutMask, DrawsAreIndependentAcrossChannelsRowsPositionsLayersAndSeeds) {
   const int B = 16, T = 32, d = 64;
-  const Vec a = materialise(ops::drop_mask(7, 0, 0.5f, 0), B, T, d);
+  const Vec a = test::materialised(ops::drop_mask(7, 0, 0.5f, 0), B, T, d);
   auto both = [&](const Vec& x, const Vec& y, size_t shift) {
     size_t n = 0, hits = 0;
     for (size_t i = 0; i + shift < x.size(); ++i, ++n) hits += x[i] == 0.f && y[i + shift] == 0.f;
@@ -90,17 +82,17 @@ TEST(DropoutMask, DrawsAreIndependentAcrossChannelsRowsPositionsLayersAndSeeds) 
   EXPECT_NEAR(both(a, a, 1), 0.25, tol) << "channels";
   EXPECT_NEAR(both(a, a, d), 0.25, tol) << "rows";
   EXPECT_NEAR(both(a, a, size_t(B) * d), 0.25, tol) << "positions";
-  EXPECT_NEAR(both(a, materialise(ops::drop_mask(7, 1, 0.5f, 0), B, T, d), 0), 0.25, tol) << "layers";
-  EXPECT_NEAR(both(a, materialise(ops::drop_mask(8, 0, 0.5f, 0), B, T, d), 0), 0.25, tol) << "seeds";
+  EXPECT_NEAR(both(a, test::materialised(ops::drop_mask(7, 1, 0.5f, 0), B, T, d), 0), 0.25, tol) << "layers";
+  EXPECT_NEAR(both(a, test::materialised(ops::drop_mask(8, 0, 0.5f, 0), B, T, d), 0), 0.25, tol) << "seeds";
 }
 
 // A rank's rows (row_offset) and a shorter batch draw what the whole batch draws at the
 // same global row, position and channel.
 TEST(DropoutMask, GoesByGlobalRowAndPositionWhateverTheBatchShape) {
   const int B = 4, T = 6, d = 24;
-  const Vec whole = materialise(ops::drop_mask(99, 3, 0.4f, 0), B, T, d);
+  const Vec whole = test::materialised(ops::drop_mask(99, 3, 0.4f, 0), B, T, d);
   const int n = 2, r0 = 2, Ts = 3;
-  const Vec part = materialise(ops::drop_mask(99, 3, 0.4f, r0), n, Ts, d);
+  const Vec part = test::materialised(ops::drop_mask(99, 3, 0.4f, r0), n, Ts, d);
   for (int t = 0; t < Ts; ++t)
     for (int b = 0; b < n; ++b)
       for (int c = 0; c < d; ++c)
@@ -116,7 +108,7 @@ TEST(DropoutMask, TheOpsApplyItWithStochasticDepth) {
   const Vec x = test::uniform(size_t(M) * d, -1.f, 1.f, rng), y = test::uniform(size_t(M) * d, -1.f, 1.f, rng),
             keep = {2.f, 0.f, 1.f};
   const DropMask m = ops::drop_mask(5, 0, 0.3f, 1);
-  const Vec mask = materialise(m, B, T, d);
+  const Vec mask = test::materialised(m, B, T, d);
   Vec out(x.size()), dy(x.size());
   ops::residual_add(x.data(), y.data(), keep.data(), m, M, B, d, out.data());
   ops::residual_branch_backward(y.data(), keep.data(), m, M, B, d, dy.data());
