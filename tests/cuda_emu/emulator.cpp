@@ -4,6 +4,11 @@
 // copies and cuBLAS calls check their pointers and leading dimensions; cuBLAS's three
 // products are written from its documented column-major semantics.
 //
+// Two schedules (run_block_fibers): blocks and threads in index order, the block in
+// step; or, with GMLP_CUDA_EMULATOR_ORDER=reverse, in reverse order with each warp
+// running ahead alone. CUDA promises neither, so a kernel's result must be the same
+// under both.
+//
 // What breaks a rule of the device language ends the process with a message naming the
 // launch site: a barrier not every thread of the block reaches, a shuffle not every lane
 // of the warp reaches or whose partner lane does not exist, a barrier inside a launch
@@ -148,6 +153,24 @@ struct Run {
 };
 
 Run* g_run = nullptr;
+
+// Whether blocks and threads run in decreasing index order, each warp running ahead
+// (GMLP_CUDA_EMULATOR_ORDER=reverse; run_block_fibers). A thread that reads what
+// another writes with no barrier between them, or a block that reads what another block
+// of its launch writes, sees the new value in one order and the old in the other: the
+// tests, run both ways, then disagree with the CPU in one.
+bool reverse_order() {
+  static const bool reverse = [] {
+    const char* v = std::getenv("GMLP_CUDA_EMULATOR_ORDER");
+    if (!v || !*v || std::strcmp(v, "forward") == 0) return false;
+    if (std::strcmp(v, "reverse") == 0) return true;
+    die(std::string("GMLP_CUDA_EMULATOR_ORDER=") + v + ": expected forward or reverse");
+  }();
+  return reverse;
+}
+
+// The k-th of n in the scheduler's order.
+unsigned in_order(unsigned k, unsigned n) { return reverse_order() ? n - 1 - k : k; }
 // One stack per thread of the largest block yet, each above a page no access may touch:
 // a kernel that overflows its stack faults there instead of writing over its neighbour's.
 struct Stack {
@@ -214,6 +237,33 @@ void wait_at(Wait kind, const char* what) {
 unsigned linear(const dim3& i, const dim3& dim) { return i.x + dim.x * (i.y + dim.y * i.z); }
 dim3 thread_at(unsigned t, const dim3& dim) { return dim3(t % dim.x, (t / dim.x) % dim.y, t / (dim.x * dim.y)); }
 
+// Runs thread t until it waits at a barrier or returns.
+void run_fiber(Run& r, unsigned t) {
+  r.current = t;
+  thread_idx = r.fibers[t].idx;
+  asan_leave(&r.sched_fake, g_stacks[t]->base, kStackBytes);
+  gmlp_emu_switch(&r.sched_sp, r.fibers[t].sp);
+  asan_arrive(r.sched_fake, nullptr, nullptr);
+}
+
+// Lets warp w past its shuffle if every lane waits there; false if none does.
+bool release_warp(Run& r, unsigned w) {
+  if (r.at_warp[w] == 0) return false;
+  const unsigned lo = w * 32, hi = std::min(r.threads, lo + 32);
+  if (r.at_warp[w] != hi - lo)
+    die(site_of(r) + ": a warp shuffle that not every lane of warp " + std::to_string(w) + " reached (" +
+        std::to_string(r.at_warp[w]) + " of " + std::to_string(hi - lo) + " lanes)");
+  for (unsigned t = lo; t < hi; ++t) r.fibers[t].wait = Wait::none;
+  r.at_warp[w] = 0;
+  return true;
+}
+
+// Two schedules. Forward: every thread runs to its next wait, in index order, then the
+// warps waiting at a shuffle go on, round after round, so the whole block advances in
+// step. Reverse: warp by warp from the last, lanes from the last, each warp as far as it
+// gets alone (through its shuffles, to the block's barrier) before the next starts, so
+// one warp runs ahead of the others: a warp that writes shared memory another still
+// reads, with no barrier between, then gives another result.
 void run_block_fibers(Run& r) {
   const unsigned n = r.threads, warps = (n + 31) / 32;
   while (g_stacks.size() < n) g_stacks.emplace_back(new Stack);
@@ -227,28 +277,22 @@ void run_block_fibers(Run& r) {
     f.sp = fresh_stack(g_stacks[t]->base);
   }
   for (;;) {
-    for (unsigned t = 0; t < n; ++t)
-      if (r.fibers[t].wait == Wait::none) {
-        r.current = t;
-        thread_idx = r.fibers[t].idx;
-        asan_leave(&r.sched_fake, g_stacks[t]->base, kStackBytes);
-        gmlp_emu_switch(&r.sched_sp, r.fibers[t].sp);
-        asan_arrive(r.sched_fake, nullptr, nullptr);
+    if (reverse_order()) {
+      for (unsigned w = warps; w-- > 0;) {
+        const unsigned lo = w * 32, hi = std::min(n, lo + 32);
+        do
+          for (unsigned t = hi; t-- > lo;)
+            if (r.fibers[t].wait == Wait::none) run_fiber(r, t);
+        while (release_warp(r, w));
       }
-    // Every fiber now waits at a barrier or is done: first the warps whose every lane
-    // waits at a shuffle, then the block's barrier once every thread is there.
-    bool released = false;
-    for (unsigned w = 0; w < warps; ++w) {
-      if (r.at_warp[w] == 0) continue;
-      const unsigned lo = w * 32, hi = std::min(n, lo + 32);
-      if (r.at_warp[w] != hi - lo)
-        die(site_of(r) + ": a warp shuffle that not every lane of warp " + std::to_string(w) + " reached (" +
-            std::to_string(r.at_warp[w]) + " of " + std::to_string(hi - lo) + " lanes)");
-      for (unsigned t = lo; t < hi; ++t) r.fibers[t].wait = Wait::none;
-      r.at_warp[w] = 0;
-      released = true;
+    } else {
+      for (unsigned t = 0; t < n; ++t)
+        if (r.fibers[t].wait == Wait::none) run_fiber(r, t);
+      bool released = false;
+      for (unsigned w = 0; w < warps; ++w) released = release_warp(r, w) || released;
+      if (released) continue;
     }
-    if (released) continue;
+    // Every fiber now waits at the block's barrier or is done.
     if (r.done == n) return;
     if (r.done > 0)
       die(site_of(r) + ": __syncthreads() that not every thread of block (" + std::to_string(block_idx.x) + ", " +
@@ -300,19 +344,19 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
   g_run = &r;
   grid_dim = grid;
   block_dim = block;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        block_idx = dim3(x, y, z);
-        if (r.plain) {
-          for (unsigned t = 0; t < r.threads; ++t) {
-            thread_idx = thread_at(t, block);
-            body();
-          }
-        } else {
-          run_block_fibers(r);
-        }
+  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+  for (uint64_t k = 0; k < blocks; ++k) {
+    const uint64_t b = reverse_order() ? blocks - 1 - k : k;
+    block_idx = dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y)));
+    if (r.plain) {
+      for (unsigned k2 = 0; k2 < r.threads; ++k2) {
+        thread_idx = thread_at(in_order(k2, r.threads), block);
+        body();
       }
+    } else {
+      run_block_fibers(r);
+    }
+  }
   g_run = outer;
   if (!r.synced) site.plain = true;
 }
