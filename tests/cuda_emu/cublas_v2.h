@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA emulator's stand-in for <cublas_v2.h>: the three products src/ops/cuda/gemm.cu
+// The CUDA emulator's stand-in for <cublas_v2.h>: the two products src/ops/cuda/gemm.cu
 // calls, written from cuBLAS's documented column-major semantics (emulator.cpp).
 #include "cuda_runtime.h"
 
@@ -12,9 +12,6 @@ enum cublasStatus_t {
 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
 enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
-enum cublasSideMode_t { CUBLAS_SIDE_LEFT = 0, CUBLAS_SIDE_RIGHT = 1 };
-enum cublasFillMode_t { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 };
-enum cublasDiagType_t { CUBLAS_DIAG_NON_UNIT = 0, CUBLAS_DIAG_UNIT = 1 };
 enum cudaDataType { CUDA_R_32F = 0, CUDA_R_16BF = 14 };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75 };
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
@@ -28,6 +25,3 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo);
-cublasStatus_t cublasStrmm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
-                           cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const float* alpha,
-                           const float* A, int lda, const float* B, int ldb, float* C, int ldc);

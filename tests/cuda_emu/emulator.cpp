@@ -1,7 +1,7 @@
 // The CUDA emulator's runtime (tests/cuda_emu/README.md): kernels run on the CPU, one
 // block at a time, each thread a fiber that the scheduler switches at __syncthreads and
 // warp shuffles; device memory is host memory the emulator tracks, so
-// copies and cuBLAS calls check their pointers and leading dimensions; cuBLAS's three
+// copies and cuBLAS calls check their pointers and leading dimensions; cuBLAS's two
 // products are written from its documented column-major semantics.
 //
 // Two schedules (run_block_fibers): blocks and threads in index order, the block in
@@ -534,33 +534,4 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   return gemm(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
               static_cast<const float*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc,
               computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
-}
-
-// C = alpha * B * op(A), A n x n triangular (side right), only its `uplo` triangle read.
-cublasStatus_t cublasStrmm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
-                           cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const float* alpha,
-                           const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
-  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (side != CUBLAS_SIDE_RIGHT || trans == CUBLAS_OP_C) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (m < 0 || n < 0 || lda < std::max(1, n) || ldb < std::max(1, m) || ldc < std::max(1, m))
-    return CUBLAS_STATUS_INVALID_VALUE;
-  if (!device_matrix(A, lda, n, n) || !device_matrix(B, ldb, m, n) || !device_matrix(C, ldc, m, n))
-    gmlp::emu::fail("cublasStrmm given memory that is not the device's, or past the end of an allocation");
-  auto a = [&](int l, int j) {  // op(A)(l, j), zero off the stored triangle
-    const int r = trans == CUBLAS_OP_N ? l : j, c = trans == CUBLAS_OP_N ? j : l;
-    const bool stored = uplo == CUBLAS_FILL_MODE_UPPER ? r <= c : r >= c;
-    if (!stored) return 0.f;
-    if (r == c && diag == CUBLAS_DIAG_UNIT) return 1.f;
-    return A[r + size_t(c) * lda];
-  };
-  std::vector<float> out(size_t(m) * n);
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      float acc = 0.f;
-      for (int l = 0; l < n; ++l) acc += B[i + size_t(l) * ldb] * a(l, j);
-      out[i + size_t(j) * m] = *alpha * acc;
-    }
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) C[i + size_t(j) * ldc] = out[i + size_t(j) * m];  // C may be B
-  return CUBLAS_STATUS_SUCCESS;
 }

@@ -75,9 +75,7 @@ class CudaBackend final : public Backend {
     sizes_.erase(it);
   }
   size_t peak_bytes() const override { return cuda::peak_device_bytes(); }
-  // bf16: every GEMM through the tensor cores (gemm.cu). The causal mixing's diagonal
-  // blocks (cublasStrmm, which has only float32) stay float32: 128/n of that mixing,
-  // itself a small share of a step beside the channel projections.
+  // bf16: every product through the tensor cores (gemm.cu), the causal mixing's too.
   void set_precision(Precision p) override { cuda::set_bf16_products(p == Precision::bf16); }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");

@@ -27,9 +27,6 @@ void set_bf16_products(bool on);
 // gemm.cu (cuBLAS; in fp32 no TF32, so results stay within float rounding of the CPU).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);
-// C[m, n] = alpha * op(L) * B with L the lower triangle of the m x m block at A (row-major).
-void trmm_lower(bool trans, int m, int n, float alpha, const float* A, int lda, const float* B, int ldb, float* C,
-                int ldc);
 
 // linear.cu
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);

@@ -71,13 +71,4 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
              "gemm (bf16)");
 }
 
-void trmm_lower(bool trans, int m, int n, float alpha, const float* A, int lda, const float* B, int ldb, float* C,
-                int ldc) {
-  // Row-major C[m, n] = op(L) B is column-major C^T = B^T op(L)^T; the row-major lower
-  // L read column-major is upper, so: side right, upper, op = trans.
-  check_blas(cublasStrmm(blas(), CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, trans ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         CUBLAS_DIAG_NON_UNIT, n, m, &alpha, A, lda, B, ldb, C, ldc),
-             "strmm");
-}
-
 }  // namespace gmlp::cuda

@@ -1,7 +1,11 @@
 // The SGU's token mixing on the device (spatial.cpp's plan): non-causal is one GEMM;
-// causal is cut into row blocks, the part left of the diagonal one GEMM and the
-// diagonal block a triangular multiply, so the masked half is never computed (beyond
-// the diagonal blocks of dW, whose strict upper part is cleared).
+// causal is cut into row blocks, each one GEMM over W's rows left of and on the
+// diagonal, read from a copy of W with the diagonal's upper side cleared (T x T floats,
+// a quarter of a megabyte at T = 256), so the masked half is never computed beyond the
+// diagonal blocks' (a third of what is multiplied at T = 256 in 128-row blocks). Those
+// blocks were cuBLAS triangular multiplies, which have no bf16 form: under bf16 half
+// of the causal mixing's work ran in fp32 on CUDA cores. dW's diagonal blocks have
+// their strict upper part cleared.
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -15,6 +19,21 @@ __global__ void clear_upper(float* dW, int ldw, int r0, int r1, int c1) {
   const int r = r0 + blockIdx.y;
   const int c = r + 1 + blockIdx.x * blockDim.x + threadIdx.x;
   if (r < r1 && c < c1) dW[int64_t(r) * ldw + c] = 0.f;
+}
+
+// Wl[i, j] = W[i, j] for j <= i, 0 above the diagonal (Wl dense, T x T).
+__global__ void k_lower(const float* W, int ldw, int T, float* Wl) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(T) * T) return;
+  const int i = int(idx / T), j = int(idx % T);
+  Wl[idx] = j <= i ? W[int64_t(i) * ldw + j] : 0.f;
+}
+
+const float* lower_copy(const float* W, int ldw, int T) {
+  float* Wl = static_cast<float*>(scratch(sizeof(float) * size_t(T) * T));
+  GMLP_LAUNCH(k_lower, blocks_for(int64_t(T) * T), kThreads)(W, ldw, T, Wl);
+  check_launch("causal W's lower triangle");
+  return Wl;
 }
 
 __global__ void k_toeplitz(const float* w, int n, bool causal, int T, float* W) {
@@ -43,11 +62,10 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
     gemm(false, false, T, cols, T, 1.f, W, ldw, G, ld, 0.f, F, ld);
     return;
   }
+  const float* Wl = lower_copy(W, ldw, T);
   for (int i0 = 0; i0 < T; i0 += kBlock) {
-    const int m = std::min(T, i0 + kBlock) - i0;
-    float* Fb = F + int64_t(i0) * ld;
-    trmm_lower(false, m, cols, 1.f, W + int64_t(i0) * ldw + i0, ldw, G + int64_t(i0) * ld, ld, Fb, ld);
-    if (i0 > 0) gemm(false, false, m, cols, i0, 1.f, W + int64_t(i0) * ldw, ldw, G, ld, 1.f, Fb, ld);
+    const int i1 = std::min(T, i0 + kBlock);
+    gemm(false, false, i1 - i0, cols, i1, 1.f, Wl + int64_t(i0) * T, T, G, ld, 0.f, F + int64_t(i0) * ld, ld);
   }
 }
 
@@ -58,13 +76,12 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
     gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
     return;
   }
+  const float* Wl = lower_copy(W, ldw, T);
   for (int j0 = 0; j0 < T; j0 += kBlock) {
     const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
-    float* dGb = dG + int64_t(j0) * ld;
-    trmm_lower(true, m, cols, 1.f, W + int64_t(j0) * ldw + j0, ldw, dF + int64_t(j0) * ld, ld, dGb, ld);
-    if (j1 < T)
-      gemm(true, false, m, cols, T - j1, 1.f, W + int64_t(j1) * ldw + j0, ldw, dF + int64_t(j1) * ld, ld, 1.f, dGb,
-           ld);
+    // dG[j] = sum over i >= j of W[i, j] dF[i]: the block's columns of Wl, rows j0 on.
+    gemm(true, false, m, cols, T - j0, 1.f, Wl + int64_t(j0) * T + j0, T, dF + int64_t(j0) * ld, ld, 0.f,
+         dG + int64_t(j0) * ld, ld);
     gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
     GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
     check_launch("causal dW clear");
