@@ -45,6 +45,13 @@ class Backend {
   // The matrix products' precision (gmlp/device.h); error when the backend has no such
   // path. Set before a model is built; the default is fp32.
   virtual void set_precision(Precision p) = 0;
+  // How many batch rows' T x T attention scores the tiny attention's backward takes at
+  // once, so its dP scratch holds that many: the CPU goes a row at a time, a GPU takes
+  // the batch in one product each.
+  virtual int attention_rows_at_once(int B) const {
+    (void)B;
+    return 1;
+  }
 
   // ---- the ops of ops.h.
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

@@ -41,7 +41,8 @@ struct BlockScratch {
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
   float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG
-  float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [T, T], [M, 3da]
+  float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [R, T, T], [M, 3da]
+                                                   //   (R = Backend::attention_rows_at_once)
   float* dWd = nullptr;                            // Toeplitz: dense [heads, T, T]
 };
 

@@ -226,7 +226,7 @@ void Model::ensure_arena(int B, int T, int layers) {
     if (sgu_needs_dG(cfg_)) a->dG = f32(M * g);
     if (da > 0) {
       a->dO = f32(M * da);
-      a->dP = f32(size_t(T) * T);
+      a->dP = f32(size_t(be.attention_rows_at_once(B)) * T * T);
       a->dqkv = f32(M * 3 * da);
     }
     if (cfg_.spatial == Spatial::toeplitz) a->dWd = f32(size_t(cfg_.sgu_heads) * T * T);

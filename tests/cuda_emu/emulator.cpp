@@ -505,6 +505,23 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// count products of gemm's, each operand its stride after the last. cuBLAS leaves the
+// result undefined where outputs overlap: a stride of C that makes two the same is an
+// error here.
+cublasStatus_t gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                            const float* A, int lda, long long sa, const float* B, int ldb, long long sb, float beta,
+                            float* C, int ldc, long long sc, int count, bool bf16) {
+  if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (count > 1 && sc == 0 && m > 0 && n > 0)
+    gmlp::emu::fail("a batched cuBLAS product whose outputs are all the same matrix (strideC 0)");
+  for (int i = 0; i < count; ++i)
+    if (const cublasStatus_t s = gemm(ta, tb, m, n, k, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc,
+                                      bf16);
+        s != CUBLAS_STATUS_SUCCESS)
+      return s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
@@ -534,4 +551,28 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   return gemm(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
               static_cast<const float*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc,
               computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb, long long strideB,
+                                         const float* beta, float* C, int ldc, long long strideC, int batchCount) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  return gemm_batched(transa, transb, m, n, k, *alpha, A, lda, strideA, B, ldb, strideB, *beta, C, ldc, strideC,
+                      batchCount, false);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_16BF)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  return gemm_batched(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
+                      strideA, static_cast<const float*>(B), ldb, strideB, *static_cast<const float*>(beta),
+                      static_cast<float*>(C), ldc, strideC, batchCount, computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
 }

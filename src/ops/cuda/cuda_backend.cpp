@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
   size_t peak_bytes() const override { return cuda::peak_device_bytes(); }
   // bf16: every product through the tensor cores (gemm.cu), the causal mixing's too.
   void set_precision(Precision p) override { cuda::set_bf16_products(p == Precision::bf16); }
+  int attention_rows_at_once(int B) const override { return B; }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");
   }

@@ -28,6 +28,12 @@ void set_bf16_products(bool on);
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);
 
+// count products C_i = alpha op(A_i) op(B_i) + beta C_i, each operand stride elements
+// after the last (0: the same A or B for every product; the C_i must not overlap), in
+// one cuBLAS call.
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
+                  const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
+
 // linear.cu
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);
 void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
@@ -48,9 +54,12 @@ void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool ta
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool tanh_approx);
 
 // spatial.cu
-void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F);
+// count products, each cols wide, G's, F's, dF's and dG's columns stride after the
+// last's (rows ld apart), all with the one W; a batch's dW are summed into dW.
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F,
+                         int count = 1, int stride = 0);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
-                          int ld, float* dG, float* dW);
+                          int ld, float* dG, float* dW, int count = 1, int stride = 0);
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 

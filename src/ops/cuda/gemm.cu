@@ -71,4 +71,21 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
              "gemm (bf16)");
 }
 
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
+                  const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
+  if (M <= 0 || N <= 0 || count <= 0) return;
+  if (count == 1) return gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (!g_bf16) {
+    check_blas(cublasSgemmStridedBatched(blas(), opb, opa, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc,
+                                         count),
+               "sgemm (batched)");
+    return;
+  }
+  check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda,
+                                        sa, &beta, C, CUDA_R_32F, ldc, sc, count, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                        CUBLAS_GEMM_DEFAULT),
+             "gemm (bf16, batched)");
+}
+
 }  // namespace gmlp::cuda

@@ -122,15 +122,16 @@ __global__ void k_bias_grad_finish(const double* part, int T, int heads, int n, 
   db[k * n + i] += float(s);
 }
 
+// The spatial products: one over every row's gate channels, or per head one batched
+// over the B rows (the head's gh columns of each, g apart), with that head's W.
 template <typename Fn>
-void for_each_slice(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn fn) {
+void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn fn) {
   if (p.heads == 1) {
-    fn(p.W, dW, 0, B * d.g);
+    fn(p.W, dW, 0, B * d.g, 1);
     return;
   }
   for (int k = 0; k < p.heads; ++k)
-    for (int b = 0; b < B; ++b)
-      fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, b * d.g + k * d.gh, d.gh);
+    fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, k * d.gh, d.gh, B);
 }
 
 }  // namespace
@@ -144,8 +145,8 @@ void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, f
                                                       gmean, grstd, nullptr);
   check_launch("sgu gate layernorm");
   zero_padding(p.lengths, T, B, d.g, G);
-  for_each_slice(p, nullptr, B, d, [&](const float* W, float*, int off, int cols) {
-    spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off);
+  for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
+    spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g);
   });
   GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn{Z, f, 0, p.z}, F, M, B, d.g, d.gh,
                                                                       p.bias, p.n, extra, S);
@@ -178,8 +179,8 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
                                                                   d.g);
   check_launch("sgu gate recomputed");
   zero_padding(p.lengths, T, B, d.g, G);
-  for_each_slice(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols) {
-    spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW);
+  for_each_head(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols, int count) {
+    spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW, count, d.g);
   });
   zero_padding(p.lengths, T, B, d.g, dG);
   double* part = static_cast<double*>(scratch(sizeof(double) * size_t(T) * p.heads));

@@ -29,11 +29,31 @@ __global__ void k_lower(const float* W, int ldw, int T, float* Wl) {
   Wl[idx] = j <= i ? W[int64_t(i) * ldw + j] : 0.f;
 }
 
-const float* lower_copy(const float* W, int ldw, int T) {
-  float* Wl = static_cast<float*>(scratch(sizeof(float) * size_t(T) * T));
-  GMLP_LAUNCH(k_lower, blocks_for(int64_t(T) * T), kThreads)(W, ldw, T, Wl);
-  check_launch("causal W's lower triangle");
-  return Wl;
+// dW[i, j] += the count partial products' [i, j], in order (causal: j <= i only).
+__global__ void k_add_parts(const float* part, int count, int T, bool causal, float* dW, int ldw) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(T) * T) return;
+  const int i = int(idx / T), j = int(idx % T);
+  if (causal && j > i) return;
+  float s = 0.f;
+  for (int k = 0; k < count; ++k) s += part[int64_t(k) * T * T + idx];
+  dW[int64_t(i) * ldw + j] += s;
+}
+
+// The scratch of one call: W's lower triangle (causal) and, for a batch of products
+// whose dW are summed, their count partial dW.
+struct Scratch {
+  float *Wl = nullptr, *part = nullptr;
+};
+Scratch scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
+  const int64_t TT = int64_t(T) * T;
+  float* s = static_cast<float*>(scratch(sizeof(float) * size_t(TT) * ((causal ? 1 : 0) + parts)));
+  Scratch out{causal ? s : nullptr, parts ? s + (causal ? TT : 0) : nullptr};
+  if (causal) {
+    GMLP_LAUNCH(k_lower, blocks_for(TT), kThreads)(W, ldw, T, out.Wl);
+    check_launch("causal W's lower triangle");
+  }
+  return out;
 }
 
 __global__ void k_toeplitz(const float* w, int n, bool causal, int T, float* W) {
@@ -57,34 +77,53 @@ __global__ void k_toeplitz_fold(const float* dW, int T, int n, bool causal, floa
 
 }  // namespace
 
-void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F) {
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F,
+                         int count, int stride) {
   if (!causal) {
-    gemm(false, false, T, cols, T, 1.f, W, ldw, G, ld, 0.f, F, ld);
+    gemm_batched(false, false, T, cols, T, 1.f, W, ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
     return;
   }
-  const float* Wl = lower_copy(W, ldw, T);
+  const float* Wl = scratch_for(W, ldw, true, T, 0).Wl;
   for (int i0 = 0; i0 < T; i0 += kBlock) {
     const int i1 = std::min(T, i0 + kBlock);
-    gemm(false, false, i1 - i0, cols, i1, 1.f, Wl + int64_t(i0) * T, T, G, ld, 0.f, F + int64_t(i0) * ld, ld);
+    gemm_batched(false, false, i1 - i0, cols, i1, 1.f, Wl + int64_t(i0) * T, T, 0, G, ld, stride, 0.f,
+                 F + int64_t(i0) * ld, ld, stride, count);
   }
 }
 
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
-                          int ld, float* dG, float* dW) {
+                          int ld, float* dG, float* dW, int count, int stride) {
+  // One product's dW goes straight into dW; a batch's are summed from partials, in order.
+  const int parts = count > 1 ? count : 0;
+  const Scratch s = scratch_for(W, ldw, causal, T, parts);
+  const int64_t TT = int64_t(T) * T;
   if (!causal) {
-    gemm(true, false, T, cols, T, 1.f, W, ldw, dF, ld, 0.f, dG, ld);
-    gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
-    return;
+    gemm_batched(true, false, T, cols, T, 1.f, W, ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
+    if (parts)
+      gemm_batched(false, true, T, T, cols, 1.f, dF, ld, stride, G, ld, stride, 0.f, s.part, T, TT, count);
+    else
+      gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
+  } else {
+    for (int j0 = 0; j0 < T; j0 += kBlock) {
+      const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
+      // dG[j] = sum over i >= j of W[i, j] dF[i]: the block's columns of Wl, rows j0 on.
+      gemm_batched(true, false, m, cols, T - j0, 1.f, s.Wl + int64_t(j0) * T + j0, T, 0, dF + int64_t(j0) * ld, ld,
+                   stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
+      // dW's rows [j0, j1) up to column j1; the diagonal block's upper part is cleared
+      // (one product) or never added (partials).
+      if (parts) {
+        gemm_batched(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, stride, G, ld, stride, 0.f,
+                     s.part + int64_t(j0) * T, T, TT, count);
+        continue;
+      }
+      gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
+      GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
+      check_launch("causal dW clear");
+    }
   }
-  const float* Wl = lower_copy(W, ldw, T);
-  for (int j0 = 0; j0 < T; j0 += kBlock) {
-    const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
-    // dG[j] = sum over i >= j of W[i, j] dF[i]: the block's columns of Wl, rows j0 on.
-    gemm(true, false, m, cols, T - j0, 1.f, Wl + int64_t(j0) * T + j0, T, dF + int64_t(j0) * ld, ld, 0.f,
-         dG + int64_t(j0) * ld, ld);
-    gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
-    GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
-    check_launch("causal dW clear");
+  if (parts) {
+    GMLP_LAUNCH(k_add_parts, blocks_for(TT), kThreads)(s.part, count, T, causal, dW, ldw);
+    check_launch("spatial dW sum");
   }
 }
 

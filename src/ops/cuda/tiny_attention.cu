@@ -1,7 +1,8 @@
 // aMLP's tiny attention on the device (tiny_attention.cpp's plan): row b's Q, K and V
-// are strided views of qkv, so each of its products is one GEMM without copies; the
-// masked softmax and its backward are a block per score row. Padding lengths are read
-// on the device.
+// are strided views of qkv, so each product is one batched GEMM over the batch's rows
+// without copies (q3 floats between one row's Q and the next's); the masked softmax and
+// its backward are a block per (score row, batch row). Padding lengths are read on the
+// device. The backward's dP holds every batch row's scores (attention_rows_at_once).
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -9,23 +10,24 @@ namespace {
 
 constexpr int kRowThreads = 128;
 
-// Row i of P_b: softmax over keys j < min(i + 1, len) (causal) or len, zero elsewhere.
-__global__ void k_softmax(float* P, int T, const int32_t* lengths, int b, bool causal) {
+// Row i of P_b, b = blockIdx.y: softmax over keys j < min(i + 1, len) (causal) or len,
+// zero elsewhere.
+__global__ void k_softmax(float* P, int T, const int32_t* lengths, bool causal) {
   __shared__ float sh[32];
-  const int i = blockIdx.x;
+  const int i = blockIdx.x, b = blockIdx.y;
   const int len = lengths ? lengths[b] : T;
   const int keys = causal ? min(i + 1, len) : len;
-  float* row = P + int64_t(i) * T;
+  float* row = P + (int64_t(b) * T + i) * T;
   const float inv = block_softmax_exp(row, keys, sh);
   for (int j = threadIdx.x; j < T; j += blockDim.x) row[j] = j < keys ? row[j] * inv : 0.f;
 }
 
-// dS = P * (dP - rowsum(dP * P)) * scale, in place over dP.
+// dS = P * (dP - rowsum(dP * P)) * scale, in place over dP; row i of batch row blockIdx.y.
 __global__ void k_softmax_backward(const float* P, float* dP, int T, float scale) {
   __shared__ float sh[32];
-  const int i = blockIdx.x;
-  const float* pr = P + int64_t(i) * T;
-  float* dr = dP + int64_t(i) * T;
+  const int64_t r = int64_t(blockIdx.y) * T + blockIdx.x;
+  const float* pr = P + r * T;
+  float* dr = dP + r * T;
   float dot = 0.f;
   for (int j = threadIdx.x; j < T; j += blockDim.x) dot += pr[j] * dr[j];
   dot = block_sum(dot, sh);
@@ -37,37 +39,33 @@ __global__ void k_softmax_backward(const float* P, float* dP, int T, float scale
 void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                             float* A) {
   const int M = T * B, da = p.da, q3 = 3 * da;
+  const int64_t TT = int64_t(T) * T;
   linear_forward(H, M, p.d, p.qkv_w, p.qkv_b, q3, qkv);
+  if (M <= 0) return;  // no launch of an empty grid
   const float scale = 1.f / sqrtf(float(da));
-  for (int b = 0; b < B; ++b) {
-    const float* Q = qkv + int64_t(b) * q3;
-    float* Pb = P + int64_t(b) * T * T;
-    gemm(false, true, T, T, da, scale, Q, B * q3, Q + da, B * q3, 0.f, Pb, T);
-    GMLP_LAUNCH(k_softmax, unsigned(T), kRowThreads)(Pb, T, p.lengths, b, p.causal);
-    check_launch("attention softmax");
-    gemm(false, false, T, da, T, 1.f, Pb, T, Q + 2 * da, B * q3, 0.f, O + int64_t(b) * da, B * da);
-  }
+  // P_b = scale Q_b K_b^T; then the softmax; O_b = P_b V_b.
+  gemm_batched(false, true, T, T, da, scale, qkv, B * q3, q3, qkv + da, B * q3, q3, 0.f, P, T, TT, B);
+  GMLP_LAUNCH(k_softmax, dim3(unsigned(T), unsigned(B)), kRowThreads)(P, T, p.lengths, p.causal);
+  check_launch("attention softmax");
+  gemm_batched(false, false, T, da, T, 1.f, P, T, TT, qkv + 2 * da, B * q3, q3, 0.f, O, B * da, da, B);
   linear_forward(O, M, da, p.out_w, p.out_b, p.dout, A);
 }
 
 void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA, const float* H, int T,
                              int B, const float* qkv, const float* P, const float* O, float* dH, float* dO, float* dP,
                              float* dqkv) {
-  const int M = T * B, da = p.da, q3 = 3 * da;
+  const int M = T * B, da = p.da, q3 = 3 * da, ld = B * q3;
+  const int64_t TT = int64_t(T) * T;
   linear_backward(dA, O, M, da, p.out_w, p.dout, dO, false, g.out_w, g.out_b);
+  if (M <= 0) return;
   const float scale = 1.f / sqrtf(float(da));
-  for (int b = 0; b < B; ++b) {
-    const float* Q = qkv + int64_t(b) * q3;
-    const float* Pb = P + int64_t(b) * T * T;
-    const float* dOb = dO + int64_t(b) * da;
-    float* dQ = dqkv + int64_t(b) * q3;
-    gemm(true, false, T, da, T, 1.f, Pb, T, dOb, B * da, 0.f, dQ + 2 * da, B * q3);
-    gemm(false, true, T, T, da, 1.f, dOb, B * da, Q + 2 * da, B * q3, 0.f, dP, T);
-    GMLP_LAUNCH(k_softmax_backward, unsigned(T), kRowThreads)(Pb, dP, T, scale);
-    check_launch("attention softmax backward");
-    gemm(false, false, T, da, T, 1.f, dP, T, Q + da, B * q3, 0.f, dQ, B * q3);
-    gemm(true, false, T, da, T, 1.f, dP, T, Q, B * q3, 0.f, dQ + da, B * q3);
-  }
+  // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - rowsum(dP * P)) * scale;  dQ = dS K;  dK = dS^T Q.
+  gemm_batched(true, false, T, da, T, 1.f, P, T, TT, dO, B * da, da, 0.f, dqkv + 2 * da, ld, q3, B);
+  gemm_batched(false, true, T, T, da, 1.f, dO, B * da, da, qkv + 2 * da, ld, q3, 0.f, dP, T, TT, B);
+  GMLP_LAUNCH(k_softmax_backward, dim3(unsigned(T), unsigned(B)), kRowThreads)(P, dP, T, scale);
+  check_launch("attention softmax backward");
+  gemm_batched(false, false, T, da, T, 1.f, dP, T, TT, qkv + da, ld, q3, 0.f, dqkv, ld, q3, B);
+  gemm_batched(true, false, T, da, T, 1.f, dP, T, TT, qkv, ld, q3, 0.f, dqkv + da, ld, q3, B);
   linear_backward(dqkv, H, M, p.d, p.qkv_w, q3, dH, true, g.qkv_w, g.qkv_b);
 }
 
