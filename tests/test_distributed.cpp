@@ -82,13 +82,16 @@ std::set<std::string> files_in(const std::string& dir) {
 
 // Trains the same run on one process and on two ranks; they must agree. more(p1, p2)
 // checks what else the two run directories must share.
-void same_run_any_p(const std::string& args, const std::string& eval_key,
-                    const std::function<void(const std::string&, const std::string&)>& more = {}) {
+// `one` and `two` are the commands up to their arguments (the second under the launcher).
+void same_run(const std::string& one_cmd, const std::string& two_cmd, const std::string& args,
+              const std::string& eval_key, const std::function<void(const std::string&, const std::string&)>& more,
+              const std::string& two_says = "") {
   test::TempDir dir("dist_same");
-  auto one = run_command(single() + " train" + args + " --out " + dir.file("p1"));
+  auto one = run_command(one_cmd + args + " --out " + dir.file("p1"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto two = run_command(launch(2) + " train" + args + " --out " + dir.file("p2"));
+  auto two = run_command(two_cmd + args + " --out " + dir.file("p2"));
   ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_TRUE(contains(two.output, two_says)) << two.output;
   EXPECT_TRUE(contains(two.output, "2 ranks, 4 rows of each batch per rank")) << two.output;
   // Rank 0 alone reports: one summary line, one run directory with the same files.
   size_t summaries = 0;
@@ -101,6 +104,11 @@ void same_run_any_p(const std::string& args, const std::string& eval_key,
   expect_close_evals(dir.file("p1"), dir.file("p2"), eval_key);
   expect_close_weights(model_file(dir.file("p1")), model_file(dir.file("p2")));
   if (more) more(dir.file("p1"), dir.file("p2"));
+}
+
+void same_run_any_p(const std::string& args, const std::string& eval_key,
+                    const std::function<void(const std::string&, const std::string&)>& more = {}) {
+  same_run(single() + " train", launch(2) + " train", args, eval_key, more);
 }
 
 // MPI's communicator is a module opened only under a launcher: a single-process run
@@ -133,6 +141,20 @@ TEST(Distributed, OnlyALaunchedRunLoadsMpi) {
 TEST(Distributed, CausalLmOnTwoRanksIsTheOneProcessRun) {
   same_run_any_p(" --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 6", "val_loss");
 }
+
+#ifdef GMLP_CUDA_EMULATOR_MODULE
+// The GPU path of data parallelism where there is no GPU: under the CUDA emulator
+// (tests/cuda_emu) each rank runs the CUDA backend's kernels on the CPU and the
+// emulator's NCCL sums their gradients in shared memory, so two ranks on "cuda" go
+// through device.cpp's NCCL rendezvous, nccl.cpp's reducer and its bucketed, overlapped
+// all-reduces, and must end where one process on the CPU ends.
+TEST(Distributed, TwoRanksOnTheCudaEmulatorSumOverNcclToTheOneProcessRun) {
+  const std::string emulator = "GMLP_CUDA_EMULATOR=" GMLP_CUDA_EMULATOR_MODULE " ";
+  same_run(single() + " train --device cpu", emulator + launch(2, "-x GMLP_CUDA_EMULATOR") + " train --device cuda",
+           " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4", "val_loss", {},
+           "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
+}
+#endif
 
 TEST(Distributed, MaskedLmOnTwoRanksIsTheOneProcessRun) {
   // Each rank holds a different number of masked positions: the gradients are weighted

@@ -37,6 +37,10 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4
 };
 using cudaStream_t = struct CUstream_st*;
+using cudaEvent_t = struct CUevent_st*;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDisableTiming 0x02
 
 struct cudaDeviceProp {
   char name[256];
@@ -57,6 +61,12 @@ cudaError_t cudaFree(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemset(void* p, int value, size_t bytes);
 cudaError_t cudaDeviceSynchronize();
+// Streams and events (NCCL's reduction stream, src/ops/cuda/nccl.cpp): every call runs to
+// completion when it is made, so work is always in issue order and these order nothing.
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t e);
 
@@ -91,6 +101,7 @@ struct Launch {
 void syncthreads();
 void warp_exchange(const void* mine, void* partner, size_t bytes, int lane_mask);
 void fail(const char* what);  // a kernel broke a rule of the device language: ends the process
+bool on_device(const void* p, size_t bytes);  // [p, p + bytes) lies in one device allocation
 
 }  // namespace gmlp::emu
 

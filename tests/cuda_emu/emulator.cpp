@@ -56,15 +56,6 @@ cudaError_t record(cudaError_t e) {
   return e;
 }
 
-// Whether [p, p + bytes) lies in one device allocation.
-bool on_device(const void* p, size_t bytes) {
-  std::lock_guard<std::mutex> lock(g_mem_mutex);
-  const char* c = static_cast<const char*>(p);
-  auto it = g_allocs.upper_bound(c);
-  if (it == g_allocs.begin()) return false;
-  --it;
-  return c >= it->first && c + bytes <= it->first + it->second;
-}
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "CUDA emulator: %s\n", what.c_str());
@@ -307,6 +298,16 @@ void run_block_fibers(Run& r) {
 
 void fail(const char* what) { die(what); }
 
+bool on_device(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mem_mutex);
+  const char* c = static_cast<const char*>(p);
+  auto it = g_allocs.upper_bound(c);
+  if (it == g_allocs.begin()) return false;
+  --it;
+  return c >= it->first && c + bytes <= it->first + it->second;
+}
+
+
 void syncthreads() { wait_at(Wait::block, "__syncthreads()"); }
 
 void warp_exchange(const void* mine, void* partner, size_t bytes, int lane_mask) {
@@ -434,6 +435,24 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
 }
 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // every call runs to completion
+
+// Streams and events are tokens: the emulator runs every call to completion in order.
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  static char tokens[64];
+  static unsigned next = 0;
+  *stream = reinterpret_cast<cudaStream_t>(&tokens[next++ % 64]);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  static char tokens[64];
+  static unsigned next = 0;
+  *event = reinterpret_cast<cudaEvent_t>(&tokens[next++ % 64]);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { return record(event ? cudaSuccess : cudaErrorInvalidValue); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  return record(event ? cudaSuccess : cudaErrorInvalidValue);
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = gmlp::emu::g_last_error;

@@ -22,6 +22,12 @@
 #define GMLP_NCCL_HEADERS 1
 #endif
 
+// The library opened: NCCL's, or under the CUDA emulator (tests/cuda_emu) the emulator's
+// own module, whose stand-in runs a job's ranks on the CPU.
+#ifndef GMLP_NCCL_LIBRARY
+#define GMLP_NCCL_LIBRARY "libnccl.so.2"
+#endif
+
 namespace gmlp {
 namespace {
 
@@ -39,15 +45,16 @@ struct Nccl {
 const Nccl& nccl() {
   static const Nccl lib = [] {
     Nccl n;
-    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    void* h = dlopen(GMLP_NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-      n.error = std::string("cannot open libnccl.so.2 (NCCL; install it or add its directory to LD_LIBRARY_PATH): ") +
+      n.error = std::string("cannot open " GMLP_NCCL_LIBRARY
+                            " (NCCL; install it or add its directory to LD_LIBRARY_PATH): ") +
                 dlerror();
       return n;
     }
     auto sym = [&](const char* name) {
       void* p = dlsym(h, name);
-      if (!p && n.error.empty()) n.error = std::string("libnccl.so.2 has no ") + name;
+      if (!p && n.error.empty()) n.error = std::string(GMLP_NCCL_LIBRARY " has no ") + name;
       return p;
     };
     n.get_version = reinterpret_cast<decltype(n.get_version)>(sym("ncclGetVersion"));
@@ -74,7 +81,11 @@ class NcclReducer final : public DeviceReducer {
     cuda::check(int(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming)), "cudaEventCreate");
     int v = 0;
     nccl().get_version(&v);
+#ifdef GMLP_CUDA_EMULATED
+    version_ = "(the CUDA emulator's stand-in)";
+#else
     version_ = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+#endif
   }
   ~NcclReducer() override {
     // Lives until exit; an abort rather than a destroy cannot wait on a peer that is gone.
