@@ -148,9 +148,13 @@ TEST(Distributed, CausalLmOnTwoRanksIsTheOneProcessRun) {
 // emulator's NCCL sums their gradients in shared memory, so two ranks on "cuda" go
 // through device.cpp's NCCL rendezvous, nccl.cpp's reducer and its bucketed, overlapped
 // all-reduces, and must end where one process on the CPU ends.
+std::string launch_on_emulator(int P) {
+  return "GMLP_CUDA_EMULATOR=" GMLP_CUDA_EMULATOR_MODULE " " + launch(P, "-x GMLP_CUDA_EMULATOR") +
+         " train --device cuda";
+}
+
 TEST(Distributed, TwoRanksOnTheCudaEmulatorSumOverNcclToTheOneProcessRun) {
-  const std::string emulator = "GMLP_CUDA_EMULATOR=" GMLP_CUDA_EMULATOR_MODULE " ";
-  same_run(single() + " train --device cpu", emulator + launch(2, "-x GMLP_CUDA_EMULATOR") + " train --device cuda",
+  same_run(single() + " train --device cpu", launch_on_emulator(2),
            " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4", "val_loss", {},
            "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
 }
@@ -293,6 +297,33 @@ TEST(Distributed, ShardedOptimizerStateChangesNoNumber) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_close_weights(model_file(dir.file("plain")), model_file(dir.file("moved")));
 }
+
+#ifdef GMLP_CUDA_EMULATOR_MODULE
+// ZeRO-1 on GPUs: each rank's AdamW moments in device memory for its block of the
+// parameters, the updated blocks broadcast over NCCL; on the emulator, as above.
+TEST(Distributed, ShardedOptimizerStateOnTheCudaEmulatorChangesNoNumber) {
+  test::TempDir dir("dist_zero_cuda");
+  const std::string two = launch_on_emulator(2);
+  const std::string args = " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4 --ckpt-every 4";
+  auto r = run_command(two + args + " --out " + dir.file("plain"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(two + args + " --shard-optimizer --out " + dir.file("zero"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t total = load_model(model_file(dir.file("zero")))->num_params();
+  EXPECT_TRUE(contains(r.output, "AdamW's moments for " + std::to_string(total / 2 + total % 2) + " of " +
+                                     std::to_string(total) + " parameters"))
+      << r.output;
+  EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("zero")));
+  expect_same_tensors(model_file(dir.file("plain")), model_file(dir.file("zero")));
+  expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("zero")));  // moments gathered whole
+  r = run_command(two + args + " --shard-optimizer --stop-after 5 --out " + dir.file("split"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(two + " --resume --shard-optimizer --no-progress --out " + dir.file("split"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("split")));
+  expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("split")));
+}
+#endif
 
 // Starts a long two-rank run in the background, waits for its first checkpoint, does
 // `act` (a shell snippet; $MPIRUN is the launcher's pid, $RANK1 rank 1's), and waits

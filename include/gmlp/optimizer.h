@@ -25,7 +25,7 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   // Sharded optimizer state (ZeRO-1, docs/distributed.md): from now on the moments cover
   // the parameters [begin, end) only, and a step updates only those (the caller gathers
-  // the rest from the ranks that own them). Host moments only; before the first step.
+  // the rest from the ranks that own them). Before the first step.
   void shard(size_t begin, size_t end);
   size_t shard_begin() const { return begin_; }
   size_t shard_end() const { return begin_ + m_.size(); }

@@ -148,6 +148,10 @@ class DeviceReducer {
   virtual std::string describe() const = 0;  // "NCCL 2.28.3, 2 ranks"
   virtual void start_allreduce_sum(float* buf, size_t n) = 0;
   virtual void wait_all() = 0;
+  // The sharded optimizer's exchange (ZeRO-1; Communicator::allgather_blocks): in place,
+  // every rank's block of buf, block_of(n, rank, size), to every rank; after the work
+  // issued before it, and before the work issued after it.
+  virtual void allgather_blocks(float* buf, size_t n) = 0;
 };
 class Communicator;
 // The job's reducer for `device` (made on first use, collectively: every rank of `host`

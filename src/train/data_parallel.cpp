@@ -94,6 +94,14 @@ double DataParallel::finish_backward() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void DataParallel::allgather_weights() {
+  if (comm_.size() == 1) return;
+  if (reducer_)
+    reducer_->allgather_blocks(model_.device_weights(true), model_.num_params());
+  else
+    comm_.allgather_blocks(model_.weights(), model_.num_params());
+}
+
 DataParallel::Vote DataParallel::agree(double local_loss, bool stop) {
   if (comm_.size() == 1) return {local_loss, stop};
   double v[2] = {local_loss * share_, stop ? 1.0 : 0.0};

@@ -52,6 +52,10 @@ class DataParallel {
   };
   Vote agree(double local_loss, bool stop);
 
+  // ZeRO-1, after each rank has updated its block of the weights (block_of): every
+  // block to every rank, where the weights live (MPI on the host, NCCL on GPUs).
+  void allgather_weights();
+
   // Error naming the step when the ranks' weights are not bit-identical (they must
   // be: the same reduced gradients, the same update).
   void check_in_sync(int64_t step);

@@ -34,11 +34,15 @@ AdamW::AdamW(const Model& model, const TrainConfig& cfg) : AdamW(model.params(),
 AdamW::~AdamW() = default;
 
 void AdamW::shard(size_t begin, size_t end) {
-  require(!dev_ && t_ == 0 && begin <= end && end <= m_.size() + begin_,
-          "AdamW::shard: host moments, before the first step, within the parameters");
+  require(t_ == 0 && begin <= end && end <= m_.size() + begin_,
+          "AdamW::shard: before the first step, within the parameters");
   begin_ = begin;
   m_.assign(end - begin, 0.f);
   v_.assign(end - begin, 0.f);
+  if (dev_) {
+    dev_->m = {DeviceBuffer<float>(*be_, m_.size()), HostMirror::same};  // zero-filled, as m_ and v_
+    dev_->v = {DeviceBuffer<float>(*be_, v_.size()), HostMirror::same};
+  }
   sharded_ = true;
 }
 

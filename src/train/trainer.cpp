@@ -181,8 +181,6 @@ TrainSummary train(const TrainOptions& opts) {
   if (comm.size() > 1 && opts.device == Device::cuda) {
     // A GPU model's gradients are summed by NCCL: opened here, before anything is
     // written, so that a machine without it ends the job with nothing half-made.
-    require(!opts.shard_optimizer, "--shard-optimizer: the sharded optimizer state (ZeRO-1) runs on the CPU only "
-                                   "for now; leave it out with --device cuda");
     device_reducer(opts.device, comm);
   }
   const int64_t signature = task->data_signature();
@@ -343,7 +341,7 @@ TrainSummary train(const TrainOptions& opts) {
                                       " (try a lower lr); the last checkpoint is kept");
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     opt.step(model, lr);
-    if (opt.sharded()) comm.allgather_blocks(model.weights(), model.num_params());
+    if (opt.sharded()) dp.allgather_weights();
     ++st.step;
     window_time += seconds_since(t0);
     window_units += task->units_per_batch();

@@ -1,10 +1,11 @@
 // The CUDA emulator's NCCL (nccl.h beside this file): the ranks of a job on one machine
-// meet in a POSIX shared-memory segment named by the unique id, and an all-reduce is
-// each rank copying its part into its slot, a barrier, every rank adding the slots in
-// rank order (so every rank holds the same sum, bit for bit), and a barrier before the
-// slots are reused. Large buffers go through in chunks of the slot's size. The buffers
-// must be the emulator's device memory, as NCCL's must be the GPU's. A barrier that
-// waits over two minutes (a rank gone) fails the call instead of hanging.
+// meet in a POSIX shared-memory segment named by the unique id. An all-reduce is each
+// rank copying its part into its slot, a barrier, every rank adding the slots in rank
+// order (so every rank holds the same sum, bit for bit), and a barrier before the slots
+// are reused; a broadcast goes through the root's slot the same way. Large buffers go
+// through in chunks of a slot's size. The buffers must be the emulator's device memory,
+// as NCCL's must be the GPU's. A barrier that waits over two minutes (a rank gone) fails
+// the call instead of hanging.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -163,6 +164,30 @@ GMLP_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff
   }
   return ncclSuccess;
 }
+
+// root's slot carries each chunk to the others.
+GMLP_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                            ncclDataType_t datatype, int root, ncclComm_t c, cudaStream_t) {
+  if (!c || datatype != ncclFloat32 || root < 0 || root >= c->nranks) return ncclInvalidArgument;
+  if (count == 0) return ncclSuccess;
+  if ((c->rank == root && !gmlp::emu::on_device(sendbuff, count * sizeof(float))) ||
+      !gmlp::emu::on_device(recvbuff, count * sizeof(float)))
+    gmlp::emu::fail("ncclBroadcast given memory that is not the device's, or past the end of an allocation");
+  float* slot = c->slots + size_t(root) * kSlotFloats;
+  for (size_t off = 0; off < count; off += kSlotFloats) {
+    const size_t n = std::min(kSlotFloats, count - off);
+    if (c->rank == root) std::memcpy(slot, static_cast<const float*>(sendbuff) + off, n * sizeof(float));
+    if (!barrier(c)) return ncclRemoteError;
+    std::memcpy(static_cast<float*>(recvbuff) + off, slot, n * sizeof(float));  // root: its own again
+    if (!barrier(c)) return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
+// Every call above completes when it is made, on every rank in the same order: a
+// group has nothing to hold back.
+GMLP_NCCL_EXPORT ncclResult_t ncclGroupStart() { return ncclSuccess; }
+GMLP_NCCL_EXPORT ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 GMLP_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (!c) return ncclSuccess;

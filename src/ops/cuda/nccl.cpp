@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "gmlp/comm.h"
 #include "gmlp/error.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -37,6 +38,9 @@ struct Nccl {
   decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&::ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclBroadcast) broadcast = nullptr;
+  decltype(&::ncclGroupStart) group_start = nullptr;
+  decltype(&::ncclGroupEnd) group_end = nullptr;
   decltype(&::ncclCommAbort) comm_abort = nullptr;
   decltype(&::ncclGetErrorString) error_string = nullptr;
   std::string error;  // why it could not be opened
@@ -61,6 +65,9 @@ const Nccl& nccl() {
     n.get_unique_id = reinterpret_cast<decltype(n.get_unique_id)>(sym("ncclGetUniqueId"));
     n.comm_init_rank = reinterpret_cast<decltype(n.comm_init_rank)>(sym("ncclCommInitRank"));
     n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(sym("ncclAllReduce"));
+    n.broadcast = reinterpret_cast<decltype(n.broadcast)>(sym("ncclBroadcast"));
+    n.group_start = reinterpret_cast<decltype(n.group_start)>(sym("ncclGroupStart"));
+    n.group_end = reinterpret_cast<decltype(n.group_end)>(sym("ncclGroupEnd"));
     n.comm_abort = reinterpret_cast<decltype(n.comm_abort)>(sym("ncclCommAbort"));
     n.error_string = reinterpret_cast<decltype(n.error_string)>(sym("ncclGetErrorString"));
     return n;
@@ -102,6 +109,20 @@ class NcclReducer final : public DeviceReducer {
   void wait_all() override {
     cuda::check(int(cudaEventRecord(reduced_, stream_)), "cudaEventRecord");
     cuda::check(int(cudaStreamWaitEvent(cudaStreamLegacy, reduced_, 0)), "cudaStreamWaitEvent");
+  }
+  // A broadcast from each rank of its block, grouped: NCCL's all-gather wants blocks of
+  // one size, block_of's differ by one where P does not divide n.
+  void allgather_blocks(float* buf, size_t n) override {
+    cuda::check(int(cudaEventRecord(issued_, cudaStreamLegacy)), "cudaEventRecord");
+    cuda::check(int(cudaStreamWaitEvent(stream_, issued_, 0)), "cudaStreamWaitEvent");
+    check_nccl(nccl().group_start(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      const Block b = block_of(n, r, size_);
+      check_nccl(nccl().broadcast(buf + b.begin, buf + b.begin, b.end - b.begin, ncclFloat32, r, comm_, stream_),
+                 "ncclBroadcast");
+    }
+    check_nccl(nccl().group_end(), "ncclGroupEnd");
+    wait_all();
   }
 
  private:
