@@ -5,6 +5,7 @@
     print(model.generate("And God said", max_tokens=100, seed=7))
     logits = model(model.encode("In the beginning")) # NumPy [T, vocab]
     gmlp.train({"train": {"steps": 200}}, data="data/kjv.txt", out="runs/py")
+    gpu = model.to("cuda")                           # where gmlp.cuda_available()
     module = gmlp.torch.to_module(model)             # a torch.nn.Module, the same weights
 
 Engine errors raise gmlp.Error (a RuntimeError), bad arguments ValueError, missing
@@ -36,10 +37,10 @@ else:
     _core_error = None
 
 __all__ = ["Model", "Error", "train", "finetune_config", "set_threads", "get_threads", "set_precision",
-           "get_precision", "cpu_gemm"]
+           "get_precision", "cpu_gemm", "cuda_available"]
 
 if _core is not None:
-    from ._core import Error, cpu_gemm, get_precision, get_threads, set_precision, set_threads
+    from ._core import Error, cpu_gemm, cuda_available, get_precision, get_threads, set_precision, set_threads
     from .model import Model
     from .training import finetune_config, train
 

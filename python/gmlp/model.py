@@ -16,17 +16,34 @@ class Model:
     """A model and its tokenizer. Build one from a config (the `model` section of a
     config file, docs/variants.md; randomly initialised as the trainer does) or load a
     checkpoint with Model.load. Calls release the GIL while the engine computes; one
-    call runs at a time per model."""
+    call runs at a time per model.
 
-    def __init__(self, config: dict, seed: int = 1337):
-        self._m = _core.Model(config, seed)
+    device: "cpu" (the default), "cuda" (a GPU; gmlp.cuda_available() says whether there
+    is one) or "auto" (the GPU when there is one). Inputs and outputs are NumPy arrays on
+    every device; to(device) gives the same model on another."""
+
+    def __init__(self, config: dict, seed: int = 1337, device: str = "cpu"):
+        self._m = _core.Model(config, seed, device)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Model":
+    def load(cls, path: str | os.PathLike, device: str = "cpu") -> "Model":
         """A checkpoint file (model.safetensors) or a run directory holding one."""
+        return cls._wrap(_core.Model.load(os.fspath(path), device))
+
+    @classmethod
+    def _wrap(cls, core) -> "Model":
         obj = cls.__new__(cls)
-        obj._m = _core.Model.load(os.fspath(path))
+        obj._m = core
         return obj
+
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda": where the weights live and the model computes."""
+        return self._m.device
+
+    def to(self, device: str) -> "Model":
+        """The same model (config and weights, copied) on `device`; this one is unchanged."""
+        return Model._wrap(self._m.to(device))
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes a checkpoint (atomically) with the tensor names of docs/checkpoint.md."""
@@ -53,8 +70,9 @@ class Model:
 
     def __repr__(self) -> str:
         c = self.config
+        on = "" if self.device == "cpu" else f", device={self.device!r}"
         return (f"gmlp.Model(task={c['task']!r}, d_model={c['d_model']}, n_layers={c['n_layers']}, "
-                f"seq_len={c['seq_len']}, params={self.num_params})")
+                f"seq_len={c['seq_len']}, params={self.num_params}{on})")
 
     # ---------------------------------------------------------------- inference
 
@@ -173,7 +191,8 @@ class Model:
         """Every parameter by its checkpoint name (docs/checkpoint.md), in checkpoint
         order, as a float32 NumPy view of the model's one parameter buffer: no copy, so
         writing into a view changes the model, and torch.from_numpy(view) shares it.
-        A view keeps the model's memory alive."""
+        A view keeps the model's memory alive. On a GPU the arrays are read-only copies
+        of the device's weights (load_state_dict writes them)."""
         return self._m.state_dict()
 
     def named_parameters(self) -> list[tuple[str, np.ndarray]]:
@@ -201,5 +220,5 @@ class Model:
             if not np.all(np.isfinite(v)):
                 raise ValueError(f"state dict: tensor '{name}' holds non-finite values")
             arrays[name] = v
-        for name, dst in own.items():
-            dst[...] = arrays[name]
+        for name in own:
+            self._m._assign(name, arrays[name].astype(np.float32, copy=False).reshape(-1))

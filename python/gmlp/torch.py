@@ -16,6 +16,9 @@ def to_module(model, share: bool = False) -> GMLP:
     share=False copies the weights; share=True makes every parameter a float32 view of
     the engine's parameter buffer (torch.from_numpy, no copy): training the module in
     PyTorch then changes the gmlp model in place, and the other way round."""
+    if share and model.device != "cpu":
+        raise ValueError("share=True: a GPU model's weights are device memory; share needs a CPU model "
+                         "(model.to('cpu'))")
     module = GMLP(model.config)
     views = model.state_dict()
     if share:

@@ -109,7 +109,7 @@ def _grid(grid) -> list[tuple[str, list[str]]]:
 def train(config: dict | str | os.PathLike | None = None, data=None, out: str | os.PathLike = "runs/python", *,
           test=None, val=None, callbacks: Callable | Iterable[Callable] = (), resume: bool = False,
           steps: int | None = None, init_from: str | os.PathLike | None = None, progress: bool = False,
-          grid: dict | None = None, refit: bool = False) -> dict:
+          grid: dict | None = None, refit: bool = False, device: str = "cpu") -> dict:
     """Trains with the CLI's trainer into the run directory `out` (model.safetensors,
     train_state.safetensors, metrics.jsonl, config.json, report.json), and returns a
     summary: {"steps", "interrupted", "last_loss", "val" (the last evaluation),
@@ -146,7 +146,10 @@ def train(config: dict | str | os.PathLike | None = None, data=None, out: str | 
     resume: continue the run in `out` (data in memory must be given again); steps then
         extends it. init_from: a checkpoint whose matching tensors start the model
         (fine-tuning). progress: a live progress bar when stderr is a terminal; the
-        trainer prints its plain progress lines to stderr otherwise, as `gmlp train` does."""
+        trainer prints its plain progress lines to stderr otherwise, as `gmlp train` does.
+    device: "cpu", "cuda" (a GPU: gmlp.cuda_available()) or "auto" (the GPU when there is
+        one), as `gmlp train --device`; checkpoints are the same on every device, so a
+        run may resume on another. Its precision is gmlp.set_precision(..., device=...)."""
     if _is_path(config):
         with open(config) as f:
             config = json.load(f)
@@ -177,7 +180,7 @@ def train(config: dict | str | os.PathLike | None = None, data=None, out: str | 
         raise ValueError("data: a resumed run reads the file it was trained on; give no path")
     return _core.train(config, os.fspath(out), data_path, test_path, val_path, memory, resume, int(steps or 0),
                        os.fspath(init_from) if init_from is not None else "", on_log, progress, _grid(grid),
-                       bool(refit))
+                       bool(refit), device)
 
 
 def finetune_config(init_from: str | os.PathLike | None = None) -> dict:

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "gmlp/device.h"
 #include "gmlp/error.h"
 
 namespace gmlp::py_api {
@@ -37,6 +38,10 @@ void require_exists(const std::string& path, const std::string& what);
 int threads_setting();
 void set_threads_setting(int n);
 void apply_threads();
+
+// The device argument of Model and train: "cpu", "cuda" or "auto" (ValueError for
+// another word); gmlp.Error saying why when CUDA cannot be used.
+Device device_arg(const std::string& s);
 
 // forcecast: int64 ids become int32 (after the range check), float64 pixels float32.
 using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;

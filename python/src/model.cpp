@@ -203,42 +203,72 @@ py::array classify_images(PyModel& m, py::handle x) {
   return out;
 }
 
-// Every parameter as a view into the model's buffer, in checkpoint order.
+// Every parameter in checkpoint order: on the CPU a view into the model's buffer; on a
+// GPU a read-only copy of the device's weights (a view of the host copy would miss the
+// device's later changes, and writes through it would reach the device only by chance).
 py::dict state_dict(py::object self) {
   PyModel& m = self.cast<PyModel&>();
+  const bool host = m.model->device() == Device::cpu;
   py::dict d;
+  const float* w = host ? m.model->weights() : static_cast<const Model&>(*m.model).weights();
   for (const ParamInfo& p : m.model->params()) {
     const std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-    d[py::str(p.name)] = py::array_t<float>(shape, m.model->weights() + p.offset, self);
+    if (host) {
+      d[py::str(p.name)] = py::array_t<float>(shape, m.model->weights() + p.offset, self);
+      continue;
+    }
+    py::array_t<float> copy(shape, w + p.offset);
+    copy.attr("setflags")(py::arg("write") = false);
+    d[py::str(p.name)] = copy;
   }
   return d;
+}
+
+const ParamInfo& param_named(const PyModel& m, const std::string& name) {
+  for (const ParamInfo& p : m.model->params())
+    if (p.name == name) return p;
+  throw py::value_error("no parameter named '" + name + "'");
+}
+
+// A model of the same config and weights on another device.
+std::unique_ptr<PyModel> moved_to(PyModel& m, const std::string& device) {
+  const Device d = device_arg(device);
+  Compute g(m);
+  auto out = std::make_unique<Model>(m.cfg(), d);
+  const Model& src = *m.model;
+  std::copy(src.weights(), src.weights() + src.num_params(), out->weights());
+  return std::make_unique<PyModel>(std::move(out));
 }
 
 }  // namespace
 
 void bind_model(py::module_& mod) {
   py::class_<PyModel>(mod, "Model")
-      .def(py::init([](py::handle config, uint64_t seed) {
-             auto model = std::make_unique<Model>(config_from(config));
+      .def(py::init([](py::handle config, uint64_t seed, const std::string& device) {
+             const ModelConfig cfg = config_from(config);
+             auto model = std::make_unique<Model>(cfg, device_arg(device));
              Rng rng(seed, 1);  // as the trainer initialises
              model->init(rng);
              return std::make_unique<PyModel>(std::move(model));
            }),
-           py::arg("config"), py::arg("seed") = 1337)
+           py::arg("config"), py::arg("seed") = 1337, py::arg("device") = "cpu")
       .def_static(
           "load",
-          [](const std::string& path) {
+          [](const std::string& path, const std::string& device) {
+            const Device d = device_arg(device);
             require_exists(path, "checkpoint");
             const std::string file = resolve_model_path(path);
             require_exists(file, "checkpoint");
             std::unique_ptr<Model> model;
             {
               py::gil_scoped_release nogil;
-              model = load_model(file);
+              model = load_model(file, d);
             }
             return std::make_unique<PyModel>(std::move(model));
           },
-          py::arg("path"))
+          py::arg("path"), py::arg("device") = "cpu")
+      .def_property_readonly("device", [](const PyModel& m) { return name_of(m.model->device()); })
+      .def("to", &moved_to, py::arg("device"))
       .def(
           "save",
           [](PyModel& m, const std::string& path) {
@@ -269,9 +299,22 @@ void bind_model(py::module_& mod) {
       .def("_classify_texts", &classify_texts)
       .def("_classify_images", &classify_images)
       .def("state_dict", &state_dict)
-      .def("_buffer", [](py::object self) {
-        PyModel& m = self.cast<PyModel&>();
-        return py::array_t<float>({py::ssize_t(m.model->num_params())}, m.model->weights(), self);
+      .def("_buffer",
+           [](py::object self) {
+             PyModel& m = self.cast<PyModel&>();
+             if (m.model->device() != Device::cpu) throw py::value_error("a GPU model's weights are no host buffer");
+             return py::array_t<float>({py::ssize_t(m.model->num_params())}, m.model->weights(), self);
+           })
+      // One tensor's values (float32, its shape's size, checked by the caller) into the
+      // weights, wherever they live: the host copy is marked newer, so the next call
+      // on a GPU model uploads it.
+      .def("_assign", [](PyModel& m, const std::string& name, py::handle values) {
+        const ParamInfo& p = param_named(m, name);
+        auto a = float_array(values, name);
+        if (size_t(a.size()) != p.size)
+          throw py::value_error("'" + name + "': " + std::to_string(a.size()) + " values for " + std::to_string(p.size));
+        Compute g(m);
+        std::copy(a.data(), a.data() + a.size(), m.model->weights() + p.offset);
       });
 }
 

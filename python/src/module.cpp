@@ -38,6 +38,20 @@ void require_exists(const std::string& path, const std::string& what) {
   throw py::error_already_set();
 }
 
+Device device_arg(const std::string& s) {
+  if (s != "cpu" && s != "cuda" && s != "auto")
+    throw py::value_error("device: '" + s + "' is not one of cpu, cuda, auto");
+  try {
+    return parse_device(s);
+  } catch (const Error& e) {
+    // The engine's message names the CLI's flag ("--device cuda: ..."): name the argument.
+    std::string why = e.what();
+    const std::string flag = "--device " + s + ": ";
+    if (why.rfind(flag, 0) == 0) why = why.substr(flag.size());
+    throw Error("device='" + s + "': " + why);
+  }
+}
+
 static int g_threads = 0;
 
 int threads_setting() { return g_threads; }
@@ -96,19 +110,26 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("n"));
   m.def("get_threads", [] { return api::threads_setting() > 0 ? api::threads_setting() : omp_get_max_threads(); });
-  // The process's matrix-product precision, as --precision sets it for a command: bf16
-  // runs on the CPU's bf16 instructions, or on any CPU with GMLP_CPU_BF16=emulate.
-  static std::string precision = "fp32";
+  // The matrix-product precision of a device's models, as --precision sets it for a
+  // command: bf16 on the CPU runs on its bf16 instructions (or on any CPU with
+  // GMLP_CPU_BF16=emulate), on a GPU on its tensor cores.
+  static std::string precision[2] = {"fp32", "fp32"};
   m.def(
       "set_precision",
-      [](const std::string& p) {
+      [](const std::string& p, const std::string& device) {
         if (p != "fp32" && p != "bf16")
           throw py::value_error("set_precision: '" + p + "' is not one of fp32, bf16");
-        gmlp::use_precision(gmlp::Device::cpu, gmlp::parse_precision(p));
-        precision = p;
+        const gmlp::Device d = api::device_arg(device);
+        gmlp::use_precision(d, gmlp::parse_precision(p));
+        precision[int(d)] = p;
       },
-      py::arg("precision"));
-  m.def("get_precision", [] { return precision; });
+      py::arg("precision"), py::arg("device") = "cpu");
+  m.def(
+      "get_precision", [](const std::string& device) { return precision[int(api::device_arg(device))]; },
+      py::arg("device") = "cpu");
+  m.def(
+      "cuda_available", [] { return gmlp::cuda_built() && gmlp::cuda_device_count() > 0; },
+      "Whether models can run on a CUDA GPU: the build has the CUDA backend and the machine a device");
   api::bind_model(m);
   api::bind_train(m);
 }

@@ -45,8 +45,10 @@ py::dict summary_dict(const TrainSummary& s, const std::string& out) {
 py::dict run_train(py::handle config, const std::string& out, const std::string& data_path, const std::string& test_path,
                    const std::string& val_path, std::shared_ptr<TrainData> memory, bool resume, int64_t steps,
                    const std::string& init_from, py::object on_log, bool progress,
-                   const std::vector<std::pair<std::string, std::vector<std::string>>>& grid, bool refit) {
+                   const std::vector<std::pair<std::string, std::vector<std::string>>>& grid, bool refit,
+                   const std::string& device) {
   TrainOptions o;
+  o.device = device_arg(device);
   o.out_dir = out;
   o.resume = resume;
   o.progress_bar = progress;
@@ -176,7 +178,7 @@ void bind_train(py::module_& m) {
       py::arg("init_from"));
   m.def("train", &run_train, py::arg("config"), py::arg("out"), py::arg("data_path"), py::arg("test_path"),
         py::arg("val_path"), py::arg("memory"), py::arg("resume"), py::arg("steps"), py::arg("init_from"),
-        py::arg("on_log"), py::arg("progress"), py::arg("grid"), py::arg("refit"));
+        py::arg("on_log"), py::arg("progress"), py::arg("grid"), py::arg("refit"), py::arg("device") = "cpu");
 }
 
 }  // namespace gmlp::py_api
