@@ -270,41 +270,9 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
 
 // ZeRO-1 (--shard-optimizer): each rank keeps the moments of half the parameters, and
 // the run is bit for bit the unsharded one: weights, moments, losses; interrupted and
-// resumed sharded, it is still that run; resumed on one process, it goes on.
-TEST(Distributed, ShardedOptimizerStateChangesNoNumber) {
-  test::TempDir dir("dist_zero");
-  const std::string args = " train --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 5 --ckpt-every 4";
-  auto r = run_command(launch(2) + args + " --out " + dir.file("plain"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(launch(2) + args + " --shard-optimizer --out " + dir.file("zero"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const size_t total = load_model(model_file(dir.file("zero")))->num_params();
-  EXPECT_TRUE(contains(r.output, "AdamW's moments for " + std::to_string(total / 2 + total % 2) + " of " +
-                                     std::to_string(total) + " parameters"))
-      << r.output;
-  EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("zero")));
-  expect_same_tensors(model_file(dir.file("plain")), model_file(dir.file("zero")));
-  expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("zero")));  // moments gathered whole
-  r = run_command(launch(2) + args + " --shard-optimizer --stop-after 5 --out " + dir.file("split"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(launch(2) + " train --resume --shard-optimizer --no-progress --out " + dir.file("split"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("split")));
-  expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("split")));
-  r = run_command(launch(2) + args + " --shard-optimizer --stop-after 5 --out " + dir.file("moved"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(single() + " train --resume --no-progress --out " + dir.file("moved"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_close_weights(model_file(dir.file("plain")), model_file(dir.file("moved")));
-}
-
-#ifdef GMLP_CUDA_EMULATOR_MODULE
-// ZeRO-1 on GPUs: each rank's AdamW moments in device memory for its block of the
-// parameters, the updated blocks broadcast over NCCL; on the emulator, as above.
-TEST(Distributed, ShardedOptimizerStateOnTheCudaEmulatorChangesNoNumber) {
-  test::TempDir dir("dist_zero_cuda");
-  const std::string two = launch_on_emulator(2);
-  const std::string args = " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4 --ckpt-every 4";
+// resumed sharded, it is still that run. `two` is the two-rank command up to its
+// arguments; the unsharded run is left in dir's "plain".
+void expect_sharding_changes_no_number(const std::string& two, const std::string& args, const test::TempDir& dir) {
   auto r = run_command(two + args + " --out " + dir.file("plain"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_command(two + args + " --shard-optimizer --out " + dir.file("zero"));
@@ -322,6 +290,28 @@ TEST(Distributed, ShardedOptimizerStateOnTheCudaEmulatorChangesNoNumber) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(train_losses(dir.file("plain")), train_losses(dir.file("split")));
   expect_same_tensors(state_file(dir.file("plain")), state_file(dir.file("split")));
+}
+
+// ... and resumed on one process, it goes on.
+TEST(Distributed, ShardedOptimizerStateChangesNoNumber) {
+  test::TempDir dir("dist_zero");
+  const std::string args = " --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 5 --ckpt-every 4";
+  expect_sharding_changes_no_number(launch(2) + " train", args, dir);
+  auto r = run_command(launch(2) + " train" + args + " --shard-optimizer --stop-after 5 --out " + dir.file("moved"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(single() + " train --resume --no-progress --out " + dir.file("moved"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_weights(model_file(dir.file("plain")), model_file(dir.file("moved")));
+}
+
+#ifdef GMLP_CUDA_EMULATOR_MODULE
+// ZeRO-1 on GPUs: each rank's AdamW moments in device memory for its block of the
+// parameters, the updated blocks broadcast over NCCL; on the emulator, as above.
+TEST(Distributed, ShardedOptimizerStateOnTheCudaEmulatorChangesNoNumber) {
+  test::TempDir dir("dist_zero_cuda");
+  expect_sharding_changes_no_number(
+      launch_on_emulator(2), " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4 --ckpt-every 4",
+      dir);
 }
 #endif
 
