@@ -29,7 +29,9 @@ __global__ void k_lower(const float* W, int ldw, int T, float* Wl) {
   Wl[idx] = j <= i ? W[int64_t(i) * ldw + j] : 0.f;
 }
 
-// dW[i, j] += the count partial products' [i, j], in order (causal: j <= i only).
+// dW[i, j] += the count partial products' [i, j], in order. Causal: j <= i only; dW's
+// strict upper triangle is never written (as on the CPU; the one-product path's
+// clearing writes the zeros it held, gradients starting at zero).
 __global__ void k_add_parts(const float* part, int count, int T, bool causal, float* dW, int ldw) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(T) * T) return;
@@ -40,8 +42,20 @@ __global__ void k_add_parts(const float* part, int count, int T, bool causal, fl
   dW[int64_t(i) * ldw + j] += s;
 }
 
+// How many of a batch's partial dW [T, T] are made at once (spatial_mix_backward): at
+// most 64 MiB of them. On the CUDA emulator two, so that the tests' small batches go
+// through several chunks.
+int parts_at_once(int T) {
+#if defined(GMLP_CUDA_EMULATED)
+  (void)T;
+  return 2;
+#else
+  return int(std::max<int64_t>(1, int64_t(size_t(64) << 20) / (int64_t(sizeof(float)) * T * T)));
+#endif
+}
+
 // The scratch of one call: W's lower triangle (causal) and, for a batch of products
-// whose dW are summed, their count partial dW.
+// whose dW are summed, `parts` partial dW.
 struct Scratch {
   float *Wl = nullptr, *part = nullptr;
 };
@@ -93,36 +107,39 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
 
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
                           int ld, float* dG, float* dW, int count, int stride) {
-  // One product's dW goes straight into dW; a batch's are summed from partials, in order.
-  const int parts = count > 1 ? count : 0;
-  const Scratch s = scratch_for(W, ldw, causal, T, parts);
   const int64_t TT = int64_t(T) * T;
-  if (!causal) {
+  // A batch's dW are partial products summed in order, a chunk of the members at a time.
+  const int chunk = count > 1 ? std::min(count, parts_at_once(T)) : 0;
+  const Scratch s = scratch_for(W, ldw, causal, T, chunk);
+  // dG = W^T dF for every member; causal: dG[j] = sum over i >= j of W[i, j] dF[i], the
+  // block's columns of Wl from row j0 on.
+  if (!causal)
     gemm_batched(true, false, T, cols, T, 1.f, W, ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
-    if (parts)
-      gemm_batched(false, true, T, T, cols, 1.f, dF, ld, stride, G, ld, stride, 0.f, s.part, T, TT, count);
-    else
-      gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
-  } else {
-    for (int j0 = 0; j0 < T; j0 += kBlock) {
+  for (int j0 = 0; causal && j0 < T; j0 += kBlock)
+    gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.Wl + int64_t(j0) * T + j0, T, 0,
+                 dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
+  // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal block's strict
+  // upper part cleared after (one product) or never added (partials).
+  if (count == 1) {
+    if (!causal) gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
+    for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
       const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
-      // dG[j] = sum over i >= j of W[i, j] dF[i]: the block's columns of Wl, rows j0 on.
-      gemm_batched(true, false, m, cols, T - j0, 1.f, s.Wl + int64_t(j0) * T + j0, T, 0, dF + int64_t(j0) * ld, ld,
-                   stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
-      // dW's rows [j0, j1) up to column j1; the diagonal block's upper part is cleared
-      // (one product) or never added (partials).
-      if (parts) {
-        gemm_batched(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, stride, G, ld, stride, 0.f,
-                     s.part + int64_t(j0) * T, T, TT, count);
-        continue;
-      }
       gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
       GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
       check_launch("causal dW clear");
     }
+    return;
   }
-  if (parts) {
-    GMLP_LAUNCH(k_add_parts, blocks_for(TT), kThreads)(s.part, count, T, causal, dW, ldw);
+  for (int c0 = 0; c0 < count; c0 += chunk) {
+    const int n = std::min(chunk, count - c0);
+    const float *dFc = dF + int64_t(c0) * stride, *Gc = G + int64_t(c0) * stride;
+    if (!causal) gemm_batched(false, true, T, T, cols, 1.f, dFc, ld, stride, Gc, ld, stride, 0.f, s.part, T, TT, n);
+    for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
+      const int j1 = std::min(T, j0 + kBlock);
+      gemm_batched(false, true, j1 - j0, j1, cols, 1.f, dFc + int64_t(j0) * ld, ld, stride, Gc, ld, stride, 0.f,
+                   s.part + int64_t(j0) * T, T, TT, n);
+    }
+    GMLP_LAUNCH(k_add_parts, blocks_for(TT), kThreads)(s.part, n, T, causal, dW, ldw);
     check_launch("spatial dW sum");
   }
 }
