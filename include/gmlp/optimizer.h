@@ -40,6 +40,7 @@ class AdamW {
 
  private:
   struct Moments;  // device moments, null for host ones
+  Moments& device_moments();  // allocated on first use
   void update(Backend& be, float* params, const float* grads, float* m, float* v, float lr);
   std::vector<std::pair<size_t, size_t>> decay_ranges_, plain_ranges_;  // [offset, size)
   std::vector<float> m_, v_;

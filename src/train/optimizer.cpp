@@ -24,11 +24,17 @@ AdamW::AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConf
 
 AdamW::AdamW(const Model& model, const TrainConfig& cfg) : AdamW(model.params(), model.num_params(), cfg) {
   be_ = &model.backend();
-  if (!be_->host_memory()) {
-    dev_ = std::make_unique<Moments>();
-    dev_->m.dev = DeviceBuffer<float>(*be_, m_.size());  // zero-filled, as m_ and v_
+  // Device moments are allocated at the first step (device_moments), after shard() has
+  // cut them to this rank's block: never the whole 8N bytes where a rank holds 8N/P.
+  if (!be_->host_memory()) dev_ = std::make_unique<Moments>();
+}
+
+AdamW::Moments& AdamW::device_moments() {
+  if (dev_->m.dev.empty() && !m_.empty()) {
+    dev_->m.dev = DeviceBuffer<float>(*be_, m_.size());  // zero-filled, as m_ and v_ start
     dev_->v.dev = DeviceBuffer<float>(*be_, v_.size());
   }
+  return *dev_;
 }
 
 AdamW::~AdamW() = default;
@@ -39,10 +45,6 @@ void AdamW::shard(size_t begin, size_t end) {
   begin_ = begin;
   m_.assign(end - begin, 0.f);
   v_.assign(end - begin, 0.f);
-  if (dev_) {
-    dev_->m = {DeviceBuffer<float>(*be_, m_.size()), HostMirror::same};  // zero-filled, as m_ and v_
-    dev_->v = {DeviceBuffer<float>(*be_, v_.size()), HostMirror::same};
-  }
   sharded_ = true;
 }
 
@@ -92,11 +94,12 @@ void AdamW::step(Model& model, float lr) {
   float* m = m_.data();
   float* v = v_.data();
   if (dev_) {
-    dev_->m.to_device(be, m_);
-    dev_->v.to_device(be, v_);
-    dev_->m.state = dev_->v.state = HostMirror::device_newer;
-    m = dev_->m.dev.data();
-    v = dev_->v.dev.data();
+    Moments& d = device_moments();
+    d.m.to_device(be, m_);
+    d.v.to_device(be, v_);
+    d.m.state = d.v.state = HostMirror::device_newer;
+    m = d.m.dev.data();
+    v = d.v.dev.data();
   }
   update(be, model.device_weights(true), model.device_grads(false), m, v, lr);
 }
