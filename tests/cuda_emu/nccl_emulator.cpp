@@ -5,7 +5,8 @@
 // are reused; a broadcast goes through the root's slot the same way. Large buffers go
 // through in chunks of a slot's size. The buffers must be the emulator's device memory,
 // as NCCL's must be the GPU's. A barrier that waits over two minutes (a rank gone) fails
-// the call instead of hanging.
+// the call instead of hanging. (A rank 0 killed between creating the segment and every
+// rank joining leaves its name in /dev/shm.)
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -23,8 +24,6 @@
 #include <thread>
 
 #include "nccl.h"
-
-#define GMLP_NCCL_EXPORT __attribute__((visibility("default")))
 
 namespace {
 
@@ -81,13 +80,13 @@ bool barrier(ncclComm* c) {
 
 extern "C" {
 
-GMLP_NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
+ncclResult_t ncclGetVersion(int* version) {
   if (!version) return ncclInvalidArgument;
   *version = 0;  // not a NCCL release (nccl.cpp says the emulator's stand-in)
   return ncclSuccess;
 }
 
-GMLP_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (!id) return ncclInvalidArgument;
   std::random_device rd;
   std::memset(id, 0, sizeof *id);
@@ -95,7 +94,7 @@ GMLP_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-GMLP_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
   if (!out || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   id.internal[sizeof id.internal - 1] = '\0';
   const std::string name = id.internal;
@@ -132,7 +131,10 @@ GMLP_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, nccl
   c->nranks = nranks;
   if (rank == 0) c->header->ready.store(1, std::memory_order_release);
   for (int spins = 0; c->header->ready.load(std::memory_order_acquire) == 0; pause_briefly(spins))
-    if (std::chrono::steady_clock::now() > deadline) return ncclRemoteError;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ncclCommAbort(c);
+      return ncclRemoteError;
+    }
   const bool joined = barrier(c);
   if (rank == 0) shm_unlink(name.c_str());  // every rank has it mapped: the name can go
   if (!joined) {
@@ -143,7 +145,7 @@ GMLP_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, nccl
   return ncclSuccess;
 }
 
-GMLP_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
   if (!c || datatype != ncclFloat32 || op != ncclSum) return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
@@ -166,7 +168,7 @@ GMLP_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff
 }
 
 // root's slot carries each chunk to the others.
-GMLP_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                             ncclDataType_t datatype, int root, ncclComm_t c, cudaStream_t) {
   if (!c || datatype != ncclFloat32 || root < 0 || root >= c->nranks) return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
@@ -186,17 +188,17 @@ GMLP_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff
 
 // Every call above completes when it is made, on every rank in the same order: a
 // group has nothing to hold back.
-GMLP_NCCL_EXPORT ncclResult_t ncclGroupStart() { return ncclSuccess; }
-GMLP_NCCL_EXPORT ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+ncclResult_t ncclGroupStart() { return ncclSuccess; }
+ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
-GMLP_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) {
+ncclResult_t ncclCommAbort(ncclComm_t c) {
   if (!c) return ncclSuccess;
   munmap(c->header, c->bytes);
   delete c;
   return ncclSuccess;
 }
 
-GMLP_NCCL_EXPORT const char* ncclGetErrorString(ncclResult_t r) {
+const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
     case ncclSuccess:
       return "no error";

@@ -23,11 +23,6 @@
 #define GMLP_NCCL_HEADERS 1
 #endif
 
-// The library opened: NCCL's, or under the CUDA emulator (tests/cuda_emu) the emulator's
-// own module, whose stand-in runs a job's ranks on the CPU.
-#ifndef GMLP_NCCL_LIBRARY
-#define GMLP_NCCL_LIBRARY "libnccl.so.2"
-#endif
 
 namespace gmlp {
 namespace {
@@ -49,16 +44,27 @@ struct Nccl {
 const Nccl& nccl() {
   static const Nccl lib = [] {
     Nccl n;
-    void* h = dlopen(GMLP_NCCL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+#ifdef GMLP_CUDA_EMULATED
+    // The CUDA emulator's stand-in is part of this module (tests/cuda_emu/nccl_emulator.cpp).
+    n.get_version = &::ncclGetVersion;
+    n.get_unique_id = &::ncclGetUniqueId;
+    n.comm_init_rank = &::ncclCommInitRank;
+    n.all_reduce = &::ncclAllReduce;
+    n.broadcast = &::ncclBroadcast;
+    n.group_start = &::ncclGroupStart;
+    n.group_end = &::ncclGroupEnd;
+    n.comm_abort = &::ncclCommAbort;
+    n.error_string = &::ncclGetErrorString;
+#else
+    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-      n.error = std::string("cannot open " GMLP_NCCL_LIBRARY
-                            " (NCCL; install it or add its directory to LD_LIBRARY_PATH): ") +
+      n.error = std::string("cannot open libnccl.so.2 (NCCL; install it or add its directory to LD_LIBRARY_PATH): ") +
                 dlerror();
       return n;
     }
     auto sym = [&](const char* name) {
       void* p = dlsym(h, name);
-      if (!p && n.error.empty()) n.error = std::string(GMLP_NCCL_LIBRARY " has no ") + name;
+      if (!p && n.error.empty()) n.error = std::string("libnccl.so.2 has no ") + name;
       return p;
     };
     n.get_version = reinterpret_cast<decltype(n.get_version)>(sym("ncclGetVersion"));
@@ -70,6 +76,7 @@ const Nccl& nccl() {
     n.group_end = reinterpret_cast<decltype(n.group_end)>(sym("ncclGroupEnd"));
     n.comm_abort = reinterpret_cast<decltype(n.comm_abort)>(sym("ncclCommAbort"));
     n.error_string = reinterpret_cast<decltype(n.error_string)>(sym("ncclGetErrorString"));
+#endif
     return n;
   }();
   return lib;
@@ -116,12 +123,14 @@ class NcclReducer final : public DeviceReducer {
     cuda::check(int(cudaEventRecord(issued_, cudaStreamLegacy)), "cudaEventRecord");
     cuda::check(int(cudaStreamWaitEvent(stream_, issued_, 0)), "cudaStreamWaitEvent");
     check_nccl(nccl().group_start(), "ncclGroupStart");
-    for (int r = 0; r < size_; ++r) {
+    ncclResult_t failed = ncclSuccess;  // the group is closed whatever happens inside it
+    for (int r = 0; r < size_ && failed == ncclSuccess; ++r) {
       const Block b = block_of(n, r, size_);
-      check_nccl(nccl().broadcast(buf + b.begin, buf + b.begin, b.end - b.begin, ncclFloat32, r, comm_, stream_),
-                 "ncclBroadcast");
+      failed = nccl().broadcast(buf + b.begin, buf + b.begin, b.end - b.begin, ncclFloat32, r, comm_, stream_);
     }
-    check_nccl(nccl().group_end(), "ncclGroupEnd");
+    const ncclResult_t ended = nccl().group_end();
+    check_nccl(failed, "ncclBroadcast");
+    check_nccl(ended, "ncclGroupEnd");
     wait_all();
   }
 
