@@ -210,14 +210,19 @@ py::dict state_dict(py::object self) {
   PyModel& m = self.cast<PyModel&>();
   const bool host = m.model->device() == Device::cpu;
   py::dict d;
-  const float* w = host ? m.model->weights() : static_cast<const Model&>(*m.model).weights();
+  std::vector<float> w;  // a GPU model's weights, read under the model's lock
+  if (!host) {
+    Compute g(m);
+    const Model& model = *m.model;
+    w.assign(model.weights(), model.weights() + model.num_params());
+  }
   for (const ParamInfo& p : m.model->params()) {
     const std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
     if (host) {
       d[py::str(p.name)] = py::array_t<float>(shape, m.model->weights() + p.offset, self);
       continue;
     }
-    py::array_t<float> copy(shape, w + p.offset);
+    py::array_t<float> copy(shape, w.data() + p.offset);
     copy.attr("setflags")(py::arg("write") = false);
     d[py::str(p.name)] = copy;
   }
