@@ -9,6 +9,15 @@
 namespace gmlp::cuda {
 
 constexpr int kRowThreads = 128;
+// A row of up to this many channels is kept in shared memory (16 KB) between a kernel's
+// passes over it: x read (for the SGU's gate, GELU(U) evaluated) once instead of each
+// pass. Each thread reads back only the channels it wrote, so no barrier is needed. On
+// the CUDA emulator 16, so that the tests' rows take both paths.
+#if defined(GMLP_CUDA_EMULATED)
+constexpr int kRowCache = 16;
+#else
+constexpr int kRowCache = 4096;
+#endif
 
 // x as it is in memory, rows ld apart.
 struct XPlain {
@@ -22,18 +31,25 @@ template <typename XIn>
 __global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, float eps, float* y, int ldy, float* mean,
                              float* rstd, const int32_t* rows) {
   __shared__ float sh[32];
+  __shared__ float row[kRowCache];
   const int64_t r = blockIdx.x;
+  const bool cached = C <= kRowCache;
+  auto x = [&](int c) { return cached ? row[c] : xin(r, c); };
   float s = 0.f;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) s += xin(r, c);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = xin(r, c);
+    if (cached) row[c] = v;
+    s += v;
+  }
   const float mu = block_sum(s, sh) / float(C);
   float v = 0.f;  // two passes, as the CPU op
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = xin(r, c) - mu;
+    const float d = x(c) - mu;
     v += d * d;
   }
   const float rs = rsqrtf(block_sum(v, sh) / float(C) + eps);
   float* yr = y + (rows ? int64_t(rows[r]) : r) * ldy;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (xin(r, c) - mu) * rs * w[c] + b[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (x(c) - mu) * rs * w[c] + b[c];
   if (threadIdx.x == 0) {
     if (mean) mean[r] = mu;
     if (rstd) rstd[r] = rs;
@@ -56,19 +72,22 @@ template <typename XIn, typename Out>
 __global__ void ln_backward_dx_k(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                  const float* w, int C, Out out) {
   __shared__ float sh[32];
+  __shared__ float xhat[kRowCache];
   const int64_t r = blockIdx.x;
   const float* dyr = dy + r * lddy;
   const float mu = mean[r], rs = rstd[r];
+  const bool cached = C <= kRowCache;
   float sg = 0.f, sgx = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xh = (xin(r, c) - mu) * rs, g = dyr[c] * w[c];
+    if (cached) xhat[c] = xh;
     sg += g;
     sgx += g * xh;
   }
   const float mg = block_sum(sg, sh) / float(C);
   const float mgx = block_sum(sgx, sh) / float(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float xh = (xin(r, c) - mu) * rs;
+    const float xh = cached ? xhat[c] : (xin(r, c) - mu) * rs;
     out(r, c, rs * (dyr[c] * w[c] - mg - xh * mgx));
   }
 }
