@@ -23,7 +23,6 @@
 #define GMLP_NCCL_HEADERS 1
 #endif
 
-
 namespace gmlp {
 namespace {
 
