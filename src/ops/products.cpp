@@ -8,12 +8,12 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "gmlp/error.h"
+#include "ops/bf16.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 
@@ -137,15 +137,7 @@ const char* bf16_unavailable() {
 }
 
 namespace {
-// Branch-free and inlined, so that the loops below are vector code: to nearest, ties to
-// even (the largest floats round to infinity); a NaN keeps its top bits and is made
-// quiet, so it stays a NaN.
-inline uint32_t bf16_of(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded;
-}
-inline float rounded(float x) { return std::bit_cast<float>(bf16_of(x) << 16); }
+inline float rounded(float x) { return from_bf16(to_bf16(x)); }
 
 // rows x cols of x (rows ld apart) into the dense out, each value through f.
 template <typename E, typename F>
@@ -159,7 +151,7 @@ void dense_copy(const float* x, int rows, int cols, int ld, E* out, F f) {
 }
 }  // namespace
 
-uint16_t bf16_bits(float x) { return uint16_t(bf16_of(x)); }
+uint16_t bf16_bits(float x) { return to_bf16(x); }
 float round_to_bf16(float x) { return rounded(x); }
 
 void round_to_bf16(const float* x, int rows, int cols, int ld, float* out) {
@@ -259,7 +251,7 @@ Product product_for(const Shape& s) {
 template <typename E>
 void dense(const float* x, int rows, int cols, int ld, std::vector<E>& out) {
   out.resize(size_t(rows) * cols);
-  if constexpr (sizeof(E) == 2) dense_copy(x, rows, cols, ld, out.data(), [](float v) { return E(bf16_of(v)); });
+  if constexpr (sizeof(E) == 2) dense_copy(x, rows, cols, ld, out.data(), [](float v) { return E(to_bf16(v)); });
   else dense_copy(x, rows, cols, ld, out.data(), [](float v) { return v; });
 }
 
