@@ -26,6 +26,7 @@
 #include "gmlp/model.h"
 #include "gmlp/optimizer.h"
 #include "gmlp/trainer.h"
+#include "ops/bf16.h"
 #include "ops/ops.h"
 #include "separate_memory.h"
 #include "test_util.h"
@@ -621,6 +622,121 @@ TEST(CudaOps, AdamWAndClippingSums) {
   EXPECT_NEAR(d.be.sum_squares(dG, n), cpu_backend().sum_squares(g.data(), n), 1e-9 * double(n));
 }
 
+// Under --precision bf16 the GPU holds the SGU's U and F in bf16 (ops.h's Bf16Store).
+// With the products in fp32, the ops over the held values must be the CPU's ops over
+// the same values rounded: U held as bf16(U) exactly, F within a bf16 step of the CPU's
+// F, S what the held F gives, and the backward, reading them, what the CPU's gives
+// from the same rounded U and F. Every SGU form, one and two heads, causal and padded.
+TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
+  REQUIRE_GPU();
+  struct Case {
+    Sgu kind;
+    int heads;
+    bool causal, padded, extra;
+  };
+  const Case cases[] = {{Sgu::split, 1, true, false, false},         {Sgu::split, 2, false, true, true},
+                        {Sgu::multiplicative, 2, true, false, false}, {Sgu::multiplicative, 1, false, true, false},
+                        {Sgu::additive, 1, false, true, true},        {Sgu::linear, 2, true, false, false}};
+  Backend& cb = cpu_backend();
+  for (const Case& k : cases) {
+    const std::string name = name_of(k.kind) + (k.heads > 1 ? " heads" : "") +
+                             (k.causal ? " causal" : "") + (k.padded ? " padded" : "");
+    const int T = 20, B = 3, f = 16, n = 24, M = T * B, g = k.kind == Sgu::split ? f / 2 : f;
+    const Vec U = randn(size_t(M) * f, 1), ub = randn(f, 2, 0.3f), nw = randn(g, 3), nb = randn(g, 4),
+              W = randn(size_t(k.heads) * n * n, 5, 0.3f), sb = randn(size_t(k.heads) * n, 6),
+              extra = randn(size_t(M) * g, 7), dS = randn(size_t(M) * g, 8);
+    const Ids lengths = {T, T - 5, 7};
+    ops::SguParams p;
+    p.kind = k.kind;
+    p.ldw = n;
+    p.w_head_stride = int64_t(n) * n;
+    p.n = n;
+    p.heads = k.heads;
+    p.causal = k.causal;
+    p.z = {true, Gelu::erf, nullptr, nullptr};
+    // The CPU: the SGU over U rounded to bf16, in floats.
+    Vec Ur(U.size());
+    for (size_t i = 0; i < U.size(); ++i) Ur[i] = ops::round_to_bf16(U[i]);
+    ops::SguParams pc = p;
+    pc.norm_w = nw.data();
+    pc.norm_b = nb.data();
+    pc.W = W.data();
+    pc.bias = sb.data();
+    pc.lengths = k.padded ? lengths.data() : nullptr;
+    pc.z.bias = ub.data();
+    Vec S(size_t(M) * g), G(S.size()), F(S.size()), gm(M), gr(M);
+    cb.sgu_forward(pc, Ur.data(), T, B, f, S.data(), gm.data(), gr.data(), F.data(), G.data(),
+                   k.extra ? extra.data() : nullptr);
+    // The GPU: given U in float, holding U and F in bf16.
+    OnDevice d;
+    DeviceBuffer<uint16_t> u16(d.be, U.size()), F16(d.be, S.size());
+    ops::SguParams pg = p;
+    pg.norm_w = d.up(nw);
+    pg.norm_b = d.up(nb);
+    pg.W = d.up(W);
+    pg.bias = d.up(sb);
+    pg.lengths = k.padded ? d.up(lengths) : nullptr;
+    pg.z.bias = d.up(ub);
+    pg.store = {u16.data(), F16.data()};
+    float *dSg = d.up(Vec(S.size())), *dGg = d.up(Vec(S.size())), *dFg = d.up(Vec(S.size())), *dgm = d.up(Vec(M)),
+          *dgr = d.up(Vec(M));
+    d.be.sgu_forward(pg, d.up(U), T, B, f, dSg, dgm, dgr, dFg, dGg, k.extra ? d.up(extra) : nullptr);
+    std::vector<uint16_t> uh(U.size()), Fh16(S.size());
+    d.be.download(uh.data(), u16.data(), uh.size() * sizeof(uint16_t));
+    d.be.download(Fh16.data(), F16.data(), Fh16.size() * sizeof(uint16_t));
+    size_t wrong = 0;
+    for (size_t i = 0; i < U.size(); ++i) wrong += uh[i] != ops::bf16_bits(U[i]);
+    EXPECT_EQ(wrong, 0u) << name << ": U held otherwise than bf16(U)";
+    Vec Fh(S.size());
+    for (size_t i = 0; i < Fh.size(); ++i) Fh[i] = ops::from_bf16(Fh16[i]);
+    EXPECT_TRUE(test::all_close(Fh.data(), F.data(), F.size(), 1e-5f, 1.f / 128, name + " F held"));
+    // S from the held F: Z = GELU(U + b) on the host, combined with it.
+    Vec Z = Ur, Sw(S.size());
+    cb.bias_gelu_forward(Z.data(), ub.data(), M, f, Z.data(), false);
+    cb.sgu_combine(k.kind, Z.data(), f, Fh.data(), M, g, Sw.data());
+    EXPECT_TRUE(test::all_close(d.down(dSg, S.size()).data(), Sw.data(), S.size(), kAtol, kRtol, name + " S"));
+    EXPECT_TRUE(test::all_close(d.down(dGg, G.size()).data(), G.data(), G.size(), kAtol, 1e-4f, name + " gate"));
+    EXPECT_TRUE(test::all_close(d.down(dgr, M).data(), gr.data(), M, kAtol, kRtol, name + " rstd"));
+
+    // Backward: the CPU from the rounded U and the held F, the GPU from what it holds.
+    Vec dZ(U.size()), dF(S.size()), dG(S.size()), S2(S.size()), gnw(g), gnb(g), gW(W.size()), gsb(sb.size()),
+        gub(f);
+    pc.z.dbias = gub.data();
+    const ops::SguGrads gc{gnw.data(), gnb.data(), gW.data(), gsb.data()};
+    cb.sgu_backward_gate(pc, dS.data(), Ur.data(), T, B, f, Fh.data(), S2.data(), dF.data(), dZ.data());
+    cb.sgu_backward_mix(pc, gc, dS.data(), Ur.data(), T, B, f, gm.data(), gr.data(), Fh.data(), dZ.data(), G.data(),
+                        dF.data(), dG.data());
+    float *dZg = d.up(Vec(U.size())), *dFb = d.up(Vec(S.size())), *dGb = d.up(Vec(S.size())),
+          *S2g = d.up(Vec(S.size())), *dS_ = d.up(dS);
+    pg.z.dbias = d.up(Vec(f));
+    const ops::SguGrads gg{d.up(Vec(g)), d.up(Vec(g)), d.up(Vec(W.size())), d.up(Vec(sb.size()))};
+    d.be.sgu_backward_gate(pg, dS_, nullptr, T, B, f, nullptr, S2g, dFb, dZg);
+    d.be.sgu_backward_mix(pg, gg, dS_, nullptr, T, B, f, dgm, dgr, nullptr, dZg, dGg, dFb, dGb);
+    EXPECT_TRUE(test::all_close(d.down(S2g, S.size()).data(), S2.data(), S.size(), kAtol, kRtol, name + " S again"));
+    EXPECT_TRUE(test::all_close(d.down(dZg, dZ.size()).data(), dZ.data(), dZ.size(), kAtol, 1e-4f, name + " dU"));
+    EXPECT_TRUE(test::all_close(d.down(dFb, dF.size()).data(), dF.data(), dF.size(), kAtol, 1e-4f, name + " dF"));
+    EXPECT_TRUE(test::all_close(d.down(dGb, dG.size()).data(), dG.data(), dG.size(), kAtol, 1e-4f, name + " dG"));
+    EXPECT_TRUE(test::all_close(d.down(gg.norm_w, g).data(), gnw.data(), g, 1e-4f, 1e-4f, name + " dnorm_w"));
+    EXPECT_TRUE(test::all_close(d.down(gg.norm_b, g).data(), gnb.data(), g, 1e-4f, 1e-4f, name + " dnorm_b"));
+    EXPECT_TRUE(test::all_close(d.down(gg.W, W.size()).data(), gW.data(), W.size(), 1e-4f, 1e-4f, name + " dW"));
+    EXPECT_TRUE(test::all_close(d.down(gg.bias, sb.size()).data(), gsb.data(), sb.size(), 1e-4f, 1e-4f, name + " db"));
+    EXPECT_TRUE(test::all_close(d.down(pg.z.dbias, f).data(), gub.data(), f, 1e-4f, 1e-4f, name + " du bias"));
+  }
+}
+
+TEST(SguHeldInBf16, TheCpuOpsRefuseIt) {
+  uint16_t u[8] = {}, F[8] = {};
+  ops::SguParams p;
+  p.store = {u, F};
+  float x[8] = {};
+  try {
+    cpu_backend().sgu_forward(p, x, 1, 1, 8, x, x, x, x, x, nullptr);
+    ADD_FAILURE() << "the CPU's SGU took bf16-held activations";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16 storage is the CUDA backend's"), std::string::npos) << e.what();
+  }
+}
+
 // Every variant: one forward and backward, loss, logits and every gradient.
 class CudaModel : public ::testing::TestWithParam<Variant> {};
 
@@ -781,6 +897,33 @@ void bf16_steps_stay_near_the_float32_run(Device d) {
     }
     EXPECT_TRUE(differs) << v.name << ": bf16 gave the float32 losses; were the products rounded at all?";
   }
+}
+
+// Under bf16 a GPU training step holds each layer's U and F in bf16, and one float U
+// and F for the layer at hand (block.h): of the memory a model holds after a forward
+// and backward, M (f + g) 2 (L - 2) bytes fewer than in fp32, everything else the same.
+TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
+  REQUIRE_GPU();
+  ModelConfig c = tiny(Task::causal_lm);
+  c.n_layers = 4;
+  const int B = 3, M = B * c.seq_len, f = c.d_ffn, g = c.gate_channels(), L = c.n_layers;
+  Backend& be = backend_for(Device::cuda);
+  struct Fp32Again {
+    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
+  } restore;
+  auto held = [&](Precision p) {
+    use_precision(Device::cuda, p);
+    const size_t before = be.bytes_in_use();
+    auto m = make(c, be);
+    TestBatch tb(c, B, 5);
+    m->zero_grad();
+    m->forward(tb.batch);
+    m->backward();
+    return int64_t(be.bytes_in_use()) - int64_t(before);
+  };
+  held(Precision::fp32);  // the ops' scratch area grows to its size here, once
+  const int64_t fp32 = held(Precision::fp32), bf16 = held(Precision::bf16);
+  EXPECT_EQ(fp32 - bf16, int64_t(M) * (f + g) * 2 * (L - 2)) << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }
 
 // GMLP_CPU_BF16 for the length of a test, then as it was.

@@ -42,9 +42,15 @@ class Backend {
   // (a device's: what torch.cuda.max_memory_allocated reports for PyTorch). 0 on the
   // CPU, whose memory is the process's resident set.
   virtual size_t peak_bytes() const { return 0; }
+  // The memory this backend holds now, counted as peak_bytes counts it (0 on the CPU).
+  virtual size_t bytes_in_use() const { return 0; }
   // The matrix products' precision (gmlp/device.h); error when the backend has no such
   // path. Set before a model is built; the default is fp32.
   virtual void set_precision(Precision p) = 0;
+  // True when a training arena made now holds the SGU's U and F in bf16 (block.h): the
+  // CUDA backend under bf16, as PyTorch's autocast keeps bf16 activations. The CPU keeps
+  // floats in either precision.
+  virtual bool stores_bf16() const { return false; }
   // How many batch rows' T x T attention scores the tiny attention's backward takes at
   // once, so its dP scratch holds that many: the CPU goes a row at a time, a GPU takes
   // the batch in one product each.

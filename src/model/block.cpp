@@ -5,7 +5,9 @@
 // cheap next to the GEMMs and saves several [M, d_ffn] buffers per layer. Z = GELU(U)
 // is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
 // as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
-// gate G lives in S's buffer, dU is computed in place over U and dF over F.
+// gate G lives in S's buffer, dU is computed in place over U and dF over F. Where U and
+// F are held in bf16 (BlockSaved::u16), the float U and dU share scratch.u and the
+// float F and dF scratch.dF, one of each for every layer.
 #include "model/block.h"
 
 #include "backend/backend.h"
@@ -15,8 +17,10 @@ namespace {
 
 // The SGU's op parameters for a call of length T. Toeplitz weights are expanded first
 // into Wd, dense [heads, T, T]; full weights are read in place as W[:T, :T].
-ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths) {
+ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths,
+                          const BlockSaved& saved) {
   ops::SguParams sp;
+  sp.store = {saved.u16, saved.F16};
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
@@ -54,8 +58,10 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   const int T = call.T, B = call.B, M = T * B, d = c.d_model, f = c.d_ffn, nb = c.branch_channels();
   const bool tanh_gelu = c.gelu == Gelu::tanh;
   const float* x = saved.x;
+  const bool bf16 = saved.u16 != nullptr;
+  float* u = bf16 ? s.u : saved.u;
   be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
-  be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
+  be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, u, f);
   const float* branch = s.z;  // s(Z) = Z for "none"
   if (c.has_sgu()) {
     const float* extra = nullptr;
@@ -64,12 +70,12 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
       extra = s.att;
     }
     // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
-    const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
-    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S,
+    const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths, saved);
+    be.sgu_forward(sp, u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F, call.gate ? call.gate : s.S,
                    extra);
     branch = s.S;
   } else {
-    be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
+    be.bias_gelu_forward(u, p.proj_in_b, M, f, s.z, tanh_gelu);
   }
   if (!call.keep && !call.drop.active()) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
@@ -100,23 +106,25 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
       be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
-  float* dF = sgu_needs_dF(c) ? s.dF : saved.F;  // block.h
+  const bool bf16 = saved.u16 != nullptr;
+  float* dF = sgu_needs_dF(c, bf16) ? s.dF : saved.F;  // block.h
+  float* dU = bf16 ? s.u : saved.u;                    // over U, or scratch with U in bf16
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
-    auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths);
+    auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths, saved);
     sp.z.dbias = gp.proj_in_b;  // dU's column sums, taken as the SGU writes dU's rows
     // proj_out's backward around the SGU's pass over the rows: dS = dY V first (as
     // linear_backward would), then the pass that forms dF and dU1 rebuilds S from U and F
     // (the forward kept neither S nor Z = GELU(U)), then dV = dY^T S and dv. dU goes over
     // U (nothing reads U after this layer's backward).
     be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
-    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, dF, saved.u);
+    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, dF, dU);
     be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
     // G in S's buffer (S is dead once dV is formed); dG over dS where block.h says.
     float* dG = sgu_needs_dG(c) ? s.dG : s.dS;
-    be.sgu_backward_mix(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, saved.u, s.S, dF, dG);
+    be.sgu_backward_mix(sp, sg, s.dS, saved.u, T, B, f, saved.g_mean, saved.g_rstd, saved.F, dU, s.S, dF, dG);
     if (toeplitz)
       for (int k = 0; k < c.sgu_heads; ++k)
         be.toeplitz_fold(s.dWd + size_t(k) * T * T, T, c.seq_len, c.causal(),
@@ -127,7 +135,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     be.gelu_backward(saved.u, s.dS, saved.u, int64_t(M) * f, tanh_gelu);  // dU over U
   }
   be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
-  be.linear_backward(saved.u, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w,
+  be.linear_backward(dU, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w,
                      c.has_sgu() ? nullptr : gp.proj_in_b);  // with an SGU its backward summed dU
   if (c.d_attn > 0) {
     const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};

@@ -28,6 +28,10 @@ struct BlockSaved {
                                                //     without an SGU when no backward follows)
   float *g_mean = nullptr, *g_rstd = nullptr;  // [M] the gate LayerNorm's statistics (SGU models)
   float* F = nullptr;                          // [M, g] the spatial output, attention added (SGU models)
+  // Or, training an SGU model where Backend::stores_bf16 (a GPU under bf16), U and F as
+  // bf16 bits (ops.h's Bf16Store), u and F null: the two largest per-layer tensors in
+  // half the bytes. BlockScratch::u and dF are then the float U and F of the layer at hand.
+  uint16_t *u16 = nullptr, *F16 = nullptr;     // [M, f], [M, g]
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
 };
 
@@ -38,20 +42,25 @@ struct BlockScratch {
   float* S = nullptr;    // [M, s] S; also the gate G when BlockCall::gate is null
   float* att = nullptr;  // [M, g] aMLP: the attention's output
   float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]
+  float* u = nullptr;    // [M, f] U, then dU, where BlockSaved holds U in bf16 (null otherwise)
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
   float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG
   float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [R, T, T], [M, 3da]
-                                                   //   (R = Backend::attention_rows_at_once)
+                                                   //   (R = Backend::attention_rows_at_once);
+                                                   //   dF also F's forward output where F16 is used
   float* dWd = nullptr;                            // Toeplitz: dense [heads, T, T]
 };
 
 // Which backward scratch the SGU needs of its own, decided here for the arena that
 // allocates it (model.cpp) and the backward that uses it (block.cpp). dL/dF goes over F,
 // dead once the gate pass has read it, but for the multiplicative form, whose gate
-// LayerNorm's backward reads F again; dL/dG over dS for the split form (ops.h: only
-// the other forms read dS again).
-inline bool sgu_needs_dF(const ModelConfig& c) { return c.has_sgu() && c.sgu == Sgu::multiplicative; }
+// LayerNorm's backward reads F again, and where F is held in bf16 (dF is a float; the
+// forward's float F, the spatial products' output, uses the same buffer); dL/dG over
+// dS for the split form (ops.h: only the other forms read dS again).
+inline bool sgu_needs_dF(const ModelConfig& c, bool bf16_store = false) {
+  return c.has_sgu() && (bf16_store || c.sgu == Sgu::multiplicative);
+}
 inline bool sgu_needs_dG(const ModelConfig& c) { return c.has_sgu() && c.sgu != Sgu::split; }
 
 struct BlockCall {

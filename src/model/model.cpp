@@ -38,6 +38,7 @@ struct Model::Arena {
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
   F32 u;                                     // L x [M, d_ffn] (1 without grad)
   F32 F;                                     // L x [M, g]
+  DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
   F32 f_mean, f_rstd;                        // [M] final norm
   F32 pooled;                                // [B, d] classify/vision
@@ -46,6 +47,7 @@ struct Model::Arena {
   // Scratch reused by every layer.
   F32 h, dh, dx;                             // [M, d]
   F32 z;                                     // [M, d_ffn]: Z, no-SGU models only (block.cpp)
+  F32 u32;                                   // [M, d_ffn]: U and dU in float, beside u16
   F32 S, dS;                                 // [M, s]: S doubles as G
   F32 dF, dG, att;                           // [M, g]; att: the attention's output
   F32 dO, dP, dqkv;                          // aMLP backward
@@ -194,12 +196,22 @@ void Model::ensure_arena(int B, int T, int layers) {
   // every layer. Z = GELU(U) is stored only without an SGU, where it is the branch (the
   // SGU reads U, block.cpp); there, without gradients, nothing reads U after its GELU,
   // so the projection lands in z and the GELU runs in place.
-  if (grad) a->u = f32(L * M * f);
-  else if (cfg_.has_sgu()) a->u = f32(M * f);
+  // Training an SGU model on a backend that holds U and F in bf16 (a GPU under bf16),
+  // each layer keeps them in half the bytes, and one float U and F serve every layer.
+  const bool bf16 = grad && cfg_.has_sgu() && be.stores_bf16();
+  if (bf16) {
+    a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
+    a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
+    a->u32 = f32(M * f);
+  } else if (grad) {
+    a->u = f32(L * M * f);
+  } else if (cfg_.has_sgu()) {
+    a->u = f32(M * f);
+  }
   if (cfg_.has_sgu()) {
     a->g_mean = f32(L * M);
     a->g_rstd = f32(L * M);
-    a->F = f32(L * M * g);
+    if (!bf16) a->F = f32(L * M * g);
   }
   if (da > 0) {
     a->qkv = f32(L * M * 3 * da);
@@ -222,7 +234,7 @@ void Model::ensure_arena(int B, int T, int layers) {
     a->dh = f32(M * d);
     a->dx = f32(M * d);
     a->dS = f32(M * s);
-    if (sgu_needs_dF(cfg_)) a->dF = f32(M * g);
+    if (sgu_needs_dF(cfg_, bf16)) a->dF = f32(M * g);
     if (sgu_needs_dG(cfg_)) a->dG = f32(M * g);
     if (da > 0) {
       a->dO = f32(M * da);
@@ -251,15 +263,20 @@ int Model::logit_rows() const {
 // every layer reuses slot 0 and the residual stream alternates between two rows.
 BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
   const size_t M = size_t(B) * T, k = grad ? size_t(l) : 0;
-  auto at = [](DeviceBuffer<float>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
+  auto at = []<typename T>(DeviceBuffer<T>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
   BlockSaved s;
   s.x = stream(l, grad, B, T);
   s.ln_mean = at(ln_mean, k * M);
   s.ln_rstd = at(ln_rstd, k * M);
-  s.u = u.empty() ? z.data() : at(u, k * M * f);
+  if (!u16.empty()) {
+    s.u16 = at(u16, k * M * f);
+    s.F16 = at(F16, k * M * g);
+  } else {
+    s.u = u.empty() ? z.data() : at(u, k * M * f);
+    s.F = at(F, k * M * g);
+  }
   s.g_mean = at(g_mean, k * M);
   s.g_rstd = at(g_rstd, k * M);
-  s.F = at(F, k * M * g);
   s.qkv = at(qkv, k * M * 3 * da);
   s.P = at(P, k * M * T);
   s.O = at(O, k * M * da);
@@ -273,7 +290,7 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 
 BlockScratch Model::Arena::scratch() {
   auto at = [](DeviceBuffer<float>& v) { return v.empty() ? nullptr : v.data(); };
-  return {at(h), at(z), at(S), at(att), at(Wd), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
+  return {at(h), at(z), at(S), at(att), at(Wd), at(u32), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
 }
 
 double Model::forward(const Batch& in) {

@@ -158,6 +158,18 @@ struct ZInput {
   const float* bias = nullptr;  // [f] or null, added to every row of U as it is read
   float* dbias = nullptr;       // [f] or null: the backward adds dL/d(bias), dU's column sums
 };
+// U and F kept for the backward as bf16 bit patterns ([M, f] and [M, g]) instead of
+// floats: the CUDA backend's path under --precision bf16 (docs/gpu.md "Precision"); the
+// CPU ops refuse it. The forward rounds the U it is given into u first and computes
+// from the rounded values, and writes F (bias and extra added) rounded into F, its S
+// from that; the float F it is given is only the spatial products' output. The
+// backward reads U and F from here (its Z and F arguments unused), and its dZ and dF
+// must then be float buffers of their own.
+struct Bf16Store {
+  uint16_t* u = nullptr;
+  uint16_t* F = nullptr;
+  bool on() const { return u != nullptr; }
+};
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:
 // Z*F, F or Z+F. s may be f (in place).
 inline void sgu_combine_row(Sgu kind, const float* z, const float* f, float* s, int g) {
@@ -192,6 +204,7 @@ struct SguParams {
   const int32_t* lengths = nullptr;  // [B] real rows per sequence, or null (no padding)
   float eps = 1e-5f;
   ZInput z;                          // Z itself, or U with Z = GELU(U + bias)
+  Bf16Store store;                   // U and F kept as bf16 (a GPU's path), or not
 };
 struct SguGrads {
   float* norm_w;

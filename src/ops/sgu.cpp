@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "gmlp/error.h"
 #include "ops/fast_math.h"
 #include "ops/layernorm_rows.h"
 #include "ops/ops.h"
@@ -172,8 +173,16 @@ void gate_transposed(const SguParams& p, const Dims& d, const float* Z, int T, i
 
 }  // namespace
 
+namespace {
+// ops.h's Bf16Store is the CUDA backend's path; these ops keep U and F in float.
+void floats_only(const SguParams& p) {
+  require(!p.store.on(), "the CPU's SGU keeps U and F in float; bf16 storage is the CUDA backend's");
+}
+}  // namespace
+
 void sgu_forward(const SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
                  float* F, float* G, const float* extra) {
+  floats_only(p);
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   // The gate's LayerNorm of Z (GELU(U + bias) when so given, never stored).
@@ -217,6 +226,7 @@ void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g
 
 void sgu_backward_gate(const SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
                        float* S, float* dF, float* dZ) {
+  floats_only(p);
   const Dims d = dims(p, f);
   const int M = T * B;
   const bool split = p.kind == Sgu::split, mult = p.kind == Sgu::multiplicative;
@@ -271,6 +281,7 @@ void sgu_backward(const SguParams& p, const SguGrads& g, const float* dS, const 
 void sgu_backward_mix(const SguParams& p, const SguGrads& g, const float* dS, const float* Z, int T, int B, int f,
                       const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
                       float* dG) {
+  floats_only(p);
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   const bool mult = p.kind == Sgu::multiplicative;

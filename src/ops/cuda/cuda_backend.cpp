@@ -75,8 +75,14 @@ class CudaBackend final : public Backend {
     sizes_.erase(it);
   }
   size_t peak_bytes() const override { return cuda::peak_device_bytes(); }
-  // bf16: every product through the tensor cores (gemm.cu), the causal mixing's too.
-  void set_precision(Precision p) override { cuda::set_bf16_products(p == Precision::bf16); }
+  size_t bytes_in_use() const override { return cuda::live_device_bytes(); }
+  // bf16: every product through the tensor cores (gemm.cu), the causal mixing's too,
+  // and a training arena's U and F held in bf16 (block.h).
+  void set_precision(Precision p) override {
+    cuda::set_bf16_products(p == Precision::bf16);
+    bf16_ = p == Precision::bf16;
+  }
+  bool stores_bf16() const override { return bf16_; }
   int attention_rows_at_once(int B) const override { return B; }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");
@@ -227,6 +233,7 @@ class CudaBackend final : public Backend {
 
  private:
   std::unordered_map<void*, size_t> sizes_;  // what each allocation holds, for the count
+  bool bf16_ = false;                        // the precision set last
 };
 
 }  // namespace
@@ -236,6 +243,7 @@ void cuda::count_device_bytes(int64_t delta) {
   if (g_live_bytes > g_peak_bytes) g_peak_bytes = g_live_bytes;
 }
 size_t cuda::peak_device_bytes() { return g_peak_bytes; }
+size_t cuda::live_device_bytes() { return g_live_bytes; }
 
 }  // namespace gmlp
 

@@ -15,10 +15,11 @@ void check(int status, const char* what);
 void check_launch(const char* what);
 // A scratch area of device memory reused by every op (grown, never shrunk).
 void* scratch(size_t bytes);
-// Device memory in use by the backend (allocations and scratch), and its peak; every
+// Device memory in use by the backend (allocations and scratch), now and at its peak; every
 // cudaMalloc and cudaFree of the backend reports its size here.
 void count_device_bytes(int64_t delta);
 size_t peak_device_bytes();
+size_t live_device_bytes();
 
 // The products' precision for the rest of the process (gmlp/device.h): fp32 (the
 // default) or bf16 inputs with fp32 accumulation on tensor cores.

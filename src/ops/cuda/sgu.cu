@@ -4,8 +4,14 @@
 // (ops.h's ZInput), every kernel takes Z = GELU(U + bias) as it reads U, and the
 // backward writes dU, GELU's derivative folded in, and sums its columns into the bias's
 // gradient (a column-sum kernel after each part: the CPU adds them as it writes).
+//
+// Under --precision bf16 the block hands the ops a Bf16Store (ops.h): U and F saved
+// for the backward as bf16, half the bytes of the two largest per-layer tensors. Every
+// kernel below is a template over how U and F are held, float or bf16 bits; the
+// values are widened to float as they are read, and all arithmetic stays float.
 #include <algorithm>
 
+#include "ops/bf16.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gelu.cuh"
 #include "ops/cuda/layernorm.cuh"
@@ -33,16 +39,27 @@ __device__ inline float combine(Sgu kind, float z, float f) {
   }
 }
 
+// A held value as a float; and v held at p, giving back the float that is then held.
+__device__ inline float value(float v) { return v; }
+__device__ inline float value(uint16_t h) { return ops::from_bf16(h); }
+__device__ inline float hold(float* p, float v) { return *p = v; }
+__device__ inline float hold(uint16_t* p, float v) {
+  *p = ops::to_bf16(v);
+  return ops::from_bf16(*p);
+}
+
 // U + bias at (r, off + c) of what the op was given (rows ld apart): the argument of
 // GELU, or Z itself (ops.h's ZInput).
-__device__ inline float u_at(const ops::ZInput& zin, const float* u, int64_t r, int ld, int ch) {
-  const float v = u[r * ld + ch];
+template <typename TU>
+__device__ inline float u_at(const ops::ZInput& zin, const TU* u, int64_t r, int ld, int ch) {
+  const float v = value(u[r * ld + ch]);
   return zin.bias ? v + zin.bias[ch] : v;
 }
 
 // Z's values from what the op was given, rows ld apart, from channel off on.
+template <typename TU>
 struct ZIn {
-  const float* u;
+  const TU* u;
   int ld, off;
   ops::ZInput zin;
   __device__ float operator()(int64_t r, int c) const { return z_from(zin, u_at(zin, u, r, ld, off + c)); }
@@ -50,33 +67,41 @@ struct ZIn {
 
 // The gate's dL/dZ into dZ (over U when they alias): the LayerNorm's, plus the direct
 // path of S = Z + F or Z * F, times GELU'(U) when given U.
+template <typename TU, typename TF>
 struct DzGate {
   float* dz;
-  const float* u;
+  const TU* u;
   int ld, off, g;
   ops::ZInput zin;
   int direct;  // 0: none, 1: + dS (additive), 2: + dS * F (multiplicative)
-  const float *dS, *F;
+  const float* dS;
+  const TF* F;
   __device__ void operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
-    if (direct) d += direct == 2 ? dS[i] * F[i] : dS[i];
+    if (direct) d += direct == 2 ? dS[i] * value(F[i]) : dS[i];
     dz[r * ld + off + c] = zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d;
   }
 };
 
-// F += bias (+ extra); S = combine(Z, F). S may be the gate buffer (dead by now).
-__global__ void k_bias_combine(Sgu kind, ZIn z, float* F, int M, int B, int g, int gh, const float* bias, int n,
-                               const float* extra, float* S) {
+// Fs = F + bias (+ extra), held as Fs holds it (Fs may be F); S = combine(Z, Fs). S
+// may be the gate buffer (dead by now).
+template <typename TU, typename TF>
+__global__ void k_bias_combine(Sgu kind, ZIn<TU> z, const float* F, TF* Fs, int M, int B, int g, int gh,
+                               const float* bias, int n, const float* extra, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g), t = int(r / B), bi = min(t, n - 1);
-  const float fr = F[i] + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f);
-  F[i] = fr;
+  const float fr = hold(Fs + i, F[i] + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f));
   S[i] = combine(kind, z(r, c), fr);
 }
 
-__global__ void k_combine(Sgu kind, ZIn z, const float* F, int M, int g, float* S) {
+__global__ void k_to_bf16(const float* x, int64_t n, uint16_t* y) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = ops::to_bf16(x[i]);
+}
+
+__global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   S[i] = combine(kind, z(i / g, int(i % g)), F[i]);
@@ -84,14 +109,15 @@ __global__ void k_combine(Sgu kind, ZIn z, const float* F, int M, int g, float* 
 
 // S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS;
 // split: dZ1 = dS * F (times GELU'(U1) when given U). Each element is read, then written,
-// by one thread: dZ may be U, and dF may be F.
-__global__ void k_back_gate(Sgu kind, const float* dS, ZIn z, const float* F, int M, int g, float* S, float* dZ,
+// by one thread: dZ may be U, and dF may be F (when they are floats).
+template <typename TU, typename TF>
+__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, float* S, float* dZ,
                             float* dF) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
-  const float ds = dS[i], fv = F[i], u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
+  const float ds = dS[i], fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
   if (S) S[i] = combine(kind, zv, fv);
   dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
   if (kind == Sgu::split) dZ[r * z.ld + c] = z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv;
@@ -134,47 +160,42 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
     fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, k * d.gh, d.gh, B);
 }
 
-}  // namespace
-
-void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
-                 float* F, float* G, const float* extra) {
+// The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16).
+template <typename TU, typename TF>
+void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, float* S, float* gmean, float* grstd,
+                float* F, TF* Fs, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  if (M <= 0) return;  // no launch of an empty grid
-  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn{Z, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G, d.g,
-                                                      gmean, grstd, nullptr);
+  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn<TU>{U, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G,
+                                                      d.g, gmean, grstd, nullptr);
   check_launch("sgu gate layernorm");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g);
   });
-  GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn{Z, f, 0, p.z}, F, M, B, d.g, d.gh,
-                                                                      p.bias, p.n, extra, S);
+  GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, Fs, M, B, d.g,
+                                                                      d.gh, p.bias, p.n, extra, S);
   check_launch("sgu bias + combine");
 }
 
-void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
-  GMLP_LAUNCH(k_combine, blocks_for(int64_t(M) * g), kThreads)(kind, ZIn{Z, ldz, 0, {}}, F, M, g, S);
-  check_launch("sgu combine");
-}
-
-void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
-                       float* S, float* dF, float* dZ) {
+template <typename TU, typename TF>
+void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int T, int B, int f, const TF* F,
+                      float* S, float* dF, float* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
-  if (M <= 0) return;  // no launch of an empty grid
-  GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn{Z, f, 0, p.z}, F, M, d.g, S, dZ, dF);
+  GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, M, d.g, S, dZ,
+                                                                   dF);
   check_launch("sgu backward (gate)");
   if (p.kind == Sgu::split && p.z.dbias) colsum_add(dZ, M, d.g, f, p.z.dbias);  // dZ1's columns
 }
 
-void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
-                      int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
-                      float* dG) {
+template <typename TU, typename TF>
+void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const TU* U, int T, int B,
+                     int f, const float* gmean, const float* grstd, const TF* F, float* dZ, float* G, float* dF,
+                     float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  if (M <= 0) return;  // no launch of an empty grid
-  const ZIn gate{Z, f, d.goff, p.z};
+  const ZIn<TU> gate{U, f, d.goff, p.z};
   GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G,
                                                                   d.g);
   check_launch("sgu gate recomputed");
@@ -189,8 +210,47 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
   check_launch("sgu bias gradient");
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
   layernorm_backward_with(dG, d.g, gate, gmean, grstd, p.norm_w, M, d.g,
-                          DzGate{dZ, Z, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b);
+                          DzGate<TU, TF>{dZ, U, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b);
   if (p.z.dbias) colsum_add(dZ + d.goff, M, d.g, f, p.z.dbias + d.goff);  // the gate's columns
+}
+
+}  // namespace
+
+void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
+                 float* F, float* G, const float* extra) {
+  const int64_t M = int64_t(T) * B;
+  if (M <= 0) return;  // no launch of an empty grid
+  if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, F, G, extra);
+  // U rounded first, so that the forward computes from what the backward will read.
+  GMLP_LAUNCH(k_to_bf16, blocks_for(M * f), kThreads)(Z, M * f, p.store.u);
+  check_launch("sgu U to bf16");
+  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, S, gmean, grstd, F, p.store.F, G, extra);
+}
+
+void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
+  GMLP_LAUNCH(k_combine, blocks_for(int64_t(M) * g), kThreads)(kind, ZIn<float>{Z, ldz, 0, {}}, F, M, g, S);
+  check_launch("sgu combine");
+}
+
+void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
+                       float* S, float* dF, float* dZ) {
+  if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
+  if (p.store.on())
+    backward_gate_as(p, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, static_cast<const uint16_t*>(p.store.F),
+                     S, dF, dZ);
+  else
+    backward_gate_as(p, dS, Z, T, B, f, F, S, dF, dZ);
+}
+
+void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
+                      int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G, float* dF,
+                      float* dG) {
+  if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
+  if (p.store.on())
+    backward_mix_as(p, g, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, gmean, grstd,
+                    static_cast<const uint16_t*>(p.store.F), dZ, G, dF, dG);
+  else
+    backward_mix_as(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
 }
 
 }  // namespace gmlp::cuda
