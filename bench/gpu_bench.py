@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -109,7 +110,7 @@ def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16):
     return statistics.median(times), mem
 
 
-def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32") -> dict:
+def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "") -> dict:
     cmd = [str(ROOT / "build" / "gmlp"), "bench", "--device", "cpu" if args.smoke else "cuda", "--precision",
            precision, "--config", str(ROOT / w["config"]), "--mode", "train", "--batch-size", str(B), "--warmup",
            str(args.warmup), "--repeats", str(args.repeats), "--json"]
@@ -118,7 +119,10 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32") -> dict:
         if k in mc:
             cmd += ["--set", f"model.{k}={json.dumps(mc[k])}"]
     print("  $", " ".join(cmd), file=sys.stderr, flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if bf16_gemm:  # how bf16 products are issued (docs/gpu.md): fast or native
+        env["GMLP_CUDA_BF16_GEMM"] = bf16_gemm
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
     rec = json.loads(p.stdout.strip().splitlines()[-1])
@@ -146,7 +150,8 @@ def main() -> None:
         units = B if mc.get("task") == "vision" else B * mc["seq_len"]
         impls = {"gmlp fp32": lambda: run_gmlp(w, mc, B, args)}
         if not args.smoke:
-            impls["gmlp bf16"] = lambda: run_gmlp(w, mc, B, args, "bf16")
+            impls["gmlp bf16"] = lambda: run_gmlp(w, mc, B, args, "bf16", "fast")
+            impls["gmlp bf16 (products over bf16 copies)"] = lambda: run_gmlp(w, mc, B, args, "bf16", "native")
         torch.manual_seed(0)
         inputs, targets = batch_for(mc, B, device)
         variants = [("torch eager fp32", False, False)]

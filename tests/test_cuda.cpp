@@ -8,6 +8,7 @@
 //    the CPU decoder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,21 @@ bool have_gpu() { return cuda_built() && cuda_device_count() > 0; }
                                 : "this build has no CUDA backend (nvcc not found)")
 
 using test::separate_backend;
+
+// An environment variable for the length of a test (value null: unset), then as it was.
+struct ScopedEnv {
+  std::string name, saved;
+  bool had;
+  ScopedEnv(const char* var, const char* value) : name(var), had(std::getenv(var) != nullptr) {
+    if (had) saved = std::getenv(var);
+    if (value) setenv(var, value, 1);
+    else unsetenv(var);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), saved.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
 
 // ---- the variants every model-level test runs
 
@@ -452,6 +468,45 @@ TEST(CudaOps, GemmEveryTransposeAndAnOffsetView) {
       d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A) + off, lda, d.up(B) + off, ldb, 0.3f, dC + off, ldc);
       EXPECT_TRUE(test::all_close(d.down(dC, C.size()).data(), C.data(), C.size(), 1e-4f, kRtol, "gemm"));
     }
+}
+
+// bf16 products both ways (GMLP_CUDA_BF16_GEMM: cuBLAS rounding float inputs as it
+// loads them, or a product over bf16 copies made first), every transpose, offset views
+// with padded rows: the CPU's float product of the inputs rounded to bf16, to the order
+// of the sums. (The batched products, reached through the ops, are the model tests'.)
+TEST(CudaOps, Bf16ProductsBothWaysAreProductsOfRoundedInputs) {
+  REQUIRE_GPU();
+  struct Fp32Again {
+    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
+  } restore;
+  auto rounded = [](Vec v) {
+    for (auto& x : v) x = ops::round_to_bf16(x);
+    return v;
+  };
+  for (const char* how : {"fast", "native"}) {
+    ScopedEnv env("GMLP_CUDA_BF16_GEMM", how);
+    use_precision(Device::cuda, Precision::bf16);
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int M = 37, N = 53, K = 71, pad = 5, off = 3;
+        const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+        const Vec A = randn(off + size_t(ta ? K : M) * lda, 1), B = randn(off + size_t(tb ? N : K) * ldb, 2),
+                  C0 = randn(off + size_t(M) * ldc, 3);
+        Vec C = C0, Cf = C0;
+        cpu_backend().gemm(ta, tb, M, N, K, 0.7f, rounded(A).data() + off, lda, rounded(B).data() + off, ldb, 0.3f,
+                           C.data() + off, ldc);
+        cpu_backend().gemm(ta, tb, M, N, K, 0.7f, A.data() + off, lda, B.data() + off, ldb, 0.3f, Cf.data() + off,
+                           ldc);
+        OnDevice d;
+        float* dC = d.up(C0);
+        d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A) + off, lda, d.up(B) + off, ldb, 0.3f, dC + off, ldc);
+        const Vec got = d.down(dC, C.size());
+        const std::string name = std::string(how) + (ta ? " A^T" : " A") + (tb ? " B^T" : " B");
+        EXPECT_TRUE(test::all_close(got.data(), C.data(), C.size(), 1e-4f, 1e-4f, name));
+        EXPECT_FALSE(test::all_close(got.data(), Cf.data(), C.size(), 1e-4f, 1e-4f, name + " (float inputs)"))
+            << name << ": the product was not rounded to bf16";
+      }
+  }
 }
 
 TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
@@ -874,12 +929,13 @@ TEST(CudaGenerate, StreamsSteppedTogetherOnTheDeviceMatchTheCpuDecoder) {
 // accumulation. Ten AdamW steps of every variant stay close to the CPU's float32 run:
 // the losses within 2% (bf16 rounds each input to ~0.4%; sums of many products average
 // that out), and the products measurably not float32 (else the path is not taken).
-void bf16_steps_stay_near_the_float32_run(Device d) {
+void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::string>& only = {}) {
   struct Fp32Again {  // the rest of the process runs in fp32, whatever happens here
     Device d;
     ~Fp32Again() { use_precision(d, Precision::fp32); }
   } restore{d};
   for (const auto& v : variants()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), v.name) == only.end()) continue;
     const ModelConfig c = config_of(v);
     TestBatch tb(c, 3, 22, v.T);
     auto ref = make(c, cpu_backend());  // first: on the CPU the precision is the process's
@@ -926,34 +982,71 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   EXPECT_EQ(fp32 - bf16, int64_t(M) * (f + g) * 2 * (L - 2)) << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }
 
-// GMLP_CPU_BF16 for the length of a test, then as it was.
-struct CpuBf16Env {
-  std::string saved;
-  bool had;
-  explicit CpuBf16Env(const char* value) : had(std::getenv("GMLP_CPU_BF16") != nullptr) {
-    if (had) saved = std::getenv("GMLP_CPU_BF16");
-    if (value) setenv("GMLP_CPU_BF16", value, 1);
-    else unsetenv("GMLP_CPU_BF16");
-  }
-  ~CpuBf16Env() {
-    if (had) setenv("GMLP_CPU_BF16", saved.c_str(), 1);
-    else unsetenv("GMLP_CPU_BF16");
-  }
-};
 
 TEST(CudaBf16, TenAdamWStepsOfEveryVariantStayNearTheFloat32Run) {
   REQUIRE_GPU();
+  ScopedEnv fast("GMLP_CUDA_BF16_GEMM", nullptr);  // the default, whatever the caller set
   bf16_steps_stay_near_the_float32_run(Device::cuda);
 }
 
+TEST(CudaBf16, ABadProductChoiceIsNamedAndWritesNothing) {
+  REQUIRE_GPU();
+  test::TempDir dir("bf16gemm");
+  const auto r = test::run_command("GMLP_CUDA_BF16_GEMM=bogus " + test::gmlp_exe() +
+                                   " train --device cuda --precision bf16 --steps 1 --data " + test::kGplText +
+                                   " --out " + dir.file("run") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gmlp: error: GMLP_CUDA_BF16_GEMM: 'bogus' is not one of fast, native"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
+}
+
+// The products over bf16 copies (GMLP_CUDA_BF16_GEMM=native) against cuBLAS rounding
+// float inputs (fast): the same products of rounded inputs, so every variant's loss and
+// gradients agree to the order of the sums (and the rounding cuBLAS applies: measured
+// as a relative L2 distance per tensor, 1% allows a different rounding rule, not a wrong
+// operand). A loss within 2% of fp32 is too loose to see a batched product that reads
+// one row's operand for every row.
+TEST(CudaBf16, ProductsOverBf16CopiesGiveWhatCublasRoundingGives) {
+  REQUIRE_GPU();
+  struct Fp32Again {
+    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
+  } restore;
+  for (const auto& v : variants()) {
+    const ModelConfig c = config_of(v);
+    TestBatch tb(c, 3, 23, v.T);
+    std::vector<Vec> grads;
+    std::vector<double> losses;
+    for (const char* how : {"fast", "native"}) {
+      ScopedEnv env("GMLP_CUDA_BF16_GEMM", how);
+      use_precision(Device::cuda, Precision::bf16);
+      auto m = make(c, backend_for(Device::cuda));
+      m->zero_grad();
+      losses.push_back(m->forward(tb.batch));
+      m->backward();
+      grads.emplace_back(m->grads(), m->grads() + m->num_params());
+    }
+    EXPECT_NEAR(losses[1], losses[0], 1e-3 * std::fabs(losses[0])) << v.name;
+    auto m = make(c, cpu_backend());
+    for (const auto& p : m->params()) {
+      double d2 = 0, n2 = 0;
+      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
+        d2 += double(grads[1][i] - grads[0][i]) * (grads[1][i] - grads[0][i]);
+        n2 += double(grads[0][i]) * grads[0][i];
+      }
+      EXPECT_LE(std::sqrt(d2), 1e-2 * std::sqrt(n2) + 1e-7) << v.name << " " << p.name;
+    }
+  }
+}
+
 TEST(CpuBf16, EmulatedTenAdamWStepsOfEveryVariantStayNearTheFloat32Run) {
-  CpuBf16Env env("emulate");
+  ScopedEnv env("GMLP_CPU_BF16", "emulate");
   bf16_steps_stay_near_the_float32_run(Device::cpu);
 }
 
 TEST(CpuBf16, TenAdamWStepsOfEveryVariantOnTheInstructionsStayNearTheFloat32Run) {
   if (!ops::cpu_has_bf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX-BF16";
-  CpuBf16Env env(nullptr);
+  ScopedEnv env("GMLP_CPU_BF16", nullptr);
   bf16_steps_stay_near_the_float32_run(Device::cpu);
 }
 

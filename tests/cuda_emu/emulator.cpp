@@ -491,17 +491,30 @@ float to_bf16(float x) {
   return x;
 }
 
+// A matrix entry as a float: floats as they are, bf16 bit patterns (CUDA_R_16BF) widened.
+float value(float x) { return x; }
+float value(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 // op(X)(i, l) of a column-major X with leading dimension ld.
-float op_at(const float* X, int ld, cublasOperation_t op, int i, int l) {
-  return op == CUBLAS_OP_N ? X[i + size_t(l) * ld] : X[l + size_t(i) * ld];
+template <typename T>
+float op_at(const T* X, int ld, cublasOperation_t op, int i, int l) {
+  return value(op == CUBLAS_OP_N ? X[i + size_t(l) * ld] : X[l + size_t(i) * ld]);
 }
 
-bool device_matrix(const float* X, int ld, int rows, int cols) {
-  return rows == 0 || cols == 0 || gmlp::emu::on_device(X, (size_t(cols - 1) * ld + rows) * sizeof(float));
+template <typename T>
+bool device_matrix(const T* X, int ld, int rows, int cols) {
+  return rows == 0 || cols == 0 || gmlp::emu::on_device(X, (size_t(cols - 1) * ld + rows) * sizeof(T));
 }
 
-cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float* A,
-                    int lda, const float* B, int ldb, float beta, float* C, int ldc, bool bf16) {
+// T: the inputs' type (float, or uint16_t for CUDA_R_16BF); bf16: round float inputs.
+template <typename T>
+cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T* A,
+                    int lda, const T* B, int ldb, float beta, float* C, int ldc, bool bf16) {
   if (m < 0 || n < 0 || k < 0 || ta == CUBLAS_OP_C || tb == CUBLAS_OP_C) return CUBLAS_STATUS_INVALID_VALUE;
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
   const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
@@ -527,8 +540,9 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
 // count products of gemm's, each operand its stride after the last. cuBLAS leaves the
 // result undefined where outputs overlap: a stride of C that makes two the same is an
 // error here.
+template <typename T>
 cublasStatus_t gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                            const float* A, int lda, long long sa, const float* B, int ldb, long long sb, float beta,
+                            const T* A, int lda, long long sa, const T* B, int ldb, long long sb, float beta,
                             float* C, int ldc, long long sc, int count, bool bf16) {
   if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (count > 1 && sc == 0 && m > 0 && n > 0)
@@ -583,7 +597,14 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (Atype != Btype || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (Atype == CUDA_R_16BF) {  // bf16 inputs, float output: fp32 compute only
+    if (computeType != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_batched(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const uint16_t*>(A),
+                        lda, strideA, static_cast<const uint16_t*>(B), ldb, strideB, *static_cast<const float*>(beta),
+                        static_cast<float*>(C), ldc, strideC, batchCount, false);
+  }
+  if (Atype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_16BF)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   return gemm_batched(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,

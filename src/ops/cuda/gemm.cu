@@ -3,9 +3,11 @@
 // C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with the operands swapped.
 #include <cublas_v2.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "gmlp/error.h"
+#include "ops/bf16.h"
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -50,22 +52,96 @@ void* scratch(size_t bytes) {
 }
 
 namespace {
-bool g_bf16 = false;
+// How bf16 products are issued (GMLP_CUDA_BF16_GEMM): `fast`, float matrices handed to
+// cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF, which rounds them as it loads them; or
+// `native`, each operand first rounded into a bf16 copy (one pass over it), then a
+// bf16 x bf16 -> float product, the tensor cores' own input type, which reads half the
+// bytes and may take faster kernels on Hopper. The same numbers either way, to the
+// order of the sums; which is faster is for a GPU to say (docs/gpu.md).
+enum class Bf16Gemm { off, fast, native };
+Bf16Gemm g_bf16 = Bf16Gemm::off;
+
+// The bf16 copies of a product's operands: scratch of its own, since an op may hand
+// gemm operands that live in the shared scratch area.
+uint16_t* copies(size_t n) {
+  static void* p = nullptr;
+  static size_t cap = 0;
+  const size_t bytes = n * sizeof(uint16_t);
+  if (bytes > cap) {
+    if (p) check(int(cudaFree(p)), "cudaFree (bf16 copies)");
+    count_device_bytes(-int64_t(cap));
+    p = nullptr;
+    cap = 0;
+    check(int(cudaMalloc(&p, bytes)), "cudaMalloc (bf16 copies)");
+    count_device_bytes(int64_t(bytes));
+    cap = bytes;
+  }
+  return static_cast<uint16_t*>(p);
 }
 
-void set_bf16_products(bool on) { g_bf16 = on; }
+// count row-major matrices of rows x cols, rows ld apart, each stride after the last,
+// rounded into dense bf16 copies (rows x cols apart).
+__global__ void k_round_matrices(const float* X, int rows, int cols, int ld, int64_t stride, uint16_t* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, n = int64_t(rows) * cols;
+  if (i >= n) return;
+  const int64_t b = blockIdx.y;
+  out[b * n + i] = ops::to_bf16(X[b * stride + (i / cols) * ld + i % cols]);
+}
+
+// The bf16 copy of count operands; the dense copies are rows x cols apart (0 when
+// stride is 0: one matrix shared by every product).
+const uint16_t* rounded(const float* X, int rows, int cols, int ld, int64_t stride, int count, uint16_t* out) {
+  const int copies_made = stride == 0 ? 1 : count;
+  if (int64_t(rows) * cols > 0)
+    GMLP_LAUNCH(k_round_matrices, dim3(blocks_for(int64_t(rows) * cols), unsigned(copies_made)), kThreads)(
+        X, rows, cols, ld, stride, out);
+  check_launch("bf16 copy of a product's operand");
+  return out;
+}
+
+// C_i = alpha op(A_i) op(B_i) + beta C_i over bf16 copies of A and B (Bf16Gemm::native).
+void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
+                    const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
+  const int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
+  const int64_t na = int64_t(ar) * ac, nb = int64_t(br) * bc;
+  const int64_t ca = sa == 0 ? 1 : count, cb = sb == 0 ? 1 : count;
+  uint16_t* buf = copies(size_t(na * ca + nb * cb));
+  const uint16_t* A16 = rounded(A, ar, ac, lda, sa, count, buf);
+  const uint16_t* B16 = rounded(B, br, bc, ldb, sb, count, buf + na * ca);
+  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda16 = ac > 0 ? ac : 1, ldb16 = bc > 0 ? bc : 1;
+  check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B16, CUDA_R_16BF, ldb16, sb == 0 ? 0 : nb,
+                                        A16, CUDA_R_16BF, lda16, sa == 0 ? 0 : na, &beta, C, CUDA_R_32F, ldc, sc,
+                                        count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "gemm (bf16 copies)");
+}
+}  // namespace
+
+void set_bf16_products(bool on) {
+  if (!on) {
+    g_bf16 = Bf16Gemm::off;
+    return;
+  }
+  const char* v = std::getenv("GMLP_CUDA_BF16_GEMM");
+  const std::string how = v ? v : "fast";
+  if (how != "fast" && how != "native")
+    throw Error("GMLP_CUDA_BF16_GEMM: '" + how + "' is not one of fast, native");
+  g_bf16 = how == "native" ? Bf16Gemm::native : Bf16Gemm::fast;
+}
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   // K = 0: cuBLAS scales C by beta, as the CPU gemm does.
-  if (!g_bf16) {
+  if (g_bf16 == Bf16Gemm::off) {
     check_blas(cublasSgemm(blas(), opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
     return;
   }
+  if (g_bf16 == Bf16Gemm::native)
+    return native_product(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
   // Mixed precision: float32 matrices in and out, cuBLAS rounds the inputs to bf16 and
-  // accumulates in float32 on the tensor cores (the activations stay float32 in memory).
+  // accumulates in float32 on the tensor cores.
   check_blas(cublasGemmEx(blas(), opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
                           CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
              "gemm (bf16)");
@@ -76,7 +152,9 @@ void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
   if (M <= 0 || N <= 0 || count <= 0) return;
   if (count == 1) return gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (!g_bf16) {
+  if (g_bf16 == Bf16Gemm::native)
+    return native_product(trans_a, trans_b, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
+  if (g_bf16 == Bf16Gemm::off) {
     check_blas(cublasSgemmStridedBatched(blas(), opb, opa, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc,
                                          count),
                "sgemm (batched)");
