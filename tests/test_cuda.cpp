@@ -470,10 +470,13 @@ TEST(CudaOps, GemmEveryTransposeAndAnOffsetView) {
     }
 }
 
-// bf16 products both ways (GMLP_CUDA_BF16_GEMM: cuBLAS rounding float inputs as it
-// loads them, or a product over bf16 copies made first), every transpose, offset views
-// with padded rows: the CPU's float product of the inputs rounded to bf16, to the order
-// of the sums. (The batched products, reached through the ops, are the model tests'.)
+// bf16 products both ways (GMLP_CUDA_BF16_GEMM), every transpose, offset views with
+// padded rows, K = 0. Over bf16 copies made first (native): the CPU's float product of
+// the inputs rounded to bf16 (ours: to nearest), to the order of the sums, and not the
+// product of the float inputs. cuBLAS rounding float inputs as it loads them (fast):
+// its rule is not documented (nor whether a small product takes the tensor cores at
+// all), so within bf16's reach of either. (The batched products, reached through the
+// ops, are the model tests'.)
 TEST(CudaOps, Bf16ProductsBothWaysAreProductsOfRoundedInputs) {
   REQUIRE_GPU();
   struct Fp32Again {
@@ -488,23 +491,34 @@ TEST(CudaOps, Bf16ProductsBothWaysAreProductsOfRoundedInputs) {
     use_precision(Device::cuda, Precision::bf16);
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
-        const int M = 37, N = 53, K = 71, pad = 5, off = 3;
-        const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-        const Vec A = randn(off + size_t(ta ? K : M) * lda, 1), B = randn(off + size_t(tb ? N : K) * ldb, 2),
-                  C0 = randn(off + size_t(M) * ldc, 3);
-        Vec C = C0, Cf = C0;
-        cpu_backend().gemm(ta, tb, M, N, K, 0.7f, rounded(A).data() + off, lda, rounded(B).data() + off, ldb, 0.3f,
-                           C.data() + off, ldc);
-        cpu_backend().gemm(ta, tb, M, N, K, 0.7f, A.data() + off, lda, B.data() + off, ldb, 0.3f, Cf.data() + off,
-                           ldc);
-        OnDevice d;
-        float* dC = d.up(C0);
-        d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A) + off, lda, d.up(B) + off, ldb, 0.3f, dC + off, ldc);
-        const Vec got = d.down(dC, C.size());
-        const std::string name = std::string(how) + (ta ? " A^T" : " A") + (tb ? " B^T" : " B");
-        EXPECT_TRUE(test::all_close(got.data(), C.data(), C.size(), 1e-4f, 1e-4f, name));
-        EXPECT_FALSE(test::all_close(got.data(), Cf.data(), C.size(), 1e-4f, 1e-4f, name + " (float inputs)"))
-            << name << ": the product was not rounded to bf16";
+        const bool native = std::string(how) == "native";
+        for (const int K : {71, 0}) {
+          const int M = 37, N = 53, pad = 5, off = 3;
+          const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          const Vec A = randn(off + size_t(ta ? K : M) * lda, 1), B = randn(off + size_t(tb ? N : K) * ldb, 2),
+                    C0 = randn(off + size_t(M) * ldc, 3);
+          Vec C = C0, Cf = C0;
+          cpu_backend().gemm(ta, tb, M, N, K, 0.7f, rounded(A).data() + off, lda, rounded(B).data() + off, ldb, 0.3f,
+                             C.data() + off, ldc);
+          cpu_backend().gemm(ta, tb, M, N, K, 0.7f, A.data() + off, lda, B.data() + off, ldb, 0.3f, Cf.data() + off,
+                             ldc);
+          OnDevice d;
+          float* dC = d.up(C0);
+          d.be.gemm(ta, tb, M, N, K, 0.7f, d.up(A) + off, lda, d.up(B) + off, ldb, 0.3f, dC + off, ldc);
+          const Vec got = d.down(dC, C.size());
+          const std::string name = std::string(how) + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") + " K " +
+                                   std::to_string(K);
+          if (native || K == 0) {
+            EXPECT_TRUE(test::all_close(got.data(), C.data(), C.size(), 1e-4f, 1e-4f, name));
+          } else {
+            EXPECT_TRUE(test::all_close(got.data(), C.data(), C.size(), 0.05f, 1e-2f, name + " (rounded inputs)"));
+            EXPECT_TRUE(test::all_close(got.data(), Cf.data(), C.size(), 0.05f, 1e-2f, name + " (float inputs)"));
+          }
+          if (native && K > 0) {
+            EXPECT_FALSE(test::all_close(got.data(), Cf.data(), C.size(), 1e-4f, 1e-4f, name + " (float inputs)"))
+                << name << ": the product was not rounded to bf16";
+          }
+        }
       }
   }
 }
@@ -967,6 +981,7 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   struct Fp32Again {
     ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
   } restore;
+  ScopedEnv fast("GMLP_CUDA_BF16_GEMM", nullptr);  // native products would grow a scratch of their own
   auto held = [&](Precision p) {
     use_precision(Device::cuda, p);
     const size_t before = be.bytes_in_use();
@@ -1001,11 +1016,99 @@ TEST(CudaBf16, ABadProductChoiceIsNamedAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
 }
 
+// Which arena a forward takes under bf16: one without gradients computes in floats even
+// in a training arena that holds U and F in bf16 (as in an arena of its own, so that a
+// validation loss does not depend on where it ran), and a model whose training arena
+// was made under fp32 holds them in bf16 once it trains under bf16.
+TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
+  REQUIRE_GPU();
+  ScopedEnv fast("GMLP_CUDA_BF16_GEMM", nullptr);
+  struct Fp32Again {
+    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
+  } restore;
+  const ModelConfig c = config_of(variants()[0]);
+  Backend& be = backend_for(Device::cuda);
+  TestBatch tb(c, 3, 25);
+  use_precision(Device::cuda, Precision::bf16);
+  auto a = make(c, be), b = make(c, be);
+  a->zero_grad();
+  a->forward(tb.batch);
+  a->backward();  // a's arena now holds U and F in bf16
+  double la = 0, lb = 0;
+  {
+    NoGrad no_grad(*a);
+    la = a->forward(tb.batch);
+  }
+  {
+    NoGrad no_grad(*b);
+    lb = b->forward(tb.batch);
+  }
+  EXPECT_EQ(la, lb) << "a forward without gradients in a training arena";
+  use_precision(Device::cuda, Precision::fp32);
+  auto p = make(c, be);
+  p->zero_grad();
+  p->forward(tb.batch);
+  p->backward();  // an arena of floats
+  use_precision(Device::cuda, Precision::bf16);
+  for (Model* m : {p.get(), b.get()}) {
+    m->zero_grad();
+    m->forward(tb.batch);
+    m->backward();
+  }
+  EXPECT_TRUE(test::all_close(p->grads(), b->grads(), b->num_params(), 1e-6f, 1e-5f, "after fp32, under bf16"));
+}
+
+// Holding U and F in bf16 moves a model's numbers by their rounding alone. Against the
+// CPU with the same products (inputs rounded to nearest: GMLP_CPU_BF16=emulate there,
+// the products over bf16 copies here), every SGU variant's loss and gradients after a
+// forward and backward differ by what rounding U and F makes (per tensor, relative L2
+// within 5%), and by more than float rounding (else nothing was held in bf16). A layer
+// reading another's slot, or a backward reading values the forward did not hold, is far
+// outside it.
+TEST(CudaBf16, HoldingUAndFInBf16MovesTheGradientsByTheirRoundingAlone) {
+  REQUIRE_GPU();
+  ScopedEnv native("GMLP_CUDA_BF16_GEMM", "native"), emulate("GMLP_CPU_BF16", "emulate");
+  struct Fp32Again {
+    ~Fp32Again() {
+      use_precision(Device::cuda, Precision::fp32);
+      use_precision(Device::cpu, Precision::fp32);
+    }
+  } restore;
+  use_precision(Device::cpu, Precision::bf16);
+  use_precision(Device::cuda, Precision::bf16);
+  for (const auto& v : variants()) {
+    const ModelConfig c = config_of(v);
+    if (!c.has_sgu()) continue;
+    TestBatch tb(c, 3, 24, v.T);
+    auto cpu = make(c, cpu_backend());
+    auto gpu = make(c, backend_for(Device::cuda));
+    cpu->zero_grad();
+    gpu->zero_grad();
+    const double lc = cpu->forward(tb.batch), lg = gpu->forward(tb.batch);
+    cpu->backward();
+    gpu->backward();
+    EXPECT_NEAR(lg, lc, 1e-2 * std::fabs(lc)) << v.name;
+    double most = 0;
+    for (const auto& p : cpu->params()) {
+      double d2 = 0, n2 = 0;
+      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
+        const double a = gpu->grads()[i], b = cpu->grads()[i];
+        d2 += (a - b) * (a - b);
+        n2 += b * b;
+      }
+      const double rel = std::sqrt(d2) / (std::sqrt(n2) + 1e-30);
+      EXPECT_LE(rel, 5e-2) << v.name << " " << p.name;
+      most = std::max(most, rel);
+    }
+    EXPECT_GT(most, 1e-4) << v.name << ": the gradients are the CPU's to float rounding; was nothing held in bf16?";
+  }
+}
+
 // The products over bf16 copies (GMLP_CUDA_BF16_GEMM=native) against cuBLAS rounding
-// float inputs (fast): the same products of rounded inputs, so every variant's loss and
-// gradients agree to the order of the sums (and the rounding cuBLAS applies: measured
-// as a relative L2 distance per tensor, 1% allows a different rounding rule, not a wrong
-// operand). A loss within 2% of fp32 is too loose to see a batched product that reads
+// float inputs (fast): products of the same inputs rounded to bf16, so every variant's
+// loss and gradients agree up to the order of the sums and the rounding rule cuBLAS
+// applies (not documented): measured as a relative L2 distance per tensor, 1% allows a
+// different rule, or none, not a wrong operand. A loss within 2% of fp32 is too loose to see a batched product that reads
 // one row's operand for every row.
 TEST(CudaBf16, ProductsOverBf16CopiesGiveWhatCublasRoundingGives) {
   REQUIRE_GPU();
@@ -1026,7 +1129,7 @@ TEST(CudaBf16, ProductsOverBf16CopiesGiveWhatCublasRoundingGives) {
       m->backward();
       grads.emplace_back(m->grads(), m->grads() + m->num_params());
     }
-    EXPECT_NEAR(losses[1], losses[0], 1e-3 * std::fabs(losses[0])) << v.name;
+    EXPECT_NEAR(losses[1], losses[0], 1e-2 * std::fabs(losses[0])) << v.name;
     auto m = make(c, cpu_backend());
     for (const auto& p : m->params()) {
       double d2 = 0, n2 = 0;

@@ -21,6 +21,8 @@ namespace gmlp {
 // stored: the ops compute them from their counters (ops/dropout_mask.h).
 struct Model::Arena {
   int B = 0, T = 0, layers = 0;  // capacity
+  bool training = false;         // made with gradients: every layer's slots
+  bool bf16 = false;             // U and F held in bf16 (block.h): training, Backend::stores_bf16
   size_t d = 0, f = 0, g = 0, da = 0;
   // The slots of a forward of B x T: layer l's saved tensors, and the residual stream
   // entering layer l (l = L: the blocks' output).
@@ -152,8 +154,13 @@ void Model::zero_grad() {
   dg_mirror_->state = HostMirror::device_newer;
 }
 
-void Model::ensure_arena(int B, int T, int layers) {
-  if (arena_ && B <= arena_->B && T <= arena_->T && layers <= arena_->layers) return;
+void Model::ensure_arena(int B, int T, bool grad) {
+  // Training an SGU model on a backend that holds U and F in bf16 (a GPU under bf16),
+  // each layer keeps them in half the bytes, and one float U and F serve every layer.
+  // A training arena follows the precision set now; a forward without gradients takes
+  // any arena that is large enough (Arena::layer gives it floats).
+  const bool bf16 = grad && cfg_.has_sgu() && be_->stores_bf16();
+  if (arena_ && B <= arena_->B && T <= arena_->T && (!grad || (arena_->training && arena_->bf16 == bf16))) return;
   if (arena_ && T > arena_->T) {
     // A longer window: by half again at least (within the model's window while the call
     // is), so that a window that grows a token at a time, as generation's recompute
@@ -164,15 +171,17 @@ void Model::ensure_arena(int B, int T, int layers) {
     T = std::max(T, std::min(window, arena_->T + arena_->T / 2));
   }
   arena_.reset();  // free the old arena before allocating the new one
+  const int layers = grad ? cfg_.n_layers : 1;
   const size_t M = size_t(B) * T, L = size_t(layers), d = cfg_.d_model, f = cfg_.d_ffn,
                g = cfg_.gate_channels(), s = cfg_.branch_channels(), da = cfg_.d_attn, out = cfg_.out_dim();
-  const bool grad = layers == cfg_.n_layers;
   auto a = std::make_unique<Arena>();
   Backend& be = *be_;
   auto f32 = [&](size_t n) { return DeviceBuffer<float>(be, n); };
   a->B = B;
   a->T = T;
   a->layers = layers;
+  a->training = grad;
+  a->bf16 = bf16;
   a->d = d;
   a->f = f;
   a->g = g;
@@ -196,9 +205,6 @@ void Model::ensure_arena(int B, int T, int layers) {
   // every layer. Z = GELU(U) is stored only without an SGU, where it is the branch (the
   // SGU reads U, block.cpp); there, without gradients, nothing reads U after its GELU,
   // so the projection lands in z and the GELU runs in place.
-  // Training an SGU model on a backend that holds U and F in bf16 (a GPU under bf16),
-  // each layer keeps them in half the bytes, and one float U and F serve every layer.
-  const bool bf16 = grad && cfg_.has_sgu() && be.stores_bf16();
   if (bf16) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
@@ -263,14 +269,17 @@ int Model::logit_rows() const {
 // every layer reuses slot 0 and the residual stream alternates between two rows.
 BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
   const size_t M = size_t(B) * T, k = grad ? size_t(l) : 0;
-  auto at = []<typename T>(DeviceBuffer<T>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
+  auto at = []<typename E>(DeviceBuffer<E>& v, size_t off) { return v.empty() ? nullptr : v.data() + off; };
   BlockSaved s;
   s.x = stream(l, grad, B, T);
   s.ln_mean = at(ln_mean, k * M);
   s.ln_rstd = at(ln_rstd, k * M);
-  if (!u16.empty()) {
+  if (bf16 && grad) {
     s.u16 = at(u16, k * M * f);
     s.F16 = at(F16, k * M * g);
+  } else if (bf16) {  // a forward without gradients in a training arena: floats, as any inference
+    s.u = u32.data();
+    s.F = dF.data();
   } else {
     s.u = u.empty() ? z.data() : at(u, k * M * f);
     s.F = at(F, k * M * g);
@@ -310,7 +319,7 @@ double Model::forward(const Batch& in) {
   }
   require(in.lengths == nullptr || (!cfg_.causal() && cfg_.token_input()),
           "forward: padding lengths are for bidirectional token models (mlm, classify)");
-  ensure_arena(B, T, grad_enabled_ ? cfg_.n_layers : 1);
+  ensure_arena(B, T, grad_enabled_);
   Arena& a = *arena_;
   backward_ready_ = false;
   B_ = B;

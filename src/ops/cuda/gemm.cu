@@ -54,15 +54,16 @@ void* scratch(size_t bytes) {
 namespace {
 // How bf16 products are issued (GMLP_CUDA_BF16_GEMM): `fast`, float matrices handed to
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF, which rounds them as it loads them; or
-// `native`, each operand first rounded into a bf16 copy (one pass over it), then a
+// `native`, each operand first rounded into a bf16 copy (a pass over it per product), then a
 // bf16 x bf16 -> float product, the tensor cores' own input type, which reads half the
 // bytes and may take faster kernels on Hopper. The same numbers either way, to the
 // order of the sums; which is faster is for a GPU to say (docs/gpu.md).
 enum class Bf16Gemm { off, fast, native };
 Bf16Gemm g_bf16 = Bf16Gemm::off;
 
-// The bf16 copies of a product's operands: scratch of its own, since an op may hand
-// gemm operands that live in the shared scratch area.
+// The bf16 copies of a product's operands: scratch of its own (grown to the largest
+// product's operands, never shrunk, counted in the device's peak), since an op may
+// hand gemm operands that live in the shared scratch area.
 uint16_t* copies(size_t n) {
   static void* p = nullptr;
   static size_t cap = 0;
@@ -80,39 +81,45 @@ uint16_t* copies(size_t n) {
 }
 
 // count row-major matrices of rows x cols, rows ld apart, each stride after the last,
-// rounded into dense bf16 copies (rows x cols apart).
-__global__ void k_round_matrices(const float* X, int rows, int cols, int ld, int64_t stride, uint16_t* out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, n = int64_t(rows) * cols;
-  if (i >= n) return;
-  const int64_t b = blockIdx.y;
-  out[b * n + i] = ops::to_bf16(X[b * stride + (i / cols) * ld + i % cols]);
+// rounded into bf16 copies with rows ldo apart, each size after the last (a thread per
+// value, the batch included in the one grid dimension).
+__global__ void k_round_matrices(const float* X, int rows, int cols, int ld, int64_t stride, int64_t total,
+                                 int ldo, int64_t size, uint16_t* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t n = int64_t(rows) * cols, b = i / n, r = (i % n) / cols, c = i % cols;
+  out[b * size + r * ldo + c] = ops::to_bf16(X[b * stride + r * ld + c]);
 }
 
-// The bf16 copy of count operands; the dense copies are rows x cols apart (0 when
-// stride is 0: one matrix shared by every product).
-const uint16_t* rounded(const float* X, int rows, int cols, int ld, int64_t stride, int count, uint16_t* out) {
-  const int copies_made = stride == 0 ? 1 : count;
-  if (int64_t(rows) * cols > 0)
-    GMLP_LAUNCH(k_round_matrices, dim3(blocks_for(int64_t(rows) * cols), unsigned(copies_made)), kThreads)(
-        X, rows, cols, ld, stride, out);
+// A copy's rows are padded to 8 values (16 bytes) and each copy starts on 256 bytes, as
+// cuBLAS's fastest bf16 kernels want their operands aligned.
+int padded_ld(int cols) { return cols <= 0 ? 1 : (cols + 7) / 8 * 8; }
+int64_t padded_size(int rows, int cols) { return (int64_t(rows) * padded_ld(cols) + 127) / 128 * 128; }
+
+// The bf16 copies of count operands (one when stride is 0: a matrix shared by every
+// product), at out; rows padded_ld(cols) apart, padded_size apart.
+void round_operand(const float* X, int rows, int cols, int ld, int64_t stride, int count, uint16_t* out) {
+  const int64_t total = int64_t(rows) * cols * (stride == 0 ? 1 : count);
+  if (total == 0) return;
+  GMLP_LAUNCH(k_round_matrices, blocks_for(total), kThreads)(X, rows, cols, ld, stride, total, padded_ld(cols),
+                                                            padded_size(rows, cols), out);
   check_launch("bf16 copy of a product's operand");
-  return out;
 }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i over bf16 copies of A and B (Bf16Gemm::native).
 void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
                     const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
   const int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
-  const int64_t na = int64_t(ar) * ac, nb = int64_t(br) * bc;
+  const int64_t na = padded_size(ar, ac), nb = padded_size(br, bc);
   const int64_t ca = sa == 0 ? 1 : count, cb = sb == 0 ? 1 : count;
-  uint16_t* buf = copies(size_t(na * ca + nb * cb));
-  const uint16_t* A16 = rounded(A, ar, ac, lda, sa, count, buf);
-  const uint16_t* B16 = rounded(B, br, bc, ldb, sb, count, buf + na * ca);
+  uint16_t* A16 = copies(size_t(na * ca + nb * cb));
+  uint16_t* B16 = A16 + na * ca;
+  round_operand(A, ar, ac, lda, sa, count, A16);
+  round_operand(B, br, bc, ldb, sb, count, B16);
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int lda16 = ac > 0 ? ac : 1, ldb16 = bc > 0 ? bc : 1;
-  check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B16, CUDA_R_16BF, ldb16, sb == 0 ? 0 : nb,
-                                        A16, CUDA_R_16BF, lda16, sa == 0 ? 0 : na, &beta, C, CUDA_R_32F, ldc, sc,
-                                        count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B16, CUDA_R_16BF, padded_ld(bc),
+                                        sb == 0 ? 0 : nb, A16, CUDA_R_16BF, padded_ld(ac), sa == 0 ? 0 : na, &beta, C,
+                                        CUDA_R_32F, ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
              "gemm (bf16 copies)");
 }
 }  // namespace

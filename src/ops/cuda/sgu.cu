@@ -44,8 +44,9 @@ __device__ inline float value(float v) { return v; }
 __device__ inline float value(uint16_t h) { return ops::from_bf16(h); }
 __device__ inline float hold(float* p, float v) { return *p = v; }
 __device__ inline float hold(uint16_t* p, float v) {
-  *p = ops::to_bf16(v);
-  return ops::from_bf16(*p);
+  const uint16_t h = ops::to_bf16(v);
+  *p = h;
+  return ops::from_bf16(h);
 }
 
 // U + bias at (r, off + c) of what the op was given (rows ld apart): the argument of
