@@ -36,19 +36,30 @@ void check_blas(cublasStatus_t s, const char* what) {
 }
 }  // namespace
 
-void* scratch(size_t bytes) {
-  static void* p = nullptr;
-  static size_t cap = 0;
-  if (bytes > cap) {
-    if (p) check(int(cudaFree(p)), "cudaFree (scratch)");
-    count_device_bytes(-int64_t(cap));
-    p = nullptr;
-    cap = 0;
-    check(int(cudaMalloc(&p, bytes)), "cudaMalloc (scratch)");
-    count_device_bytes(int64_t(bytes));
-    cap = bytes;
+namespace {
+// Device memory grown to the most it has been asked for, never shrunk; counted.
+struct Growing {
+  const char* name;
+  void* p = nullptr;
+  size_t cap = 0;
+  void* at_least(size_t bytes) {
+    if (bytes > cap) {
+      if (p) check(int(cudaFree(p)), (std::string("cudaFree (") + name + ")").c_str());
+      count_device_bytes(-int64_t(cap));
+      p = nullptr;
+      cap = 0;
+      check(int(cudaMalloc(&p, bytes)), (std::string("cudaMalloc (") + name + ")").c_str());
+      count_device_bytes(int64_t(bytes));
+      cap = bytes;
+    }
+    return p;
   }
-  return p;
+};
+}  // namespace
+
+void* scratch(size_t bytes) {
+  static Growing area{"scratch"};
+  return area.at_least(bytes);
 }
 
 namespace {
@@ -65,19 +76,8 @@ Bf16Gemm g_bf16 = Bf16Gemm::off;
 // product's operands, never shrunk, counted in the device's peak), since an op may
 // hand gemm operands that live in the shared scratch area.
 uint16_t* copies(size_t n) {
-  static void* p = nullptr;
-  static size_t cap = 0;
-  const size_t bytes = n * sizeof(uint16_t);
-  if (bytes > cap) {
-    if (p) check(int(cudaFree(p)), "cudaFree (bf16 copies)");
-    count_device_bytes(-int64_t(cap));
-    p = nullptr;
-    cap = 0;
-    check(int(cudaMalloc(&p, bytes)), "cudaMalloc (bf16 copies)");
-    count_device_bytes(int64_t(bytes));
-    cap = bytes;
-  }
-  return static_cast<uint16_t*>(p);
+  static Growing area{"bf16 copies"};
+  return static_cast<uint16_t*>(area.at_least(n * sizeof(uint16_t)));
 }
 
 // count row-major matrices of rows x cols, rows ld apart, each stride after the last,
