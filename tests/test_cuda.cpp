@@ -16,6 +16,7 @@
 #include <functional>
 #include <ostream>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -859,6 +860,7 @@ TEST(CudaCli, ARunResumesAcrossDevicesAndEndsWhereACpuRunEnds) {
   auto r = test::run_command(common + " --device cpu --out " + dir.file("cpu") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("gmlp train: on "), std::string::npos) << "a CPU run's header is as it was";
+  EXPECT_EQ(r.output.find("device memory: "), std::string::npos) << "a CPU run's summary is as it was";
   r = test::run_command(common + " --device cuda --stop-after 5 --out " + dir.file("moved") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("gmlp train: on " + backend_for(Device::cuda).device_name() + "\n"), std::string::npos)
@@ -869,6 +871,10 @@ TEST(CudaCli, ARunResumesAcrossDevicesAndEndsWhereACpuRunEnds) {
   r = test::run_command(test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("moved") +
                         " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch peak;
+  ASSERT_TRUE(std::regex_search(r.output, peak, std::regex("\ndevice memory: ([0-9.]+) MiB at the most\n")))
+      << "a GPU run's summary says its peak device memory:\n" << r.output;
+  EXPECT_GT(std::stod(peak[1].str()), 0.0) << r.output;
   const std::vector<double> want = test::train_losses(dir.file("cpu")), got = test::train_losses(dir.file("moved"));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i])) << "log line " << i;

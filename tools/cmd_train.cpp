@@ -164,6 +164,8 @@ void print_summary(const TrainSummary& s, const std::string& out, const std::str
                 v["val_loss"].get<double>(), v["val_acc"].get<double>(), (long long)v["val_examples"].get<int64_t>());
   }
   std::printf(", %.0f %s/s\n", s.tokens_per_s, task == "vision" ? "images" : task == "classify" ? "sentences" : "tokens");
+  // What PyTorch users read from torch.cuda.max_memory_allocated (docs/gpu.md "Memory").
+  if (s.device_peak_mb > 0) std::printf("device memory: %.1f MiB at the most\n", s.device_peak_mb);
   if (s.early_stopped) std::printf("stopped early: no better validation score in the last evaluations\n");
   if (s.best_step > 0) std::printf("selected: %s (step %lld, by validation)\n", best_model_file(out).c_str(),
                                    (long long)s.best_step);

@@ -68,6 +68,7 @@ struct TrainSummary {
   nlohmann::json report;       // report.json of a finished run: the selection and the test set's scores (rank 0)
   double elapsed_s = 0.0;
   double tokens_per_s = 0.0;
+  double device_peak_mb = 0.0;  // a GPU run: the most device memory held at once (0 on the CPU)
   int64_t train_examples = 0;  // examples in one pass over the training data (the unit of train.epochs)
 };
 

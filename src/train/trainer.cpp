@@ -402,6 +402,7 @@ TrainSummary train(const TrainOptions& opts) {
   sum.elapsed_s = st.elapsed_s;
   const double run_s = seconds_since(t_start);
   sum.tokens_per_s = run_s > 0 ? double(st.step - first) * double(task->units_per_batch()) / run_s : 0.0;
+  sum.device_peak_mb = double(model.backend().peak_bytes()) / double(1 << 20);
   return sum;
 }
 
