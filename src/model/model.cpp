@@ -20,7 +20,7 @@ namespace gmlp {
 // on the host and uploaded (on the CPU the upload is a copy); dropout's masks are never
 // stored: the ops compute them from their counters (ops/dropout_mask.h).
 struct Model::Arena {
-  int B = 0, T = 0, layers = 0;  // capacity
+  int B = 0, T = 0;              // capacity
   bool training = false;         // made with gradients: every layer's slots
   bool bf16 = false;             // U and F held in bf16 (block.h): training, Backend::stores_bf16
   size_t d = 0, f = 0, g = 0, da = 0;
@@ -38,7 +38,7 @@ struct Model::Arena {
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
-  F32 u;                                     // L x [M, d_ffn] (1 without grad)
+  F32 u;                                     // L x [M, d_ffn] (1 without grad, or beside u16)
   F32 F;                                     // L x [M, g]
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
@@ -49,7 +49,6 @@ struct Model::Arena {
   // Scratch reused by every layer.
   F32 h, dh, dx;                             // [M, d]
   F32 z;                                     // [M, d_ffn]: Z, no-SGU models only (block.cpp)
-  F32 u32;                                   // [M, d_ffn]: U and dU in float, beside u16
   F32 S, dS;                                 // [M, s]: S doubles as G
   F32 dF, dG, att;                           // [M, g]; att: the attention's output
   F32 dO, dP, dqkv;                          // aMLP backward
@@ -171,15 +170,13 @@ void Model::ensure_arena(int B, int T, bool grad) {
     T = std::max(T, std::min(window, arena_->T + arena_->T / 2));
   }
   arena_.reset();  // free the old arena before allocating the new one
-  const int layers = grad ? cfg_.n_layers : 1;
-  const size_t M = size_t(B) * T, L = size_t(layers), d = cfg_.d_model, f = cfg_.d_ffn,
+  const size_t M = size_t(B) * T, L = size_t(grad ? cfg_.n_layers : 1), d = cfg_.d_model, f = cfg_.d_ffn,
                g = cfg_.gate_channels(), s = cfg_.branch_channels(), da = cfg_.d_attn, out = cfg_.out_dim();
   auto a = std::make_unique<Arena>();
   Backend& be = *be_;
   auto f32 = [&](size_t n) { return DeviceBuffer<float>(be, n); };
   a->B = B;
   a->T = T;
-  a->layers = layers;
   a->training = grad;
   a->bf16 = bf16;
   a->d = d;
@@ -202,18 +199,16 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
   // U, the projection before the GELU, per layer; without gradients one slot serves
-  // every layer. Z = GELU(U) is stored only without an SGU, where it is the branch (the
-  // SGU reads U, block.cpp); there, without gradients, nothing reads U after its GELU,
-  // so the projection lands in z and the GELU runs in place.
+  // every layer, and so it does beside u16 (the layer at hand's U and dU in float). Z =
+  // GELU(U) is stored only without an SGU, where it is the branch (the SGU reads U,
+  // block.cpp); there, without gradients, nothing reads U after its GELU, so the
+  // projection lands in z and the GELU runs in place.
   if (bf16) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
-    a->u32 = f32(M * f);
-  } else if (grad) {
-    a->u = f32(L * M * f);
-  } else if (cfg_.has_sgu()) {
-    a->u = f32(M * f);
   }
+  if (grad && !bf16) a->u = f32(L * M * f);
+  else if (cfg_.has_sgu()) a->u = f32(M * f);
   if (cfg_.has_sgu()) {
     a->g_mean = f32(L * M);
     a->g_rstd = f32(L * M);
@@ -277,12 +272,9 @@ BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
   if (bf16 && grad) {
     s.u16 = at(u16, k * M * f);
     s.F16 = at(F16, k * M * g);
-  } else if (bf16) {  // a forward without gradients in a training arena: floats, as any inference
-    s.u = u32.data();
-    s.F = dF.data();
-  } else {
+  } else {  // in a bf16 arena a forward without gradients takes floats, as any inference
     s.u = u.empty() ? z.data() : at(u, k * M * f);
-    s.F = at(F, k * M * g);
+    s.F = bf16 ? dF.data() : at(F, k * M * g);
   }
   s.g_mean = at(g_mean, k * M);
   s.g_rstd = at(g_rstd, k * M);
@@ -299,7 +291,8 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 
 BlockScratch Model::Arena::scratch() {
   auto at = [](DeviceBuffer<float>& v) { return v.empty() ? nullptr : v.data(); };
-  return {at(h), at(z), at(S), at(att), at(Wd), at(u32), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
+  return {at(h), at(z), at(S), at(att), at(Wd), bf16 ? at(u) : nullptr, at(dh), at(dS), at(dF), at(dG), at(dO), at(dP),
+          at(dqkv), at(dWd)};
 }
 
 double Model::forward(const Batch& in) {
