@@ -35,6 +35,12 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
                   const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
 
+// rows x cols of X (rows ld apart), count of them stride apart (stride 0: one, shared),
+// rounded to bf16 bits (ops/bf16.h) into out, rows ldo apart and each copy size after
+// the last: the bf16 products' operand copies and the SGU's held U.
+void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, int count, int ldo, int64_t size,
+                  uint16_t* out);
+
 // linear.cu
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);
 void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,

@@ -91,20 +91,21 @@ __global__ void k_round_matrices(const float* X, int rows, int cols, int ld, int
   out[b * size + r * ldo + c] = ops::to_bf16(X[b * stride + r * ld + c]);
 }
 
+}  // namespace
+
+void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, int count, int ldo, int64_t size,
+                  uint16_t* out) {
+  const int64_t total = int64_t(rows) * cols * (stride == 0 ? 1 : count);
+  if (total == 0) return;
+  GMLP_LAUNCH(k_round_matrices, blocks_for(total), kThreads)(X, rows, cols, ld, stride, total, ldo, size, out);
+  check_launch("rounding to bf16");
+}
+
+namespace {
 // A copy's rows are padded to 8 values (16 bytes) and each copy starts on 256 bytes, as
 // cuBLAS's fastest bf16 kernels want their operands aligned.
 int padded_ld(int cols) { return cols <= 0 ? 1 : (cols + 7) / 8 * 8; }
 int64_t padded_size(int rows, int cols) { return (int64_t(rows) * padded_ld(cols) + 127) / 128 * 128; }
-
-// The bf16 copies of count operands (one when stride is 0: a matrix shared by every
-// product), at out; rows padded_ld(cols) apart, padded_size apart.
-void round_operand(const float* X, int rows, int cols, int ld, int64_t stride, int count, uint16_t* out) {
-  const int64_t total = int64_t(rows) * cols * (stride == 0 ? 1 : count);
-  if (total == 0) return;
-  GMLP_LAUNCH(k_round_matrices, blocks_for(total), kThreads)(X, rows, cols, ld, stride, total, padded_ld(cols),
-                                                            padded_size(rows, cols), out);
-  check_launch("bf16 copy of a product's operand");
-}
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i over bf16 copies of A and B (Bf16Gemm::native).
 void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
@@ -114,8 +115,9 @@ void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha
   const int64_t ca = sa == 0 ? 1 : count, cb = sb == 0 ? 1 : count;
   uint16_t* A16 = copies(size_t(na * ca + nb * cb));
   uint16_t* B16 = A16 + na * ca;
-  round_operand(A, ar, ac, lda, sa, count, A16);
-  round_operand(B, br, bc, ldb, sb, count, B16);
+  // One copy of an operand shared by every product (stride 0).
+  to_bf16_rows(A, ar, ac, lda, sa, count, padded_ld(ac), na, A16);
+  to_bf16_rows(B, br, bc, ldb, sb, count, padded_ld(bc), nb, B16);
   const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B16, CUDA_R_16BF, padded_ld(bc),
                                         sb == 0 ? 0 : nb, A16, CUDA_R_16BF, padded_ld(ac), sa == 0 ? 0 : na, &beta, C,

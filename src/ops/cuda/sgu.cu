@@ -97,11 +97,6 @@ __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, const float* F, TF* Fs, int 
   S[i] = combine(kind, z(r, c), fr);
 }
 
-__global__ void k_to_bf16(const float* x, int64_t n, uint16_t* y) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = ops::to_bf16(x[i]);
-}
-
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
@@ -223,8 +218,7 @@ void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, f
   if (M <= 0) return;  // no launch of an empty grid
   if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, F, G, extra);
   // U rounded first, so that the forward computes from what the backward will read.
-  GMLP_LAUNCH(k_to_bf16, blocks_for(M * f), kThreads)(Z, M * f, p.store.u);
-  check_launch("sgu U to bf16");
+  to_bf16_rows(Z, int(M), f, f, 0, 1, f, 0, p.store.u);
   forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, S, gmean, grstd, F, p.store.F, G, extra);
 }
 
