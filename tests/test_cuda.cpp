@@ -64,6 +64,28 @@ struct ScopedEnv {
   }
 };
 
+// The rest of the process runs in fp32, whatever a test does: each device's precision
+// set back when the test ends.
+struct Fp32Again {
+  std::vector<Device> devices{Device::cuda};
+  ~Fp32Again() {
+    for (Device d : devices) use_precision(d, Precision::fp32);
+  }
+};
+
+// The L2 norms of got - want and of want over n values, in double.
+struct L2 {
+  double diff = 0, norm = 0;
+};
+L2 l2_distance(const float* got, const float* want, size_t n) {
+  double d2 = 0, n2 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    n2 += double(want[i]) * want[i];
+  }
+  return {std::sqrt(d2), std::sqrt(n2)};
+}
+
 // ---- the variants every model-level test runs
 
 struct Variant {
@@ -480,9 +502,7 @@ TEST(CudaOps, GemmEveryTransposeAndAnOffsetView) {
 // ops, are the model tests'.)
 TEST(CudaOps, Bf16ProductsBothWaysAreProductsOfRoundedInputs) {
   REQUIRE_GPU();
-  struct Fp32Again {
-    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
-  } restore;
+  Fp32Again restore;
   auto rounded = [](Vec v) {
     for (auto& x : v) x = ops::round_to_bf16(x);
     return v;
@@ -950,10 +970,7 @@ TEST(CudaGenerate, StreamsSteppedTogetherOnTheDeviceMatchTheCpuDecoder) {
 // the losses within 2% (bf16 rounds each input to ~0.4%; sums of many products average
 // that out), and the products measurably not float32 (else the path is not taken).
 void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::string>& only = {}) {
-  struct Fp32Again {  // the rest of the process runs in fp32, whatever happens here
-    Device d;
-    ~Fp32Again() { use_precision(d, Precision::fp32); }
-  } restore{d};
+  Fp32Again restore{{d}};
   for (const auto& v : variants()) {
     if (!only.empty() && std::find(only.begin(), only.end(), v.name) == only.end()) continue;
     const ModelConfig c = config_of(v);
@@ -984,9 +1001,7 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   c.n_layers = 4;
   const int B = 3, M = B * c.seq_len, f = c.d_ffn, g = c.gate_channels(), L = c.n_layers;
   Backend& be = backend_for(Device::cuda);
-  struct Fp32Again {
-    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
-  } restore;
+  Fp32Again restore;
   ScopedEnv fast("GMLP_CUDA_BF16_GEMM", nullptr);  // native products would grow a scratch of their own
   auto held = [&](Precision p) {
     use_precision(Device::cuda, p);
@@ -1029,9 +1044,7 @@ TEST(CudaBf16, ABadProductChoiceIsNamedAndWritesNothing) {
 TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
   REQUIRE_GPU();
   ScopedEnv fast("GMLP_CUDA_BF16_GEMM", nullptr);
-  struct Fp32Again {
-    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
-  } restore;
+  Fp32Again restore;
   const ModelConfig c = config_of(variants()[0]);
   Backend& be = backend_for(Device::cuda);
   TestBatch tb(c, 3, 25);
@@ -1074,12 +1087,7 @@ TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
 TEST(CudaBf16, HoldingUAndFInBf16MovesTheGradientsByTheirRoundingAlone) {
   REQUIRE_GPU();
   ScopedEnv native("GMLP_CUDA_BF16_GEMM", "native"), emulate("GMLP_CPU_BF16", "emulate");
-  struct Fp32Again {
-    ~Fp32Again() {
-      use_precision(Device::cuda, Precision::fp32);
-      use_precision(Device::cpu, Precision::fp32);
-    }
-  } restore;
+  Fp32Again restore{{Device::cuda, Device::cpu}};
   use_precision(Device::cpu, Precision::bf16);
   use_precision(Device::cuda, Precision::bf16);
   for (const auto& v : variants()) {
@@ -1096,13 +1104,8 @@ TEST(CudaBf16, HoldingUAndFInBf16MovesTheGradientsByTheirRoundingAlone) {
     EXPECT_NEAR(lg, lc, 1e-2 * std::fabs(lc)) << v.name;
     double most = 0;
     for (const auto& p : cpu->params()) {
-      double d2 = 0, n2 = 0;
-      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
-        const double a = gpu->grads()[i], b = cpu->grads()[i];
-        d2 += (a - b) * (a - b);
-        n2 += b * b;
-      }
-      const double rel = std::sqrt(d2) / (std::sqrt(n2) + 1e-30);
+      const L2 l2 = l2_distance(gpu->grads() + p.offset, cpu->grads() + p.offset, p.size);
+      const double rel = l2.diff / (l2.norm + 1e-30);
       EXPECT_LE(rel, 5e-2) << v.name << " " << p.name;
       most = std::max(most, rel);
     }
@@ -1118,14 +1121,13 @@ TEST(CudaBf16, HoldingUAndFInBf16MovesTheGradientsByTheirRoundingAlone) {
 // one row's operand for every row.
 TEST(CudaBf16, ProductsOverBf16CopiesGiveWhatCublasRoundingGives) {
   REQUIRE_GPU();
-  struct Fp32Again {
-    ~Fp32Again() { use_precision(Device::cuda, Precision::fp32); }
-  } restore;
+  Fp32Again restore;
   for (const auto& v : variants()) {
     const ModelConfig c = config_of(v);
     TestBatch tb(c, 3, 23, v.T);
     std::vector<Vec> grads;
     std::vector<double> losses;
+    std::vector<ParamInfo> layout;
     for (const char* how : {"fast", "native"}) {
       ScopedEnv env("GMLP_CUDA_BF16_GEMM", how);
       use_precision(Device::cuda, Precision::bf16);
@@ -1134,16 +1136,12 @@ TEST(CudaBf16, ProductsOverBf16CopiesGiveWhatCublasRoundingGives) {
       losses.push_back(m->forward(tb.batch));
       m->backward();
       grads.emplace_back(m->grads(), m->grads() + m->num_params());
+      layout = m->params();
     }
     EXPECT_NEAR(losses[1], losses[0], 1e-2 * std::fabs(losses[0])) << v.name;
-    auto m = make(c, cpu_backend());
-    for (const auto& p : m->params()) {
-      double d2 = 0, n2 = 0;
-      for (size_t i = p.offset; i < p.offset + p.size; ++i) {
-        d2 += double(grads[1][i] - grads[0][i]) * (grads[1][i] - grads[0][i]);
-        n2 += double(grads[0][i]) * grads[0][i];
-      }
-      EXPECT_LE(std::sqrt(d2), 5e-2 * std::sqrt(n2) + 1e-7) << v.name << " " << p.name;
+    for (const auto& p : layout) {
+      const L2 l2 = l2_distance(grads[1].data() + p.offset, grads[0].data() + p.offset, p.size);
+      EXPECT_LE(l2.diff, 5e-2 * l2.norm + 1e-7) << v.name << " " << p.name;
     }
   }
 }
