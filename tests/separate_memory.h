@@ -142,9 +142,9 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("embedding_forward", {E, tokens, pe, x});
     CpuBackend::embedding_forward(E, d, tokens, M, B, pe, x);
   }
-  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) override {
+  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) override {
     mine("embedding_backward", {dx, tokens, dE});
-    CpuBackend::embedding_backward(dx, d, tokens, M, dE);
+    CpuBackend::embedding_backward(dx, d, tokens, M, V, dE);
   }
   double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
     mine("cross_entropy", {logits, targets, dlogits});

@@ -18,6 +18,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmlp/checkpoint.h"
@@ -695,6 +696,34 @@ TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   EXPECT_TRUE(test::all_close(d.down(dDl, dl.size()).data(), dl.data(), dl.size(), 1e-7f, 1e-4f, "dlogits"));
 }
 
+// Each row of dE sums its token's rows of dx in row order on the device as on the CPU:
+// the CPU's bits, so a run repeats itself. One token a third of the rows (a long sum),
+// rows across several of the sort's chunks, tokens absent (their rows untouched), dE
+// already holding values (a tied head's gradient), and a second, smaller call after it
+// (the sort's scratch reused).
+TEST(CudaOps, EmbeddingBackwardSumsEachTokensRowsInRowOrderBitForBit) {
+  REQUIRE_GPU();
+  OnDevice dv;
+  for (const auto& [M, d, V] : {std::tuple{4500, 300, 70}, std::tuple{7, 5, 3}}) {
+    std::mt19937 rng{uint32_t(M)};
+    std::uniform_int_distribution<int> other(0, V - V / 7 - 1);
+    Ids tokens(static_cast<size_t>(M));
+    for (int r = 0; r < M; ++r) tokens[size_t(r)] = r % 3 == 0 ? 1 : other(rng);
+    const Vec dx = randn(size_t(M) * d, 70, 1.f), dE0 = randn(size_t(V) * d, 71, 0.5f);
+    Vec dE = dE0;
+    for (int pass = 0; pass < 2; ++pass) cpu_backend().embedding_backward(dx.data(), d, tokens.data(), M, V, dE.data());
+    float* ddE = dv.up(dE0);
+    const float* ddx = dv.up(dx);
+    const int32_t* dT = dv.up(tokens);
+    for (int pass = 0; pass < 2; ++pass) dv.be.embedding_backward(ddx, d, dT, M, V, ddE);
+    const Vec got = dv.down(ddE, dE.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < dE.size(); ++i) differ += std::memcmp(&got[i], &dE[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "of " << dE.size() << " values of dE (M " << M << ", V " << V << ")";
+    for (size_t i = size_t(V - V / 7) * d; i < dE.size(); ++i) ASSERT_EQ(got[i], dE0[i]) << "an absent token's row";
+  }
+}
+
 TEST(CudaOps, AdamWAndClippingSums) {
   REQUIRE_GPU();
   const size_t n = 100003;
@@ -901,6 +930,32 @@ TEST(CudaCli, ARunResumesAcrossDevicesAndEndsWhereACpuRunEnds) {
   auto a = load_model(model_file(dir.file("cpu"))), b = load_model(model_file(dir.file("moved")));
   ASSERT_EQ(a->num_params(), b->num_params());
   EXPECT_TRUE(test::all_close(b->weights(), a->weights(), a->num_params(), 1e-5f, 1e-4f, "final weights"));
+}
+
+// On one device a run repeats itself to the bit: nothing in a step depends on the order
+// in which the GPU happens to run things (the embedding's gradient once did, through
+// atomic adds), so a run stopped and resumed on the GPU logs the uninterrupted run's
+// losses and ends with its weights exactly, as on the CPU (EndToEnd.ResumedRun...).
+TEST(CudaCli, AGpuRunStoppedAndResumedIsTheUninterruptedRunBitForBit) {
+  REQUIRE_GPU();
+  test::TempDir dir("gpu_resume");
+  const std::string common = test::gmlp_exe() + " train --device cuda --data " + test::kGplText +
+                             " --steps 10 --log-every 1 --ckpt-every 4 --eval-every 5 --lr 1e-2 --batch-size 4 --no-progress"
+                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2"
+                             " --set model.seq_len=24 --set model.dropout=0.1";
+  auto r = test::run_command(common + " --out " + dir.file("straight") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(common + " --stop-after 6 --out " + dir.file("split") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("split") +
+                        " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> a = test::train_losses(dir.file("straight")), b = test::train_losses(dir.file("split"));
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a, b) << "the resumed GPU run's losses equal the uninterrupted one's exactly";
+  auto ma = load_model(model_file(dir.file("straight"))), mb = load_model(model_file(dir.file("split")));
+  ASSERT_EQ(ma->num_params(), mb->num_params());
+  EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights())) << "final weights";
 }
 
 TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {

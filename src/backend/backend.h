@@ -96,7 +96,9 @@ class Backend {
   virtual void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) = 0;
   virtual void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
                                  float* x) = 0;
-  virtual void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) = 0;
+  // dE [V, d] += each row of dx at its token's row, every row of dE summed in the order
+  // of the rows of dx (so the same bits on every backend and every run).
+  virtual void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) = 0;
   // The mean loss over the targets >= 0 (a host scalar: the one value a step reads back).
   virtual double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) = 0;
 

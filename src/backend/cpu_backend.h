@@ -115,7 +115,7 @@ class CpuBackend : public Backend {
                          float* x) override {
     ops::embedding_forward(E, d, tokens, M, B, pe, x);
   }
-  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) override {
+  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int /*V*/, float* dE) override {
     ops::embedding_backward(dx, d, tokens, M, dE);
   }
   double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {

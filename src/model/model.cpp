@@ -403,7 +403,7 @@ void Model::embed_backward(const float* dx) {
   Arena& a = *arena_;
   const int M = B_ * T_, d = cfg_.d_model;
   if (cfg_.token_input())
-    be_->embedding_backward(dx, d, a.tokens.data(), M, dg_.embed);
+    be_->embedding_backward(dx, d, a.tokens.data(), M, cfg_.vocab_size, dg_.embed);
   else
     be_->linear_backward(dx, a.patches.data(), M, cfg_.patch_dim(), dw_.patch_w, d, nullptr, false, dg_.patch_w,
                          dg_.patch_b);

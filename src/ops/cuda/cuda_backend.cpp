@@ -167,8 +167,8 @@ class CudaBackend final : public Backend {
                          float* x) override {
     cuda::embedding_forward(E, d, tokens, M, B, pe, x);
   }
-  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) override {
-    cuda::embedding_backward(dx, d, tokens, M, dE);
+  void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) override {
+    cuda::embedding_backward(dx, d, tokens, M, V, dE);
   }
   double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
     return cuda::cross_entropy(logits, M, V, targets, dlogits);

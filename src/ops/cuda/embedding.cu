@@ -13,13 +13,93 @@ __global__ void k_embed(const float* E, int d, const int32_t* tokens, int M, int
   x[i] = E[int64_t(tokens[r]) * d + c] + (pe ? pe[(r / B) * d + c] : 0.f);
 }
 
-// Repeated tokens collide on a row of dE: atomics (the sum's order, and so its last
-// bits, vary from run to run; the CPU op is the exact reference).
-__global__ void k_embed_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(M) * d) return;
-  const int64_t r = i / d;
-  atomicAdd(dE + int64_t(tokens[r]) * d + i % d, dx[i]);
+// The backward adds each row of dx into its token's row of dE, and tokens repeat. Atomic
+// adds would sum a row's contributions in whatever order the blocks ran, so a run would
+// not repeat its own last bits. Instead the rows are sorted by token, stably (a counting
+// sort: ranks within chunks of rows, counts per chunk and token, their prefix sums), and
+// each row of dE is summed over its rows in row order: the CPU op's order, so the CPU's
+// bits, on every run. No atomics anywhere.
+constexpr int kChunk = 2048;  // rows ranked against each other in shared memory
+
+// Per chunk: each row's rank among the chunk's earlier rows of its token, and the first
+// such row writes how many rows of its token the chunk holds (count [chunks, V], zeroed).
+__global__ void k_rank_in_chunk(const int32_t* tokens, int M, int V, int32_t* rank, int32_t* count) {
+  __shared__ int32_t t[kChunk];
+  const int r0 = int(blockIdx.x) * kChunk, n = min(kChunk, M - r0);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) t[i] = tokens[r0 + i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t v = t[i];
+    int before = 0;
+    for (int j = 0; j < i; ++j) before += t[j] == v;
+    rank[r0 + i] = before;
+    if (before == 0) {
+      int all = 1;
+      for (int j = i + 1; j < n; ++j) all += t[j] == v;
+      count[int64_t(blockIdx.x) * V + v] = all;
+    }
+  }
+}
+
+// Per token, down the chunks: each count becomes the token's rows in earlier chunks, and
+// start[v] the token's rows in all.
+__global__ void k_chunk_offsets(int chunks, int V, int32_t* count, int32_t* start) {
+  const int v = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= V) return;
+  int32_t sum = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int32_t n = count[int64_t(c) * V + v];
+    count[int64_t(c) * V + v] = sum;
+    sum += n;
+  }
+  start[v] = sum;
+}
+
+// start[0, V) from the tokens' row counts to where each token's rows begin in the sorted
+// order, start[V] = M: one block, each thread a run of tokens, thread 0 the runs' prefix.
+__global__ void k_token_starts(int V, int32_t* start) {
+  __shared__ int32_t run[1024];
+  const int per = (V + int(blockDim.x) - 1) / int(blockDim.x), b = int(threadIdx.x) * per, e = min(V, b + per);
+  int32_t sum = 0;
+  for (int v = b; v < e; ++v) sum += start[v];
+  run[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t at = 0;
+    for (unsigned i = 0; i < blockDim.x; ++i) {
+      const int32_t n = run[i];
+      run[i] = at;
+      at += n;
+    }
+    start[V] = at;
+  }
+  __syncthreads();
+  int32_t at = run[threadIdx.x];
+  for (int v = b; v < e; ++v) {
+    const int32_t n = start[v];
+    start[v] = at;
+    at += n;
+  }
+}
+
+__global__ void k_sort_rows(const int32_t* tokens, int M, int V, const int32_t* rank, const int32_t* count,
+                            const int32_t* start, int32_t* order) {
+  const int r = int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= M) return;
+  const int32_t v = tokens[r];
+  order[start[v] + count[int64_t(r / kChunk) * V + v] + rank[r]] = r;
+}
+
+// A block per (token, 256 channels): the token's rows of dx added to its row of dE in
+// row order; a token absent from the batch leaves its row alone.
+__global__ void k_embed_backward(const float* dx, int d, const int32_t* start, const int32_t* order, float* dE) {
+  const int v = int(blockIdx.x), c = int(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int32_t b = start[v], e = start[v + 1];
+  if (b == e || c >= d) return;
+  float* out = dE + int64_t(v) * d + c;
+  float sum = *out;
+  for (int32_t k = b; k < e; ++k) sum += dx[int64_t(order[k]) * d + c];
+  *out = sum;
 }
 
 __global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, float* out) {
@@ -39,8 +119,20 @@ void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int 
   check_launch("embedding");
 }
 
-void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, float* dE) {
-  GMLP_LAUNCH(k_embed_backward, blocks_for(int64_t(M) * d), kThreads)(dx, d, tokens, M, dE);
+void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) {
+  if (M == 0 || d == 0) return;
+  const int chunks = (M + kChunk - 1) / kChunk;
+  // The sort's integers, in the shared scratch (the op's inputs are arena or parameter
+  // memory): count [chunks, V], start [V + 1], rank [M], order [M].
+  const size_t n_count = size_t(chunks) * V;
+  int32_t* count = static_cast<int32_t*>(scratch(sizeof(int32_t) * (n_count + size_t(V) + 1 + 2 * size_t(M))));
+  int32_t *start = count + n_count, *rank = start + V + 1, *order = rank + M;
+  check(int(cudaMemset(count, 0, sizeof(int32_t) * n_count)), "cudaMemset (embedding backward)");
+  GMLP_LAUNCH(k_rank_in_chunk, chunks, kThreads)(tokens, M, V, rank, count);
+  GMLP_LAUNCH(k_chunk_offsets, blocks_for(V), kThreads)(chunks, V, count, start);
+  GMLP_LAUNCH(k_token_starts, 1, 1024)(V, start);
+  GMLP_LAUNCH(k_sort_rows, blocks_for(M), kThreads)(tokens, M, V, rank, count, start, order);
+  GMLP_LAUNCH(k_embed_backward, dim3(unsigned(V), blocks_for(d)), kThreads)(dx, d, start, order, dE);
   check_launch("embedding backward");
 }
 
