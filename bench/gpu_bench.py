@@ -6,6 +6,7 @@ one GPU (docs/gpu.md, results in docs/bench-gpu.md).
   python3 bench/gpu_bench.py                      # the three workloads of issue 10
   python3 bench/gpu_bench.py --workloads lm --repeats 5
   python3 bench/gpu_bench.py --smoke              # tiny shapes on the CPU: checks the script runs
+  python3 bench/gpu_bench.py --profile out.txt    # where the time goes: gmlp per op, PyTorch per kernel
 
 Workloads (training steps: forward, loss, backward, clipping, AdamW):
   lm      the annotated LM: d 512, d_ffn 2048, 6 layers, n 256, batch 32 (configs/annotated.json)
@@ -85,7 +86,8 @@ def batch_for(mc: dict, B: int, device: str):
     return {"tokens": tokens}, targets
 
 
-def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16):
+def torch_step(model, loss_fn, inputs, targets, device, bf16):
+    """One training step of the PyTorch side, as its users write it."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step():
@@ -95,19 +97,40 @@ def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
 
+    return step
+
+
+def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16, profile=False):
+    step = torch_step(model, loss_fn, inputs, targets, device, bf16)
+    if profile:  # device time per kernel over the repeats, after the warmup (compilation) steps
+        for _ in range(warmup):
+            step()
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+        activity = ProfilerActivity.CUDA if device == "cuda" else ProfilerActivity.CPU
+        with torch_profile(activities=[activity]) as prof:
+            for _ in range(repeats):
+                step()
+        # PyTorch renamed the device columns (cuda -> device) in 2.4; take what this one has.
+        keys = ("self_device_time_total", "self_cuda_time_total") if device == "cuda" else ("self_cpu_time_total",)
+        for key in keys:
+            try:
+                return {"profile": prof.key_averages().table(sort_by=key, row_limit=40)}
+            except (AttributeError, KeyError, ValueError):
+                continue
+        return {"profile": prof.key_averages().table(row_limit=40)}
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = []
     for i in range(warmup + repeats):
         t0 = time.perf_counter()
         step()
-        if device == "cuda":
-            torch.cuda.synchronize()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     mem = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
-    return statistics.median(times), mem
+    return {"step_s": statistics.median(times), "peak_mb": mem}
 
 
 def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "") -> dict:
@@ -122,9 +145,14 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     env = dict(os.environ)
     if bf16_gemm:  # how bf16 products are issued (docs/gpu.md): fast or native
         env["GMLP_CUDA_BF16_GEMM"] = bf16_gemm
+    if args.profile and not args.smoke:  # the backend's device time per op, printed at exit
+        env["GMLP_CUDA_PROFILE"] = "1"
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+    if args.profile:
+        table = p.stderr[p.stderr.find("gmlp: device time per op"):] if not args.smoke else ""
+        return {"profile": table or "(no op profile: --smoke runs gmlp on the CPU)"}
     rec = json.loads(p.stdout.strip().splitlines()[-1])
     # On the GPU, the backend's peak allocation (like torch.cuda.max_memory_allocated);
     # in --smoke, on the CPU, the process's peak RSS.
@@ -139,9 +167,12 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of the GPU")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, eager fp32 only")
     ap.add_argument("--json", default="", help="also write the records here")
+    ap.add_argument("--profile", default="", metavar="FILE",
+                    help="instead of timing: where each step's device time goes, per op for gmlp (GMLP_CUDA_PROFILE) "
+                         "and per kernel for PyTorch (torch.profiler), over --repeats steps, written to FILE")
     args = ap.parse_args()
     device = "cpu" if args.smoke else "cuda"
-    records = []
+    records, profiles = [], []
     for name in args.workloads.split(","):
         w = WORKLOADS[name]
         mc = model_config(w, args.smoke)
@@ -162,28 +193,35 @@ def main() -> None:
             def run(compiled=compiled, bf16=bf16):
                 model = gmlp_ref.GMLP(mc).to(device)
                 m = torch.compile(model) if compiled else model
-                s, mem = time_torch(m, gmlp_ref.GMLP.loss, inputs, targets, device, args.warmup, args.repeats, bf16)
-                return {"step_s": s, "peak_mb": mem}
+                return time_torch(m, gmlp_ref.GMLP.loss, inputs, targets, device, args.warmup, args.repeats, bf16,
+                                  args.profile)
             impls[label] = run
         if name == "vision" and not args.smoke:
             def run_timm():
                 import timm
                 model = timm.create_model("gmlp_s16_224", num_classes=1000).to(device)
                 m = torch.compile(model)
-                s, mem = time_torch(m, torch.nn.functional.cross_entropy, {"x": inputs["images"]}, targets, device,
-                                    args.warmup, args.repeats, True)
-                return {"step_s": s, "peak_mb": mem}
+                return time_torch(m, torch.nn.functional.cross_entropy, {"x": inputs["images"]}, targets, device,
+                                  args.warmup, args.repeats, True, args.profile)
             impls["timm gmlp_s16_224 compile bf16"] = run_timm
         for label, fn in impls.items():
             try:
                 r = fn()
             except Exception as e:  # one failing peer must not hide the others' figures
                 r = {"error": f"{type(e).__name__}: {e}"}
+            if args.profile:
+                profiles.append(f"## {name}: {label} (batch {B}, {args.repeats} steps after {args.warmup})\n\n"
+                                + r.get("profile", f"failed: {r.get('error')}") + "\n")
+                print(profiles[-1], file=sys.stderr, flush=True)
+                continue
             if "step_s" in r:
                 r["units_per_s"] = units / r["step_s"]
                 r["mfu"] = flops / r["step_s"] / (args.peak_tflops * 1e12)
             records.append({"workload": name, "impl": label, "batch": B, **r})
             print(json.dumps(records[-1]), file=sys.stderr, flush=True)
+    if args.profile:
+        pathlib.Path(args.profile).write_text("\n".join(profiles))
+        return
     print("| workload | implementation | step (ms) | tokens or images/s | MFU | peak memory (MiB) |")
     print("|---|---|---:|---:|---:|---:|")
     for r in records:

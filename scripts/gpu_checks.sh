@@ -9,8 +9,10 @@
 #   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
 #   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
 #              bf16, for their validation losses against each other and the CPU's
+#   profile    where a step's time goes: gmlp's device time per op (GMLP_CUDA_PROFILE)
+#              and PyTorch's per kernel (torch.profiler), the LM and BERT-size workloads
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes:
-# `info tests sanitizer` fit one call, `bench` and `train` one each)
+# `info tests sanitizer` fit one call, `bench`, `train` and `profile` one each)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -19,7 +21,7 @@ mkdir -p "$out"
 [[ -f .gpukit/kit.tar.xz ]] || { echo "gpu_checks.sh: no .gpukit/kit.tar.xz (run scripts/gpu_kit.sh where the build is, and carry .gpukit)" >&2; exit 1; }
 K=/tmp/gmlp-gpukit
 if [[ ! -f $K/source_dir ]]; then mkdir -p "$K" && tar -C "$K" -xJf .gpukit/kit.tar.xz || exit 1; fi
-(($#)) || { echo "usage: scripts/gpu_checks.sh info|tests|sanitizer|bench|train ..." >&2; exit 1; }
+(($#)) || { echo "usage: scripts/gpu_checks.sh info|tests|sanitizer|bench|train|profile ..." >&2; exit 1; }
 
 # The binaries name their source and build directories by absolute path (fixtures, the
 # CUDA module): make that path lead here, and build/ lead to the kit.
@@ -92,7 +94,9 @@ for s in "$@"; do
           --out /tmp/gmlp-default-$p --overwrite --no-progress
         cp /tmp/gmlp-default-$p/metrics.jsonl "$out/train-$p-metrics.jsonl" 2>/dev/null
       done ;;
-    *) echo "gpu_checks.sh: unknown step '$s' (info, tests, sanitizer, bench or train)" >&2; status=1 ;;
+    profile)
+      step profile python3 bench/gpu_bench.py --profile "$out/profile.txt" --workloads lm,bert --warmup 3 --repeats 5 ;;
+    *) echo "gpu_checks.sh: unknown step '$s' (info, tests, sanitizer, bench, train or profile)" >&2; status=1 ;;
   esac
 done
 exit $status

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <random>
 #include <regex>
@@ -956,6 +957,70 @@ TEST(CudaCli, AGpuRunStoppedAndResumedIsTheUninterruptedRunBitForBit) {
   auto ma = load_model(model_file(dir.file("straight"))), mb = load_model(model_file(dir.file("split")));
   ASSERT_EQ(ma->num_params(), mb->num_params());
   EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights())) << "final weights";
+}
+
+// GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls
+// and device time, in a table whose shares add up to the whole; the counts are the
+// model's own (each forward embeds once and runs every layer's SGU once). Off, nothing
+// is printed; a bad value is an error naming the variable, before anything is written.
+TEST(CudaCli, AnOpProfileListsEveryOpTheRunIssued) {
+  REQUIRE_GPU();
+  test::TempDir dir("op_profile");
+  const std::string run = test::gmlp_exe() + " train --device cuda --data " + test::kGplText +
+                          " --steps 2 --eval-every 100 --batch-size 2 --no-progress --set model.d_model=16"
+                          " --set model.d_ffn=32 --set model.n_layers=3 --set model.seq_len=16 --out ";
+  auto r = test::run_command("GMLP_CUDA_PROFILE=1 " + run + dir.file("on") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch head;
+  ASSERT_TRUE(std::regex_search(r.output, head, std::regex("gmlp: device time per op \\(GMLP_CUDA_PROFILE\\): ([0-9]+) "
+                                                           "ops, ([0-9.]+) ms in them of the ([0-9.]+) ms")))
+      << r.output;
+  std::map<std::string, long> calls;
+  double share = 0;
+  long all = 0;
+  const std::regex row("\n  ([a-z_0-9]+) +([0-9]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)%");
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), row); it != std::sregex_iterator(); ++it) {
+    calls[(*it)[1].str()] = std::stol((*it)[2].str());
+    all += std::stol((*it)[2].str());
+    share += std::stod((*it)[5].str());
+  }
+  EXPECT_EQ(all, std::stol(head[1].str())) << r.output;
+  EXPECT_NEAR(share, 100.0, 0.1 * double(calls.size())) << r.output;
+  EXPECT_LE(std::stod(head[2].str()), std::stod(head[3].str()) * 1.001) << "the ops lie within the span";
+  for (const char* op : {"embedding_forward", "sgu_forward", "sgu_backward_mix", "embedding_backward", "cross_entropy",
+                         "adamw_update", "upload"})
+    EXPECT_GT(calls[op], 0) << op << " missing from\n" << r.output;
+  EXPECT_EQ(calls["sgu_forward"], 3 * calls["embedding_forward"]) << r.output;
+  EXPECT_EQ(calls["sgu_backward_mix"], 3 * calls["embedding_backward"]) << r.output;
+  EXPECT_EQ(calls["embedding_backward"], 2) << "one backward per step";
+
+  r = test::run_command(run + dir.file("off") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("device time per op"), std::string::npos) << r.output;
+
+  r = test::run_command("GMLP_CUDA_PROFILE=yes " + run + dir.file("bad") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("gmlp: error: GMLP_CUDA_PROFILE: 'yes' is not 1"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("bad")));
+}
+
+// `gmlp bench` under GMLP_CUDA_PROFILE=1 times its timed steps alone: not the warmup,
+// not the model's set-up, not the 2048- and 4096-square products it measures the
+// device's peak with. On a GPU only (CudaGpuOnly is not among the emulator's suites:
+// that peak measurement takes hours there).
+TEST(CudaGpuOnly, ABenchProfilesItsTimedStepsAlone) {
+  REQUIRE_GPU();
+  const auto r = test::run_command("GMLP_CUDA_PROFILE=1 " + test::gmlp_exe() + " bench --device cuda --config " +
+                                   test::source_dir() + "/configs/tiny.json --mode train --warmup 2 --repeats 3"
+                                   " --set model.n_layers=2 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, long> calls;
+  const std::regex row("\n  ([a-z_0-9]+) +([0-9]+) +[0-9.]+ +[0-9.]+ +[0-9.]+%");
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), row); it != std::sregex_iterator(); ++it)
+    calls[(*it)[1].str()] = std::stol((*it)[2].str());
+  EXPECT_EQ(calls["embedding_backward"], 3) << r.output;
+  EXPECT_EQ(calls["sgu_forward"], 2 * 3) << r.output;
+  EXPECT_EQ(calls["download"], 0) << "a timed step reads nothing back but the loss and the norm\n" << r.output;
 }
 
 TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {

@@ -38,6 +38,10 @@ class Backend {
   virtual void zero(void* p, size_t bytes) = 0;
   // Waits until the work queued so far has finished (timing; the CPU runs synchronously).
   virtual void synchronize() = 0;
+  // GMLP_CUDA_PROFILE's window (docs/gpu.md "Profiling"): under the variable a device
+  // times its ops from the start; on discards what it timed so far and times from here,
+  // off stops timing. `gmlp bench` times its timed steps alone. Nothing on the CPU.
+  virtual void profile_ops(bool /*on*/) {}
   // The most memory this backend has held at once, in bytes, since the process started
   // (a device's: what torch.cuda.max_memory_allocated reports for PyTorch). 0 on the
   // CPU, whose memory is the process's resident set.

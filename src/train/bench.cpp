@@ -183,7 +183,10 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
     flops = forward_flops_per_token(mc, n) * B * n;
   }
   if (step) {
-    s = time_it(o.warmup, o.repeats, step);
+    for (int i = 0; i < o.warmup; ++i) step();
+    model.backend().profile_ops(true);  // GMLP_CUDA_PROFILE: the timed steps alone
+    s = time_it(0, o.repeats, step);
+    model.backend().profile_ops(false);
   } else {
     // Steady-state generation: from half-window prompts, 2n tokens per stream (two slides
     // of the context included), greedy; per-token time = run time / all tokens drawn.
@@ -235,6 +238,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   r.device_peak_mb = double(model.backend().peak_bytes()) / double(1 << 20);
   // Last, so that the peak RSS is the model's: the peak's 2048 x 2048 operands (48 MB)
   // would otherwise be most of a small model's figure.
+  model.backend().profile_ops(false);  // the peak's products are not the model's
   r.sgemm_peak_gflops = gemm_peak_gflops(model.backend());
   return r;
 }

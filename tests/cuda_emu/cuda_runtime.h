@@ -66,6 +66,11 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+// Timing events (src/ops/cuda/op_profile.cpp): the host time of each record.
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t e);

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -436,7 +437,13 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // every call runs to completion
 
-// Streams and events are tokens: the emulator runs every call to completion in order.
+// Streams are tokens: the emulator runs every call to completion in order. An event
+// holds the host time it was recorded at, so that elapsed times (GMLP_CUDA_PROFILE)
+// measure the emulated work between two records.
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
+};
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   static char tokens[64];
   static unsigned next = 0;
@@ -444,12 +451,26 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  static char tokens[64];
-  static unsigned next = 0;
-  *event = reinterpret_cast<cudaEvent_t>(&tokens[next++ % 64]);
+  *event = new CUevent_st;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { return record(event ? cudaSuccess : cudaErrorInvalidValue); }
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (!event) return record(cudaErrorInvalidValue);
+  event->at = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return record(event ? cudaSuccess : cudaErrorInvalidValue); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms || !start || !end || !start->recorded || !end->recorded) return record(cudaErrorInvalidValue);
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return record(event ? cudaSuccess : cudaErrorInvalidValue);
 }

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "gmlp/error.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/op_profile.h"
 
 namespace gmlp {
 namespace {
@@ -85,151 +86,201 @@ class CudaBackend final : public Backend {
   bool stores_bf16() const override { return bf16_; }
   int attention_rows_at_once(int B) const override { return B; }
   void upload(void* dst, const void* src, size_t bytes) override {
+    const cuda::OpTimer timer("upload");
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");
   }
   void download(void* dst, const void* src, size_t bytes) override {
+    const cuda::OpTimer timer("download");
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)), "download");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
+    const cuda::OpTimer timer("copy");
     if (bytes && dst != src) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)), "device copy");
   }
   void zero(void* p, size_t bytes) override {
+    const cuda::OpTimer timer("zero");
     if (bytes) check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
   }
   void synchronize() override { check(int(cudaDeviceSynchronize()), "synchronize"); }
+  void profile_ops(bool on) override { cuda::profile_ops(on); }
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {
+    const cuda::OpTimer timer("gemm");
     cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) override {
+    const cuda::OpTimer timer("linear_forward");
     cuda::linear_forward(x, M, in, W, b, out, y);
   }
   void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx, bool acc,
                        float* dW, float* db) override {
+    const cuda::OpTimer timer("linear_backward");
     cuda::linear_backward(dy, x, M, in, W, out, dx, acc, dW, db);
   }
   void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                          int ldy, float* mean, float* rstd) override {
+    const cuda::OpTimer timer("layernorm_forward");
     cuda::layernorm_forward(x, ldx, M, C, w, b, eps, y, ldy, mean, rstd);
   }
   void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                        const float* rstd, float* y, int ldy) override {
+    const cuda::OpTimer timer("layernorm_apply");
     cuda::layernorm_apply(x, ldx, M, C, w, b, mean, rstd, y, ldy);
   }
   void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
                           const float* w, int M, int C, float* dx, int lddx, bool acc, float* dw,
                           float* db) override {
+    const cuda::OpTimer timer("layernorm_backward");
     cuda::layernorm_backward(dy, lddy, x, ldx, mean, rstd, w, M, C, dx, lddx, acc, dw, db);
   }
-  void gelu_forward(const float* x, float* y, int64_t n, bool t) override { cuda::gelu_forward(x, y, n, t); }
+  void gelu_forward(const float* x, float* y, int64_t n, bool t) override {
+    const cuda::OpTimer timer("gelu_forward");
+    cuda::gelu_forward(x, y, n, t);
+  }
   void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool t) override {
+    const cuda::OpTimer timer("bias_gelu_forward");
     cuda::bias_gelu_forward(u, b, M, n, y, t);
   }
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t) override {
+    const cuda::OpTimer timer("gelu_backward");
     cuda::gelu_backward(x, dy, dx, n, t);
   }
   void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) override {
+    const cuda::OpTimer timer("toeplitz_materialize");
     cuda::toeplitz_materialize(w, n, causal, T, W);
   }
   void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) override {
+    const cuda::OpTimer timer("toeplitz_fold");
     cuda::toeplitz_fold(dW, T, n, causal, dw);
   }
   void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
                    float* grstd, float* F, float* G, const float* extra) override {
+    const cuda::OpTimer timer("sgu_forward");
     cuda::sgu_forward(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
   }
   void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
+    const cuda::OpTimer timer("sgu_combine");
     cuda::sgu_combine(kind, Z, ldz, F, M, g, S);
   }
   void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f,
                          const float* F, float* S, float* dF, float* dZ) override {
+    const cuda::OpTimer timer("sgu_backward_gate");
     cuda::sgu_backward_gate(p, dS, Z, T, B, f, F, S, dF, dZ);
   }
   void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T,
                         int B, int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G,
                         float* dF, float* dG) override {
+    const cuda::OpTimer timer("sgu_backward_mix");
     cuda::sgu_backward_mix(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
   }
   void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                               float* A) override {
+    const cuda::OpTimer timer("tiny_attention_forward");
     cuda::tiny_attention_forward(p, H, T, B, qkv, P, O, A);
   }
   void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA, const float* H,
                                int T, int B, const float* qkv, const float* P, const float* O, float* dH, float* dO,
                                float* dP, float* dqkv) override {
+    const cuda::OpTimer timer("tiny_attention_backward");
     cuda::tiny_attention_backward(p, g, dA, H, T, B, qkv, P, O, dH, dO, dP, dqkv);
   }
   void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
+    const cuda::OpTimer timer("extract_patches");
     cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }
   void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
                          float* x) override {
+    const cuda::OpTimer timer("embedding_forward");
     cuda::embedding_forward(E, d, tokens, M, B, pe, x);
   }
   void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) override {
+    const cuda::OpTimer timer("embedding_backward");
     cuda::embedding_backward(dx, d, tokens, M, V, dE);
   }
   double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
+    const cuda::OpTimer timer("cross_entropy");
     return cuda::cross_entropy(logits, M, V, targets, dlogits);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
+    const cuda::OpTimer timer("residual_bias");
     cuda::residual_bias(x, b, M, d, out);
   }
   void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) override {
+    const cuda::OpTimer timer("residual_keep");
     cuda::residual_keep(x, keep, h, M, B, d, out);
   }
   void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) override {
+    const cuda::OpTimer timer("scale_rows");
     cuda::scale_rows(keep, dx, M, B, d, out);
   }
   void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M, int B,
                         int d, float* out) override {
+    const cuda::OpTimer timer("residual_dropout");
     cuda::residual_dropout(x, h, keep, mask, M, B, d, out);
   }
   void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                  float* dh) override {
+    const cuda::OpTimer timer("residual_dropout_backward");
     cuda::residual_dropout_backward(dout, keep, mask, M, B, d, dh);
   }
   void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y) override {
+    const cuda::OpTimer timer("dropout_apply");
     cuda::dropout_apply(x, mask, B, d, y);
   }
   void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) override {
+    const cuda::OpTimer timer("mean_pool_forward");
     cuda::mean_pool_forward(h, T, B, d, lengths, pooled);
   }
   void mean_pool_backward(const float* dp, int T, int B, int d, const int32_t* lengths, float* dh) override {
+    const cuda::OpTimer timer("mean_pool_backward");
     cuda::mean_pool_backward(dp, T, B, d, lengths, dh);
   }
   void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) override {
+    const cuda::OpTimer timer("gather_rows");
     cuda::gather_rows(src, rows, K, d, dst);
   }
   void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) override {
+    const cuda::OpTimer timer("scatter_rows");
     cuda::scatter_rows(src, rows, K, M, d, dst);
   }
   void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe,
                     float* x) override {
+    const cuda::OpTimer timer("decode_embed");
     cuda::decode_embed(E, d, tokens, pos, R, pe, x);
   }
   void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y,
                      bool accumulate) override {
+    const cuda::OpTimer timer("decode_linear");
     cuda::decode_linear(W, out, in, X, R, b, Y, accumulate);
   }
   void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
                         int ldy, const int32_t* rows) override {
+    const cuda::OpTimer timer("decode_layernorm");
     cuda::decode_layernorm(x, ldx, R, C, w, b, eps, y, ldy, rows);
   }
   void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t wsz, bool toeplitz,
                   const float* bias, const int32_t* stream, const int32_t* pos, int R, float* F) override {
+    const cuda::OpTimer timer("decode_mix");
     cuda::decode_mix(G, n, g, heads, W, wsz, toeplitz, bias, stream, pos, R, F);
   }
   void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos, int R,
                         int n, float* qkv, float* P, float* O, float* A, float* F) override {
+    const cuda::OpTimer timer("decode_attention");
     cuda::decode_attention(p, h, stream, pos, R, n, qkv, P, O, A, F);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
+    const cuda::OpTimer timer("adamw_update");
     cuda::adamw_update(p, g, m, v, n, s);
   }
-  double sum_squares(const float* x, size_t n) override { return cuda::sum_squares(x, n); }
-  void scale(float* x, size_t n, float c) override { cuda::scale(x, n, c); }
+  double sum_squares(const float* x, size_t n) override {
+    const cuda::OpTimer timer("sum_squares");
+    return cuda::sum_squares(x, n);
+  }
+  void scale(float* x, size_t n, float c) override {
+    const cuda::OpTimer timer("scale");
+    cuda::scale(x, n, c);
+  }
 
  private:
   std::unordered_map<void*, size_t> sizes_;  // what each allocation holds, for the count
@@ -257,6 +308,7 @@ extern "C" __attribute__((visibility("default"))) gmlp::Backend* gmlp_cuda_backe
     // Before the first allocation or cuBLAS handle: they belong to the current device.
     const int n = gmlp::cuda_runtime_device_count();
     if (n > 0) gmlp::cuda::check(int(cudaSetDevice(gmlp::local_rank() % n)), "cudaSetDevice");
+    gmlp::cuda::start_op_profile();
     return new gmlp::CudaBackend;  // lives until exit, like the device memory it hands out
   }();
   return be;
