@@ -570,6 +570,33 @@ TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
   EXPECT_TRUE(test::all_close(d.down(dDb, C).data(), db.data(), C, 1e-4f, 1e-4f, "db"));
 }
 
+// The projections: bias-seeded forward; backward's dx (overwritten or added to), dW
+// and db, db a column sum over rows in chunks (three here, the last partial) and columns
+// in tiles of 32 (two, the second partial).
+TEST(CudaOps, LinearForwardAndBackwardWithTheBiasSummedOverChunksOfRows) {
+  REQUIRE_GPU();
+  const int M = 700, in = 37, out = 45;
+  const Vec x = randn(size_t(M) * in, 80), W = randn(size_t(out) * in, 81, 0.3f), b = randn(out, 82),
+            dy = randn(size_t(M) * out, 83), dx0 = randn(x.size(), 84), dW0 = randn(W.size(), 85),
+            db0 = randn(out, 86);
+  OnDevice dv;
+  const float *dX = dv.up(x), *dWt = dv.up(W), *dDy = dv.up(dy);
+  Vec y(size_t(M) * out);
+  cpu_backend().linear_forward(x.data(), M, in, W.data(), b.data(), out, y.data());
+  float* dY = dv.up(Vec(y.size()));
+  dv.be.linear_forward(dX, M, in, dWt, dv.up(b), out, dY);
+  EXPECT_TRUE(test::all_close(dv.down(dY, y.size()).data(), y.data(), y.size(), kAtol, kRtol, "y"));
+  for (bool acc : {false, true}) {
+    Vec dx = dx0, dW = dW0, db = db0;
+    cpu_backend().linear_backward(dy.data(), x.data(), M, in, W.data(), out, dx.data(), acc, dW.data(), db.data());
+    float *dDx = dv.up(dx0), *dDw = dv.up(dW0), *dDb = dv.up(db0);
+    dv.be.linear_backward(dDy, dX, M, in, dWt, out, dDx, acc, dDw, dDb);
+    EXPECT_TRUE(test::all_close(dv.down(dDx, dx.size()).data(), dx.data(), dx.size(), kAtol, 1e-4f, "dx"));
+    EXPECT_TRUE(test::all_close(dv.down(dDw, dW.size()).data(), dW.data(), dW.size(), 1e-4f, 1e-4f, "dW"));
+    EXPECT_TRUE(test::all_close(dv.down(dDb, db.size()).data(), db.data(), db.size(), 1e-4f, 1e-4f, "db"));
+  }
+}
+
 TEST(CudaOps, GeluBothFormsForwardAndBackward) {
   REQUIRE_GPU();
   for (bool t : {false, true}) {

@@ -24,6 +24,38 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) { return unsigned(
 // per blockIdx.y: 256, or more where M would need over 65535 chunks (gridDim.y's limit).
 inline int rows_per_chunk(int M) { return M > 256 * 65535 ? (M + 65534) / 65535 : 256; }
 
+// The first stage of column sums (bias and LayerNorm gradients): a block of kColTile x
+// kRowLanes threads per (kColTile columns, chunk of rows). Each row lane takes every
+// kRowLanes-th row of the chunk, so that a warp reads 32 adjacent columns of one row and
+// each thread a few dozen rows, not the whole chunk (a thread per column over 256-row
+// chunks left 64 blocks at d 512, 8,192 rows: a few per SM, each thread a long chain of
+// loads); then the lanes' sums are added in lane order. Fixed order throughout.
+constexpr int kColTile = 32, kRowLanes = 8;
+inline dim3 column_sum_grid(int N, int chunks) { return dim3(blocks_for(N, kColTile), unsigned(chunks)); }
+inline dim3 column_sum_block() { return dim3(kColTile, kRowLanes); }
+
+// K sums per column over the block's chunk of rows [blockIdx.y * rows_per, + rows_per)
+// of M: term(r, c, s) adds row r's terms of column c to s[0, K); the chunk's sums go to
+// part[(blockIdx.y * K + k) * N + c]. Every thread reaches the barrier.
+template <int K, typename Term>
+__device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term& term, float* part) {
+  __shared__ float lanes[K][kRowLanes][kColTile];
+  const int c = int(blockIdx.x) * kColTile + int(threadIdx.x);
+  const int r0 = int(blockIdx.y) * rows_per, r1 = min(M, r0 + rows_per);
+  float s[K];
+  for (int k = 0; k < K; ++k) s[k] = 0.f;
+  if (c < N)
+    for (int r = r0 + int(threadIdx.y); r < r1; r += kRowLanes) term(r, c, s);
+  for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = s[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= N) return;
+  for (int k = 0; k < K; ++k) {
+    float t = 0.f;
+    for (int j = 0; j < kRowLanes; ++j) t += lanes[k][j][threadIdx.x];
+    part[(int64_t(blockIdx.y) * K + k) * N + c] = t;
+  }
+}
+
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread
 // gets the result. `shared` holds 32 values.
 template <typename T>

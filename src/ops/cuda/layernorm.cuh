@@ -92,20 +92,24 @@ __global__ void ln_backward_dx_k(const float* dy, int lddy, XIn xin, const float
   }
 }
 
+// dw's and db's terms of row r, column c: dy * xhat and dy.
+template <typename XIn>
+struct DwDbTerms {
+  const float* dy;
+  int lddy;
+  XIn xin;
+  const float *mean, *rstd;
+  __device__ void operator()(int r, int c, float* s) const {
+    const float g = dy[int64_t(r) * lddy + c];
+    s[0] += g * (xin(r, c) - mean[r]) * rstd[r];
+    s[1] += g;
+  }
+};
+
 template <typename XIn>
 __global__ void ln_backward_dwdb_partial_k(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                            int M, int C, int rows_per, float* part) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
-  float sw = 0.f, sb = 0.f;
-  for (int r = r0; r < r1; ++r) {
-    const float g = dy[int64_t(r) * lddy + c];
-    sw += g * (xin(r, c) - mean[r]) * rstd[r];
-    sb += g;
-  }
-  part[(int64_t(blockIdx.y) * 2) * C + c] = sw;
-  part[(int64_t(blockIdx.y) * 2 + 1) * C + c] = sb;
+  column_chunk_sums<2>(M, C, rows_per, DwDbTerms<XIn>{dy, lddy, xin, mean, rstd}, part);
 }
 
 __global__ void ln_backward_dwdb_finish_k(const float* part, int chunks, int C, float* dw, float* db);
@@ -117,8 +121,8 @@ void layernorm_backward_with(const float* dy, int lddy, XIn xin, const float* me
   if (M <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * 2 * size_t(chunks) * C));
-  GMLP_LAUNCH(ln_backward_dwdb_partial_k, dim3(blocks_for(C), unsigned(chunks)), kThreads)(dy, lddy, xin, mean, rstd, M,
-                                                                                           C, rows_per, part);
+  GMLP_LAUNCH(ln_backward_dwdb_partial_k, column_sum_grid(C, chunks), column_sum_block())(dy, lddy, xin, mean, rstd, M,
+                                                                                          C, rows_per, part);
   GMLP_LAUNCH(ln_backward_dwdb_finish_k, blocks_for(C), kThreads)(part, chunks, C, dw, db);
   GMLP_LAUNCH(ln_backward_dx_k, unsigned(M), kRowThreads)(dy, lddy, xin, mean, rstd, w, C, out);
   check_launch("layernorm backward");

@@ -10,15 +10,15 @@ __global__ void seed_rows(float* y, const float* b, int M, int out) {
   y[i] = b ? b[i % out] : 0.f;
 }
 
-// out[c] += sum over rows of x[r, c]: a thread per column, rows in a fixed order.
-// Rows are split across blockIdx.y into partial sums when there are many.
+// out[c] += sum over rows of x[r, c]: partial sums per chunk of rows (common.cuh), then
+// the chunks' in order.
+struct ColumnOf {
+  const float* x;
+  int ld;
+  __device__ void operator()(int r, int c, float* s) const { s[0] += x[int64_t(r) * ld + c]; }
+};
 __global__ void colsum_partial(const float* x, int M, int N, int ld, int rows_per, float* part) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= N) return;
-  const int r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
-  float s = 0.f;
-  for (int r = r0; r < r1; ++r) s += x[int64_t(r) * ld + c];
-  part[int64_t(blockIdx.y) * N + c] = s;
+  column_chunk_sums<1>(M, N, rows_per, ColumnOf{x, ld}, part);
 }
 
 __global__ void colsum_finish(const float* part, int chunks, int N, float* out) {
@@ -35,7 +35,7 @@ void colsum_add(const float* x, int M, int N, int ld, float* out) {
   if (M <= 0 || N <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
-  GMLP_LAUNCH(colsum_partial, dim3(blocks_for(N), unsigned(chunks)), kThreads)(x, M, N, ld, rows_per, part);
+  GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(x, M, N, ld, rows_per, part);
   GMLP_LAUNCH(colsum_finish, blocks_for(N), kThreads)(part, chunks, N, out);
   check_launch("colsum");
 }
