@@ -44,10 +44,16 @@ using Ids = std::vector<int32_t>;
 
 bool have_gpu() { return cuda_built() && cuda_device_count() > 0; }
 
-#define REQUIRE_GPU()                                                                  \
-  if (!have_gpu())                                                                     \
-  GTEST_SKIP() << (cuda_built() ? "no CUDA device on this machine"                     \
-                                : "this build has no CUDA backend (nvcc not found)")
+// Skipped where there is no GPU; failed where the machine has the NVIDIA driver (or the
+// emulator was asked for) and CUDA still does not work (a driver older than the runtime,
+// the module not loading): a GPU session must not pass by skipping every GPU test.
+#define REQUIRE_GPU()                                                   \
+  if (!have_gpu()) {                                                    \
+    bool broken_ = false;                                               \
+    const std::string why_ = cuda_unusable_reason(&broken_);            \
+    if (broken_) FAIL() << "CUDA is there but does not work: " << why_; \
+    GTEST_SKIP() << why_;                                               \
+  }
 
 using test::separate_backend;
 
@@ -282,6 +288,38 @@ TEST(DeviceChoice, CudaWithoutADeviceIsAClearErrorAndWritesNothing) {
   for (const char* cmd : {"finetune", "eval", "generate", "classify", "classify-image", "bench", "ablate"}) {
     const auto h = test::run_command(test::gmlp_exe() + " " + cmd + " --help 2>&1");
     EXPECT_NE(h.output.find("--device"), std::string::npos) << cmd;
+  }
+}
+
+// Where the driver is present but CUDA fails, --device cuda says what failed, and
+// --device auto runs on the CPU saying so once, instead of passing for a machine
+// without a GPU: a module that cannot be loaded, and a driver older than the runtime.
+TEST(DeviceChoice, ABrokenCudaIsNamedNotTakenForNoGpu) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA backend";
+  test::TempDir dir("broken_cuda");
+  const std::string train = " train --steps 1 --no-progress --data " + test::kGplText + " --set model.d_model=16"
+                            " --set model.d_ffn=32 --set model.n_layers=1 --set model.seq_len=16";
+  struct Case {
+    std::string env, why;
+  };
+  std::vector<Case> cases = {{"GMLP_CUDA_EMULATOR=" + dir.file("missing.so"), "cannot load the CUDA backend module"}};
+#ifdef GMLP_CUDA_EMULATOR_MODULE
+  cases.push_back({std::string("GMLP_CUDA_EMULATOR=") + GMLP_CUDA_EMULATOR_MODULE + " GMLP_CUDA_EMULATOR_DRIVER=old",
+                   "the CUDA runtime cannot list the devices: CUDA driver version is insufficient"});
+#endif
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::string out = dir.file("cuda" + std::to_string(i));
+    auto r = test::run_command(c.env + " " + test::gmlp_exe() + train + " --device cuda --out " + out + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("gmlp: error: --device cuda: " + c.why), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    r = test::run_command(c.env + " " + test::gmlp_exe() + train + " --device auto --out " +
+                          dir.file("auto" + std::to_string(i)) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::string warning = "gmlp: warning: --device auto: running on the CPU: " + c.why;
+    EXPECT_NE(r.output.find(warning), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(warning), r.output.rfind(warning)) << "said once:\n" << r.output;
   }
 }
 

@@ -15,6 +15,11 @@ Device parse_device(const std::string& s);
 // Whether this build has the CUDA backend, and how many devices it sees (0 without).
 bool cuda_built();
 int cuda_device_count();
+// Why no CUDA device can be used ("" when one can): no CUDA in this build, no NVIDIA
+// driver, the backend module not loading, the CUDA runtime failing, or no device. broken,
+// when given, says whether the machine has the driver (or GMLP_CUDA_EMULATOR is set) and
+// CUDA still failed: a fault to report, not an absence.
+std::string cuda_unusable_reason(bool* broken = nullptr);
 
 // The precision of the matrix products. fp32: every product in float32 (the reference).
 // bf16: mixed precision, the products' inputs rounded to bfloat16 and accumulated in

@@ -9,6 +9,8 @@
 #include "gmlp/error.h"
 #include "ops/ops.h"
 
+#include <cstdio>
+
 #ifdef GMLP_HAVE_CUDA
 #include <dlfcn.h>
 #include <unistd.h>
@@ -26,7 +28,7 @@ namespace gmlp {
 namespace {
 
 struct CudaModule {
-  int (*device_count)() = nullptr;
+  int (*device_count)(char* err, size_t cap) = nullptr;
   Backend* (*backend)() = nullptr;
   // NCCL (src/ops/cuda/nccl.cpp); null in a module from before it existed.
   size_t (*nccl_id)(unsigned char* out, size_t cap, char* err, size_t err_cap) = nullptr;
@@ -55,7 +57,7 @@ const CudaModule& cuda_module() {
     void* h = open_module(file, path, {"gmlp_cuda_backend", "gmlp_cuda_device_count"}, m.error);
     if (!h) return;
     m.backend = reinterpret_cast<Backend* (*)()>(dlsym(h, "gmlp_cuda_backend"));
-    m.device_count = reinterpret_cast<int (*)()>(dlsym(h, "gmlp_cuda_device_count"));
+    m.device_count = reinterpret_cast<int (*)(char*, size_t)>(dlsym(h, "gmlp_cuda_device_count"));
     m.nccl_id = reinterpret_cast<decltype(m.nccl_id)>(dlsym(h, "gmlp_cuda_nccl_id"));
     m.nccl_open = reinterpret_cast<decltype(m.nccl_open)>(dlsym(h, "gmlp_cuda_nccl_open"));
   });
@@ -66,17 +68,49 @@ const CudaModule& cuda_module() {
 // first keeps `--device auto` on a machine without one from loading the module at all.
 bool nvidia_driver_present() { return emulator_module() || access("/dev/nvidiactl", F_OK) == 0; }
 
+// What the module says once: the device count, or why it cannot give one.
+struct Devices {
+  int count = 0;
+  std::string error;
+};
+const Devices& devices() {
+  static const Devices d = [] {
+    Devices r;
+    const CudaModule& m = cuda_module();
+    if (!m.device_count) {
+      r.error = "cannot load the CUDA backend module: " + m.error;
+      return r;
+    }
+    char err[512] = "";
+    r.count = m.device_count(err, sizeof err);
+    r.error = err;
+    return r;
+  }();
+  return d;
+}
+
 }  // namespace
 
 bool cuda_built() { return true; }
-int cuda_device_count() {
-  if (!nvidia_driver_present()) return 0;
-  const CudaModule& m = cuda_module();
-  return m.device_count ? m.device_count() : 0;
+int cuda_device_count() { return nvidia_driver_present() ? devices().count : 0; }
+std::string cuda_unusable_reason(bool* broken) {
+  if (broken) *broken = false;
+  if (!nvidia_driver_present())
+    return "no CUDA device is visible on this machine (no NVIDIA driver: /dev/nvidiactl does not exist)";
+  if (devices().count > 0) return "";
+  if (!devices().error.empty()) {
+    if (broken) *broken = true;
+    return devices().error;
+  }
+  return "no CUDA device is visible on this machine (the NVIDIA driver is there, but the CUDA runtime lists none)";
 }
 #else
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_unusable_reason(bool* broken) {
+  if (broken) *broken = false;
+  return "this gmlp was built without the CUDA backend (no nvcc at build time, or -DGMLP_CUDA=OFF)";
+}
 #endif
 
 std::string name_of(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
@@ -94,17 +128,21 @@ std::string cpu_gemm() { return ops::fp32_engine_description(); }
 
 Device parse_device(const std::string& s) {
   if (s == "cpu") return Device::cpu;
-  if (s == "auto") return cuda_built() && cuda_device_count() > 0 ? Device::cuda : Device::cpu;
+  if (s == "auto") {
+    bool broken = false;
+    const std::string why = cuda_unusable_reason(&broken);
+    if (why.empty()) return Device::cuda;
+    // A machine with the driver whose CUDA fails runs on the CPU, but says why once.
+    static bool warned = false;
+    if (broken && !warned) {
+      std::fprintf(stderr, "gmlp: warning: --device auto: running on the CPU: %s\n", why.c_str());
+      warned = true;
+    }
+    return Device::cpu;
+  }
   if (s == "cuda") {
-    require(cuda_built(), "--device cuda: this gmlp was built without the CUDA backend (no nvcc at build time, or "
-                          "-DGMLP_CUDA=OFF)");
-#ifdef GMLP_HAVE_CUDA
-    require(nvidia_driver_present(), "--device cuda: no CUDA device is visible on this machine (no NVIDIA driver: "
-                                     "/dev/nvidiactl does not exist)");
-    require(cuda_module().backend != nullptr,
-            "--device cuda: cannot load the CUDA backend module: " + cuda_module().error);
-#endif
-    require(cuda_device_count() > 0, "--device cuda: no CUDA device is visible on this machine");
+    const std::string why = cuda_unusable_reason();
+    require(why.empty(), "--device cuda: " + why);
     return Device::cuda;
   }
   throw Error("--device: '" + s + "' is not one of cpu, cuda, auto");
@@ -113,7 +151,8 @@ Device parse_device(const std::string& s) {
 Backend& backend_for(Device device) {
   if (device == Device::cpu) return cpu_backend();
 #ifdef GMLP_HAVE_CUDA
-  require(cuda_device_count() > 0, "the CUDA backend needs a CUDA device; none is visible on this machine");
+  const std::string why = cuda_unusable_reason();
+  require(why.empty(), "the CUDA backend cannot run: " + why);
   return *cuda_module().backend();
 #else
   throw Error("this gmlp was built without the CUDA backend");

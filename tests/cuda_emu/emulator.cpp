@@ -368,7 +368,14 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
 using gmlp::emu::record;
 
 // ---- the runtime
+// GMLP_CUDA_EMULATOR_DRIVER=old plays a driver older than the runtime, as CUDA reports it,
+// so that the tests can see what gmlp says of a GPU machine whose CUDA does not work.
 cudaError_t cudaGetDeviceCount(int* count) {
+  const char* driver = std::getenv("GMLP_CUDA_EMULATOR_DRIVER");
+  if (driver && std::strcmp(driver, "old") == 0) {
+    *count = 0;
+    return record(cudaErrorInsufficientDriver);
+  }
   *count = 1;
   return cudaSuccess;
 }
@@ -487,6 +494,8 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     default: return "unspecified launch failure";
   }
 }

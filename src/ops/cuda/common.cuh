@@ -18,7 +18,11 @@ namespace gmlp::cuda {
 #endif
 
 constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n, int threads = kThreads) { return unsigned((n + threads - 1) / threads); }
+// At least one: a grid of none is a launch error, and every kernel sized this way checks
+// its index against n (so an empty batch, an MLM batch with no masked rows, is a no-op).
+inline unsigned blocks_for(int64_t n, int threads = kThreads) {
+  return n > 0 ? unsigned((n + threads - 1) / threads) : 1u;
+}
 
 // Rows per chunk of a column sum taken as partial sums over chunks of rows, one chunk
 // per blockIdx.y: 256, or more where M would need over 65535 chunks (gridDim.y's limit).

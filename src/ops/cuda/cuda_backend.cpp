@@ -16,13 +16,18 @@
 namespace gmlp {
 namespace {
 
-int cuda_runtime_device_count() {
+// The devices the CUDA runtime sees; 0 with `error` set when it cannot say (a driver
+// older than this runtime, a device in a prohibited compute mode, ...): a fault to
+// report, where cudaErrorNoDevice is only an absence.
+int cuda_runtime_device_count(std::string* error = nullptr) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: not an error here, just none
-    return 0;
-  }
-  return n;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n;
+  cudaGetLastError();
+  if (e != cudaErrorNoDevice && error)
+    *error = std::string("the CUDA runtime cannot list the devices: ") + cudaGetErrorString(e) + " (" +
+             std::to_string(int(e)) + ")";
+  return 0;
 }
 
 using cuda::check;
@@ -37,6 +42,25 @@ int local_rank() {
     if (const char* s = std::getenv(v)) return std::atoi(s);
   return 0;
 }
+
+// The device this process drives (local_rank() modulo the devices), set when the
+// backend is made. The current device is per host thread: an op called from a thread
+// other than the one that made the backend (a Python thread: the extension releases
+// the GIL) would otherwise run on device 0 with this device's memory and cuBLAS handle.
+int g_device = 0;
+void use_device() {
+  thread_local int current = -1;
+  if (current == g_device) return;
+  check(int(cudaSetDevice(g_device)), "cudaSetDevice");
+  current = g_device;
+}
+
+// Every op's first line: the device made current on the calling thread, then the op
+// timed under GMLP_CUDA_PROFILE (op_profile.h).
+struct Entry {
+  explicit Entry(const char* op) : timer((use_device(), op)) {}
+  cuda::OpTimer timer;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -57,6 +81,7 @@ class CudaBackend final : public Backend {
 
   void* alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    use_device();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess)
@@ -69,7 +94,10 @@ class CudaBackend final : public Backend {
   }
   void release(void* p) override {
     if (!p) return;
-    cudaFree(p);  // never throws: called from destructors
+    // Never throws (called from destructors). cudaFree only *may* wait for the work that
+    // could still read p (the runtime API's documentation): wait first.
+    if (cudaSetDevice(g_device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+    cudaFree(p);
     const auto it = sizes_.find(p);
     if (it == sizes_.end()) return;
     cuda::count_device_bytes(-int64_t(it->second));
@@ -86,19 +114,19 @@ class CudaBackend final : public Backend {
   bool stores_bf16() const override { return bf16_; }
   int attention_rows_at_once(int B) const override { return B; }
   void upload(void* dst, const void* src, size_t bytes) override {
-    const cuda::OpTimer timer("upload");
+    const Entry entry("upload");
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)), "upload");
   }
   void download(void* dst, const void* src, size_t bytes) override {
-    const cuda::OpTimer timer("download");
+    const Entry entry("download");
     if (bytes) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)), "download");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    const cuda::OpTimer timer("copy");
+    const Entry entry("copy");
     if (bytes && dst != src) check(int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)), "device copy");
   }
   void zero(void* p, size_t bytes) override {
-    const cuda::OpTimer timer("zero");
+    const Entry entry("zero");
     if (bytes) check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
   }
   void synchronize() override { check(int(cudaDeviceSynchronize()), "synchronize"); }
@@ -106,179 +134,179 @@ class CudaBackend final : public Backend {
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {
-    const cuda::OpTimer timer("gemm");
+    const Entry entry("gemm");
     cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) override {
-    const cuda::OpTimer timer("linear_forward");
+    const Entry entry("linear_forward");
     cuda::linear_forward(x, M, in, W, b, out, y);
   }
   void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx, bool acc,
                        float* dW, float* db) override {
-    const cuda::OpTimer timer("linear_backward");
+    const Entry entry("linear_backward");
     cuda::linear_backward(dy, x, M, in, W, out, dx, acc, dW, db);
   }
   void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                          int ldy, float* mean, float* rstd) override {
-    const cuda::OpTimer timer("layernorm_forward");
+    const Entry entry("layernorm_forward");
     cuda::layernorm_forward(x, ldx, M, C, w, b, eps, y, ldy, mean, rstd);
   }
   void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                        const float* rstd, float* y, int ldy) override {
-    const cuda::OpTimer timer("layernorm_apply");
+    const Entry entry("layernorm_apply");
     cuda::layernorm_apply(x, ldx, M, C, w, b, mean, rstd, y, ldy);
   }
   void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
                           const float* w, int M, int C, float* dx, int lddx, bool acc, float* dw,
                           float* db) override {
-    const cuda::OpTimer timer("layernorm_backward");
+    const Entry entry("layernorm_backward");
     cuda::layernorm_backward(dy, lddy, x, ldx, mean, rstd, w, M, C, dx, lddx, acc, dw, db);
   }
   void gelu_forward(const float* x, float* y, int64_t n, bool t) override {
-    const cuda::OpTimer timer("gelu_forward");
+    const Entry entry("gelu_forward");
     cuda::gelu_forward(x, y, n, t);
   }
   void bias_gelu_forward(float* u, const float* b, int M, int n, float* y, bool t) override {
-    const cuda::OpTimer timer("bias_gelu_forward");
+    const Entry entry("bias_gelu_forward");
     cuda::bias_gelu_forward(u, b, M, n, y, t);
   }
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t) override {
-    const cuda::OpTimer timer("gelu_backward");
+    const Entry entry("gelu_backward");
     cuda::gelu_backward(x, dy, dx, n, t);
   }
   void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) override {
-    const cuda::OpTimer timer("toeplitz_materialize");
+    const Entry entry("toeplitz_materialize");
     cuda::toeplitz_materialize(w, n, causal, T, W);
   }
   void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw) override {
-    const cuda::OpTimer timer("toeplitz_fold");
+    const Entry entry("toeplitz_fold");
     cuda::toeplitz_fold(dW, T, n, causal, dw);
   }
   void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean,
                    float* grstd, float* F, float* G, const float* extra) override {
-    const cuda::OpTimer timer("sgu_forward");
+    const Entry entry("sgu_forward");
     cuda::sgu_forward(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
   }
   void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) override {
-    const cuda::OpTimer timer("sgu_combine");
+    const Entry entry("sgu_combine");
     cuda::sgu_combine(kind, Z, ldz, F, M, g, S);
   }
   void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f,
                          const float* F, float* S, float* dF, float* dZ) override {
-    const cuda::OpTimer timer("sgu_backward_gate");
+    const Entry entry("sgu_backward_gate");
     cuda::sgu_backward_gate(p, dS, Z, T, B, f, F, S, dF, dZ);
   }
   void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T,
                         int B, int f, const float* gmean, const float* grstd, const float* F, float* dZ, float* G,
                         float* dF, float* dG) override {
-    const cuda::OpTimer timer("sgu_backward_mix");
+    const Entry entry("sgu_backward_mix");
     cuda::sgu_backward_mix(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
   }
   void tiny_attention_forward(const ops::AttnParams& p, const float* H, int T, int B, float* qkv, float* P, float* O,
                               float* A) override {
-    const cuda::OpTimer timer("tiny_attention_forward");
+    const Entry entry("tiny_attention_forward");
     cuda::tiny_attention_forward(p, H, T, B, qkv, P, O, A);
   }
   void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA, const float* H,
                                int T, int B, const float* qkv, const float* P, const float* O, float* dH, float* dO,
                                float* dP, float* dqkv) override {
-    const cuda::OpTimer timer("tiny_attention_backward");
+    const Entry entry("tiny_attention_backward");
     cuda::tiny_attention_backward(p, g, dA, H, T, B, qkv, P, O, dH, dO, dP, dqkv);
   }
   void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
-    const cuda::OpTimer timer("extract_patches");
+    const Entry entry("extract_patches");
     cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }
   void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
                          float* x) override {
-    const cuda::OpTimer timer("embedding_forward");
+    const Entry entry("embedding_forward");
     cuda::embedding_forward(E, d, tokens, M, B, pe, x);
   }
   void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) override {
-    const cuda::OpTimer timer("embedding_backward");
+    const Entry entry("embedding_backward");
     cuda::embedding_backward(dx, d, tokens, M, V, dE);
   }
   double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
-    const cuda::OpTimer timer("cross_entropy");
+    const Entry entry("cross_entropy");
     return cuda::cross_entropy(logits, M, V, targets, dlogits);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
-    const cuda::OpTimer timer("residual_bias");
+    const Entry entry("residual_bias");
     cuda::residual_bias(x, b, M, d, out);
   }
   void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) override {
-    const cuda::OpTimer timer("residual_keep");
+    const Entry entry("residual_keep");
     cuda::residual_keep(x, keep, h, M, B, d, out);
   }
   void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) override {
-    const cuda::OpTimer timer("scale_rows");
+    const Entry entry("scale_rows");
     cuda::scale_rows(keep, dx, M, B, d, out);
   }
   void residual_dropout(const float* x, const float* h, const float* keep, const ops::DropMask& mask, int M, int B,
                         int d, float* out) override {
-    const cuda::OpTimer timer("residual_dropout");
+    const Entry entry("residual_dropout");
     cuda::residual_dropout(x, h, keep, mask, M, B, d, out);
   }
   void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                  float* dh) override {
-    const cuda::OpTimer timer("residual_dropout_backward");
+    const Entry entry("residual_dropout_backward");
     cuda::residual_dropout_backward(dout, keep, mask, M, B, d, dh);
   }
   void dropout_apply(const float* x, const ops::DropMask& mask, int B, int d, float* y) override {
-    const cuda::OpTimer timer("dropout_apply");
+    const Entry entry("dropout_apply");
     cuda::dropout_apply(x, mask, B, d, y);
   }
   void mean_pool_forward(const float* h, int T, int B, int d, const int32_t* lengths, float* pooled) override {
-    const cuda::OpTimer timer("mean_pool_forward");
+    const Entry entry("mean_pool_forward");
     cuda::mean_pool_forward(h, T, B, d, lengths, pooled);
   }
   void mean_pool_backward(const float* dp, int T, int B, int d, const int32_t* lengths, float* dh) override {
-    const cuda::OpTimer timer("mean_pool_backward");
+    const Entry entry("mean_pool_backward");
     cuda::mean_pool_backward(dp, T, B, d, lengths, dh);
   }
   void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst) override {
-    const cuda::OpTimer timer("gather_rows");
+    const Entry entry("gather_rows");
     cuda::gather_rows(src, rows, K, d, dst);
   }
   void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst) override {
-    const cuda::OpTimer timer("scatter_rows");
+    const Entry entry("scatter_rows");
     cuda::scatter_rows(src, rows, K, M, d, dst);
   }
   void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe,
                     float* x) override {
-    const cuda::OpTimer timer("decode_embed");
+    const Entry entry("decode_embed");
     cuda::decode_embed(E, d, tokens, pos, R, pe, x);
   }
   void decode_linear(const float* W, int out, int in, const float* X, int R, const float* b, float* Y,
                      bool accumulate) override {
-    const cuda::OpTimer timer("decode_linear");
+    const Entry entry("decode_linear");
     cuda::decode_linear(W, out, in, X, R, b, Y, accumulate);
   }
   void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
                         int ldy, const int32_t* rows) override {
-    const cuda::OpTimer timer("decode_layernorm");
+    const Entry entry("decode_layernorm");
     cuda::decode_layernorm(x, ldx, R, C, w, b, eps, y, ldy, rows);
   }
   void decode_mix(const float* G, int n, int g, int heads, const float* W, int64_t wsz, bool toeplitz,
                   const float* bias, const int32_t* stream, const int32_t* pos, int R, float* F) override {
-    const cuda::OpTimer timer("decode_mix");
+    const Entry entry("decode_mix");
     cuda::decode_mix(G, n, g, heads, W, wsz, toeplitz, bias, stream, pos, R, F);
   }
   void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos, int R,
                         int n, float* qkv, float* P, float* O, float* A, float* F) override {
-    const cuda::OpTimer timer("decode_attention");
+    const Entry entry("decode_attention");
     cuda::decode_attention(p, h, stream, pos, R, n, qkv, P, O, A, F);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
-    const cuda::OpTimer timer("adamw_update");
+    const Entry entry("adamw_update");
     cuda::adamw_update(p, g, m, v, n, s);
   }
   double sum_squares(const float* x, size_t n) override {
-    const cuda::OpTimer timer("sum_squares");
+    const Entry entry("sum_squares");
     return cuda::sum_squares(x, n);
   }
   void scale(float* x, size_t n, float c) override {
-    const cuda::OpTimer timer("scale");
+    const Entry entry("scale");
     cuda::scale(x, n, c);
   }
 
@@ -299,15 +327,20 @@ size_t cuda::live_device_bytes() { return g_live_bytes; }
 }  // namespace gmlp
 
 // The module's two entry points, looked up by name (src/backend/device.cpp).
-extern "C" __attribute__((visibility("default"))) int gmlp_cuda_device_count() {
-  return gmlp::cuda_runtime_device_count();
+// The device count; where the runtime fails, 0 and its error in err (cap bytes, terminated).
+extern "C" __attribute__((visibility("default"))) int gmlp_cuda_device_count(char* err, size_t cap) {
+  std::string error;
+  const int n = gmlp::cuda_runtime_device_count(&error);
+  if (err && cap) std::snprintf(err, cap, "%s", error.c_str());
+  return n;
 }
 
 extern "C" __attribute__((visibility("default"))) gmlp::Backend* gmlp_cuda_backend() {
   static gmlp::CudaBackend* be = [] {
     // Before the first allocation or cuBLAS handle: they belong to the current device.
     const int n = gmlp::cuda_runtime_device_count();
-    if (n > 0) gmlp::cuda::check(int(cudaSetDevice(gmlp::local_rank() % n)), "cudaSetDevice");
+    gmlp::g_device = n > 0 ? gmlp::local_rank() % n : 0;
+    gmlp::use_device();
     gmlp::cuda::start_op_profile();
     return new gmlp::CudaBackend;  // lives until exit, like the device memory it hands out
   }();
