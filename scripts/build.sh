@@ -13,6 +13,8 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=${l/ccache/CCACHE_COMPILERCHECK=$check;ccache}"
             "-DCMAKE_CUDA_COMPILER_LAUNCHER=$l")
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" > build.log 2>&1 || { cat build.log; exit 1; }
-cmake --build build -j"$(nproc)" >> build.log 2>&1 || { tail -50 build.log; exit 1; }
-echo "build: ok (build/gmlp, build/tests/gmlp_tests; log in build.log)"
+# GMLP_BUILD_DIR: another build directory than build/ (scripts/gpu_kit.sh's portable one).
+B=${GMLP_BUILD_DIR:-build}
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" > "$B.log" 2>&1 || { cat "$B.log"; exit 1; }
+cmake --build "$B" -j"$(nproc)" >> "$B.log" 2>&1 || { tail -50 "$B.log"; exit 1; }
+echo "build: ok ($B/gmlp, $B/tests/gmlp_tests; log in $B.log)"

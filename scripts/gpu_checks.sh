@@ -27,7 +27,10 @@ if [[ ! -f $K/source_dir ]]; then mkdir -p "$K" && tar -C "$K" -xJf .gpukit/kit.
 # CUDA module): make that path lead here, and build/ lead to the kit.
 src=$(cat "$K/source_dir")
 if [[ $src != "$root" && ! -e $src ]]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
-if [[ ! -e $root/build ]]; then ln -s "$K/build" "$root/build"; fi
+# The binaries know their build directory's name (build-gpukit/); the scripts, build/.
+for name in build "$(cat "$K/build_name" 2>/dev/null || echo build)"; do
+  if [[ ! -e $root/$name ]]; then ln -s "$K/build" "$root/$name"; fi
+done
 
 # The kit's copies of the compiler's runtime go only where the machine lacks them or
 # has an older one: a newer libstdc++ serves these binaries, and an older one forced on

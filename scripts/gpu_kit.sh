@@ -7,15 +7,21 @@
 # (it has nvcc and CMake but not OpenBLAS, GoogleTest or the other build dependencies).
 # The kit is one xz archive (about 15 MB; unpacked, 60 MB would not fit in what a device
 # call carries beside the tree).
-# Usage: bash scripts/gpu_kit.sh        (after bash scripts/build.sh with nvcc present)
+# The kit is a build of its own, build-gpukit/, for any x86-64 CPU with AVX2 and FMA
+# (x86-64-v3): build/ is tuned for this machine's CPU (-march=native), and its AVX-512
+# instructions, thousands of them, would stop the kit with SIGILL on a GPU host without
+# them. The CPU's speed does not matter there; the GPU's does.
+# Usage: bash scripts/gpu_kit.sh        (with nvcc present; builds build-gpukit/ first)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-B=build
-[[ -f $B/libgmlp_cuda.so ]] || {
-  echo "gpu_kit.sh: $B/ has no CUDA module (libgmlp_cuda.so): build with nvcc present (bash scripts/build.sh)" >&2
-  exit 1
-}
+B=build-gpukit
+GMLP_BUILD_DIR=$B bash scripts/build.sh -DGMLP_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DGMLP_CUDA=ON
+[[ -f $B/libgmlp_cuda.so ]] || { echo "gpu_kit.sh: $B/ has no CUDA module (libgmlp_cuda.so)" >&2; exit 1; }
 [[ -x $B/gmlp && -x $B/tests/gmlp_tests ]] || { echo "gpu_kit.sh: $B/ lacks gmlp or tests/gmlp_tests" >&2; exit 1; }
+if objdump -d "$B/gmlp" "$B/tests/gmlp_tests" "$B/libgmlp_cuda.so" | grep -q zmm; then
+  echo "gpu_kit.sh: $B/ holds AVX-512 instructions; the kit must run on CPUs without them" >&2
+  exit 1
+fi
 K=.gpukit
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
@@ -31,8 +37,9 @@ ldd "$B/gmlp" "$B/tests/gmlp_tests" "$B/libgmlp_cuda.so" | awk '/=> \//{print $3
   while read -r lib; do cp -L "$lib" "$S/lib/"; done
 # The tests find their fixtures and the module through the build's absolute paths.
 echo "$PWD" > "$S/source_dir"
+echo "$B" > "$S/build_name"
 git rev-parse HEAD > "$S/commit" 2>/dev/null || echo unknown > "$S/commit"
 mkdir -p "$K"
 tar -C "$S" -cJf "$K/kit.tar.xz.tmp" . && mv "$K/kit.tar.xz.tmp" "$K/kit.tar.xz"
 echo "gpu_kit.sh: $K/kit.tar.xz, $(du -sh "$K/kit.tar.xz" | cut -f1) ($(du -sh "$S" | cut -f1) unpacked, $(ls "$S/lib" | wc -l) libraries), commit $(cut -c1-7 "$S/commit")"
-echo "on the GPU machine: bash scripts/gpu_checks.sh tests sanitizer bench   (carry .gpukit)"
+echo "on the GPU machine (carry .gpukit and data/kjv.txt): bash scripts/gpu_checks.sh info tests sanitizer; then bench, train, profile"
