@@ -27,6 +27,9 @@ S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/build/tests" "$S/lib"
 cp "$B/gmlp" "$B/libgmlp_cuda.so" "$S/build/"
+# The CUDA emulator's module too: DeviceChoice.ABrokenCudaIsNamedNotTakenForNoGpu plays a
+# failing CUDA through it.
+[[ -f $B/libgmlp_cuda_emu.so ]] && cp "$B/libgmlp_cuda_emu.so" "$S/build/"
 cp "$B/tests/gmlp_tests" "$S/build/tests/"
 [[ -d $B/fixtures ]] && cp -r "$B/fixtures" "$S/build/"
 # The libraries as this machine resolves them, less the C library itself (the GPU
