@@ -86,8 +86,10 @@ for s in "$@"; do
     tests)
       step tests env LD_LIBRARY_PATH="$libs" "$T" --gtest_filter="$FILTER" --gtest_brief=1 ;;
     sanitizer)
+      # The GPU suites alone (CudaOps, Variants/CudaModel, ...), not the tests of the
+      # device choice or the emulator's data-parallel runs.
       step sanitizer env LD_LIBRARY_PATH="$libs" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 50 \
-        "$T" --gtest_filter='*Cuda*' --gtest_brief=1 ;;
+        "$T" --gtest_filter='Cuda*:*/Cuda*' --gtest_brief=1 ;;
     bench)
       step bench python3 bench/gpu_bench.py --json "$out/gpu-results.json" ;;
     train)
