@@ -172,6 +172,9 @@ def main() -> None:
                          "and per kernel for PyTorch (torch.profiler), over --repeats steps, written to FILE")
     args = ap.parse_args()
     device = "cpu" if args.smoke else "cuda"
+    unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
+    if unknown:
+        ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(WORKLOADS)}")
     records, profiles = [], []
     for name in args.workloads.split(","):
         w = WORKLOADS[name]

@@ -7,10 +7,12 @@
 #              generation) and the device-choice and mirror tests
 #   sanitizer  compute-sanitizer memcheck over the CUDA tests
 #   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
+#              (bench=lm,bert: those workloads alone)
 #   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
 #              bf16, for their validation losses against each other and the CPU's
 #   profile    where a step's time goes: gmlp's device time per op (GMLP_CUDA_PROFILE)
 #              and PyTorch's per kernel (torch.profiler), the LM and BERT-size workloads
+#              (profile=vision: another)
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes:
 # `info tests sanitizer` fit one call, `bench`, `train` and `profile` one each)
 set -uo pipefail
@@ -90,8 +92,12 @@ for s in "$@"; do
       # device choice or the emulator's data-parallel runs.
       step sanitizer env LD_LIBRARY_PATH="$libs" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 50 \
         "$T" --gtest_filter='Cuda*:*/Cuda*' --gtest_brief=1 ;;
-    bench)
-      step bench python3 bench/gpu_bench.py --json "$out/gpu-results.json" ;;
+    bench | bench=*)
+      # bench=lm,bert runs those workloads alone (each torch.compile takes a while: the
+      # three may not fit one 10-minute call), into a JSON file of their own.
+      w=lm,bert,vision
+      [[ $s == bench=* ]] && w=${s#bench=}
+      step "bench-${w//,/-}" python3 bench/gpu_bench.py --workloads "$w" --json "$out/gpu-results-${w//,/-}.json" ;;
     train)
       [[ -f data/kjv.txt ]] || { echo "gpu_checks.sh: train needs data/kjv.txt (carry data/kjv.txt)" >&2; status=1; continue; }
       # The run directories stay on the machine (their checkpoints are too large to
@@ -101,8 +107,11 @@ for s in "$@"; do
           --out /tmp/gmlp-default-$p --overwrite --no-progress
         cp /tmp/gmlp-default-$p/metrics.jsonl "$out/train-$p-metrics.jsonl" 2>/dev/null
       done ;;
-    profile)
-      step profile python3 bench/gpu_bench.py --profile "$out/profile.txt" --workloads lm,bert --warmup 3 --repeats 5 ;;
+    profile | profile=*)
+      w=lm,bert
+      [[ $s == profile=* ]] && w=${s#profile=}
+      step "profile-${w//,/-}" python3 bench/gpu_bench.py --profile "$out/profile-${w//,/-}.txt" --workloads "$w" \
+        --warmup 3 --repeats 5 ;;
     *) echo "gpu_checks.sh: unknown step '$s' (info, tests, sanitizer, bench, train or profile)" >&2; status=1 ;;
   esac
 done
