@@ -37,10 +37,11 @@ else:
     _core_error = None
 
 __all__ = ["Model", "Error", "train", "finetune_config", "set_threads", "get_threads", "set_precision",
-           "get_precision", "cpu_gemm", "cuda_available"]
+           "get_precision", "cpu_gemm", "cuda_available", "cuda_unusable_reason"]
 
 if _core is not None:
-    from ._core import Error, cpu_gemm, cuda_available, get_precision, get_threads, set_precision, set_threads
+    from ._core import (Error, cpu_gemm, cuda_available, cuda_unusable_reason, get_precision, get_threads,
+                        set_precision, set_threads)
     from .model import Model
     from .training import finetune_config, train
 

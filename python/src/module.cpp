@@ -130,6 +130,18 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "cuda_available", [] { return gmlp::cuda_built() && gmlp::cuda_device_count() > 0; },
       "Whether models can run on a CUDA GPU: the build has the CUDA backend and the machine a device");
+  m.def(
+      "cuda_unusable_reason", [] { return gmlp::cuda_unusable_reason(); },
+      "Why models cannot run on a CUDA GPU ('' when they can): no CUDA in this build, no NVIDIA driver, the "
+      "backend module not loading, the CUDA runtime failing, or no device");
+  m.def(
+      "_cuda_broken",
+      [] {
+        bool broken = false;
+        gmlp::cuda_unusable_reason(&broken);
+        return broken;
+      },
+      "Whether the NVIDIA driver is there (or GMLP_CUDA_EMULATOR set) and CUDA still fails");
   api::bind_model(m);
   api::bind_train(m);
 }

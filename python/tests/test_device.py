@@ -10,6 +10,14 @@ import gmlp
 cuda = pytest.mark.skipif(not gmlp.cuda_available(), reason="no CUDA device (nor the CUDA emulator)")
 
 
+def test_a_cuda_that_is_there_but_fails_is_not_taken_for_no_gpu():
+    # On a machine with the NVIDIA driver (or the emulator), every GPU test below must run:
+    # a CUDA that fails there is a failure, not a reason to skip them all.
+    from gmlp import _core
+    assert not _core._cuda_broken(), gmlp.cuda_unusable_reason()
+    assert (gmlp.cuda_unusable_reason() == "") == gmlp.cuda_available()
+
+
 def test_a_device_that_is_not_one_is_a_value_error(lm_run):
     for make in (lambda: gmlp.Model(TINY, device="gpu"), lambda: gmlp.Model.load(lm_run, device="GPU"),
                  lambda: gmlp.train({}, data="x", out="y", device="tpu"),
