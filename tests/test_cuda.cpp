@@ -965,13 +965,16 @@ INSTANTIATE_TEST_SUITE_P(Variants, CudaModel, ::testing::ValuesIn(variants()),
 // on the CPU and back, and ends where a CPU run of the same steps ends (to float
 // rounding: the GPU's sums are ordered otherwise). From the command line, as a user
 // would, with the optimizer state and the RNG crossing devices in the training state.
+// The command-line runs' model and batches: small, with dropout (its masks must cross
+// devices and resumptions too).
+const std::string kTinyRun = " --lr 1e-2 --batch-size 4 --no-progress --set model.d_model=16 --set model.d_ffn=32"
+                             " --set model.n_layers=2 --set model.seq_len=24 --set model.dropout=0.1";
+
 TEST(CudaCli, ARunResumesAcrossDevicesAndEndsWhereACpuRunEnds) {
   REQUIRE_GPU();
   test::TempDir dir("cross_device");
-  const std::string common = test::gmlp_exe() + " train --data " + test::kGplText +
-                             " --steps 12 --ckpt-every 4 --eval-every 6 --lr 1e-2 --batch-size 4 --no-progress"
-                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2"
-                             " --set model.seq_len=24 --set model.dropout=0.1";
+  const std::string common =
+      test::gmlp_exe() + " train --data " + test::kGplText + " --steps 12 --ckpt-every 4 --eval-every 6" + kTinyRun;
   auto r = test::run_command(common + " --device cpu --out " + dir.file("cpu") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("gmlp train: on "), std::string::npos) << "a CPU run's header is as it was";
@@ -1006,9 +1009,7 @@ TEST(CudaCli, AGpuRunStoppedAndResumedIsTheUninterruptedRunBitForBit) {
   REQUIRE_GPU();
   test::TempDir dir("gpu_resume");
   const std::string common = test::gmlp_exe() + " train --device cuda --data " + test::kGplText +
-                             " --steps 10 --log-every 1 --ckpt-every 4 --eval-every 5 --lr 1e-2 --batch-size 4 --no-progress"
-                             " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2"
-                             " --set model.seq_len=24 --set model.dropout=0.1";
+                             " --steps 10 --log-every 1 --ckpt-every 4 --eval-every 5" + kTinyRun;
   auto r = test::run_command(common + " --out " + dir.file("straight") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = test::run_command(common + " --stop-after 6 --out " + dir.file("split") + " 2>&1");
