@@ -28,8 +28,9 @@ class SeparateMemoryBackend final : public CpuBackend {
     CpuBackend::release(p);
   }
 
-  // What crossed between host and "device" since the caller last zeroed these.
-  size_t uploaded_bytes = 0, downloaded_bytes = 0;
+  // What crossed between host and "device" since the caller last zeroed these, and the
+  // AdamW update calls.
+  size_t uploaded_bytes = 0, downloaded_bytes = 0, adamw_calls = 0;
 
   // ---- every op and copy of the interface, checked, then the CPU's.
   void upload(void* dst, const void* host_src, size_t bytes) override {
@@ -219,6 +220,7 @@ class SeparateMemoryBackend final : public CpuBackend {
   }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
     mine("adamw_update", {p, g, m, v});
+    ++adamw_calls;
     CpuBackend::adamw_update(p, g, m, v, n, s);
   }
   double sum_squares(const float* x, size_t n) override {

@@ -444,7 +444,7 @@ TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchAloneAndReadsNothingBack) {
   TestBatch tb(c, B, 5, GetParam().T);
   AdamW opt(*dev, train_config());
   train_steps(*dev, opt, tb.batch, 1);  // weights up, arena made
-  be.uploaded_bytes = be.downloaded_bytes = 0;
+  be.uploaded_bytes = be.downloaded_bytes = be.adamw_calls = 0;
   const int steps = 2;
   train_steps(*dev, opt, tb.batch, steps);
   const size_t M = size_t(B) * tb.batch.T;
@@ -452,6 +452,18 @@ TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchAloneAndReadsNothingBack) {
   EXPECT_LE(be.uploaded_bytes, steps * batch_bytes);
   EXPECT_GT(be.uploaded_bytes, 0u);
   EXPECT_EQ(be.downloaded_bytes, 0u);
+  // AdamW updates each run of adjacent tensors with the same weight decay in one call (a
+  // launch on a GPU), not each tensor in one.
+  const std::vector<ParamInfo>& layout = dev->params();
+  size_t runs = 0;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (i > 0) {
+      ASSERT_EQ(layout[i].offset, layout[i - 1].offset + layout[i - 1].size) << "one buffer, in order";
+    }
+    runs += i == 0 || layout[i].decay != layout[i - 1].decay;
+  }
+  EXPECT_EQ(be.adamw_calls, steps * runs);
+  EXPECT_LT(runs, layout.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, SeparateMemory, ::testing::ValuesIn(variants()),

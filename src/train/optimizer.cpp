@@ -19,7 +19,16 @@ struct AdamW::Moments {
 AdamW::AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConfig& cfg)
     : m_(total, 0.f), v_(total, 0.f), be_(&cpu_backend()), b1_(cfg.beta1), b2_(cfg.beta2), eps_(cfg.eps),
       wd_(cfg.weight_decay) {
-  for (const auto& p : layout) (p.decay ? decay_ranges_ : plain_ranges_).push_back({p.offset, p.size});
+  // Tensors next to each other in the buffer with the same decay are one range: one
+  // update call (on a GPU, one launch) instead of one per tensor. A layer's norm weights
+  // and biases, and the biases between its matrices, run together: 6 calls a layer, not 10.
+  for (const auto& p : layout) {
+    auto& ranges = p.decay ? decay_ranges_ : plain_ranges_;
+    if (!ranges.empty() && ranges.back().first + ranges.back().second == p.offset)
+      ranges.back().second += p.size;
+    else
+      ranges.push_back({p.offset, p.size});
+  }
 }
 
 AdamW::AdamW(const Model& model, const TrainConfig& cfg) : AdamW(model.params(), model.num_params(), cfg) {
