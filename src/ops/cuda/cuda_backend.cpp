@@ -48,12 +48,14 @@ int local_rank() {
 // other than the one that made the backend (a Python thread: the extension releases
 // the GIL) would otherwise run on device 0 with this device's memory and cuBLAS handle.
 int g_device = 0;
-void use_device() {
+cudaError_t select_device() {
   thread_local int current = -1;
-  if (current == g_device) return;
-  check(int(cudaSetDevice(g_device)), "cudaSetDevice");
-  current = g_device;
+  if (current == g_device) return cudaSuccess;
+  const cudaError_t e = cudaSetDevice(g_device);
+  if (e == cudaSuccess) current = g_device;
+  return e;
 }
+void use_device() { check(int(select_device()), "cudaSetDevice"); }
 
 // Every op's first line: the device made current on the calling thread, then the op
 // timed under GMLP_CUDA_PROFILE (op_profile.h).
@@ -96,7 +98,7 @@ class CudaBackend final : public Backend {
     if (!p) return;
     // Never throws (called from destructors). cudaFree only *may* wait for the work that
     // could still read p (the runtime API's documentation): wait first.
-    if (cudaSetDevice(g_device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+    if (select_device() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
     cudaFree(p);
     const auto it = sizes_.find(p);
     if (it == sizes_.end()) return;

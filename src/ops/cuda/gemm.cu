@@ -46,8 +46,10 @@ struct Growing {
     if (bytes > cap) {
       // Queued work may still read the old area, and cudaFree only *may* wait for it
       // (the runtime API's documentation): wait first. Growth is rare.
-      if (p) check(int(cudaDeviceSynchronize()), (std::string("cudaDeviceSynchronize (") + name + ")").c_str());
-      if (p) check(int(cudaFree(p)), (std::string("cudaFree (") + name + ")").c_str());
+      if (p) {
+        check(int(cudaDeviceSynchronize()), (std::string("cudaDeviceSynchronize (") + name + ")").c_str());
+        check(int(cudaFree(p)), (std::string("cudaFree (") + name + ")").c_str());
+      }
       count_device_bytes(-int64_t(cap));
       p = nullptr;
       cap = 0;
