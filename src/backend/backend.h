@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gmlp/device.h"
+#include "gmlp/error.h"
 #include "ops/ops.h"
 
 namespace gmlp {
@@ -66,6 +67,26 @@ class Backend {
   // ---- the ops of ops.h.
   virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  // Operands held as bf16 bits (ops/bf16.h), where stores_bf16(): C = alpha op(A) op(B) +
+  // beta C summed in float into float C, or op(A) op(B) rounded into bf16 C; x rounded
+  // into y (n values). The block LayerNorm's output into bf16 y16 (and float y too
+  // where given). Errors on a backend that does not store bf16.
+  virtual void gemm_bf16(bool, bool, int, int, int, float, const uint16_t*, int, const uint16_t*, int, float, float*,
+                         int) {
+    no_bf16("gemm_bf16");
+  }
+  virtual void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*, int, uint16_t*, int) {
+    no_bf16("gemm_bf16");
+  }
+  virtual void to_bf16(const float*, size_t, uint16_t*) { no_bf16("to_bf16"); }
+  virtual void layernorm_forward_bf16(const float*, int, int, int, const float*, const float*, float, float*,
+                                      uint16_t*, int, float*, float*) {
+    no_bf16("layernorm_forward_bf16");
+  }
+  virtual void layernorm_apply_bf16(const float*, int, int, int, const float*, const float*, const float*,
+                                    const float*, float*, uint16_t*, int) {
+    no_bf16("layernorm_apply_bf16");
+  }
   virtual void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) = 0;
   virtual void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
                                bool accumulate_dx, float* dW, float* db) = 0;
@@ -142,6 +163,13 @@ class Backend {
   virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) = 0;
   virtual double sum_squares(const float* x, size_t n) = 0;
   virtual void scale(float* x, size_t n, float c) = 0;
+
+ private:
+  [[noreturn]] void no_bf16(const char* op) const {
+    // Inline, as the whole class: the CUDA module links none of the library's code.
+    throw Error(std::string(op) + ": the " + (device() == Device::cpu ? "CPU" : "CUDA") +
+                " backend holds no activations in bf16");
+  }
 };
 
 // The process's backend for a device (one per device; they live until exit). Error

@@ -6,8 +6,10 @@
 // is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
 // as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
 // gate G lives in S's buffer, dU is computed in place over U and dF over F. Where U and
-// F are held in bf16 (BlockSaved::u16), the float U and dU share scratch.u and the
-// float F and dF scratch.dF, one of each for every layer.
+// F are held in bf16 (BlockSaved::u16), the in-projection's operands are bf16 too: h is
+// written in bf16 (scratch.h16), the product writes U in bf16 and the SGU's backward dU
+// over it, so the products that read them read half the bytes; the float F and dF
+// share scratch.dF, one for every layer.
 #include "model/block.h"
 
 #include "backend/backend.h"
@@ -59,9 +61,14 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   const bool tanh_gelu = c.gelu == Gelu::tanh;
   const float* x = saved.x;
   const bool bf16 = saved.u16 != nullptr;
-  float* u = bf16 ? s.u : saved.u;
-  be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
-  be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, u, f);
+  if (bf16) {  // h in bf16 (and as floats for the attention alone), U = h W^T rounded
+    be.layernorm_forward_bf16(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, c.d_attn > 0 ? s.h : nullptr, s.h16, d,
+                              saved.ln_mean, saved.ln_rstd);
+    be.gemm_bf16(false, true, M, f, d, s.h16, d, call.proj_in_w16, d, saved.u16, f);
+  } else {
+    be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
+    be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
+  }
   const float* branch = s.z;  // s(Z) = Z for "none"
   if (c.has_sgu()) {
     const float* extra = nullptr;
@@ -71,11 +78,11 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
     }
     // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
     const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths, saved);
-    be.sgu_forward(sp, u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F, call.gate ? call.gate : s.S,
+    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F, call.gate ? call.gate : s.S,
                    extra);
     branch = s.S;
   } else {
-    be.bias_gelu_forward(u, p.proj_in_b, M, f, s.z, tanh_gelu);
+    be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);
   }
   if (!call.keep && !call.drop.active()) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
@@ -108,7 +115,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   }
   const bool bf16 = saved.u16 != nullptr;
   float* dF = sgu_needs_dF(c, bf16) ? s.dF : saved.F;  // block.h
-  float* dU = bf16 ? s.u : saved.u;                    // over U, or scratch with U in bf16
+  float* dU = saved.u;  // over U (in bf16 over saved.u16: the SGU's ops write it there)
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
     auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths, saved);
@@ -134,9 +141,16 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     be.linear_backward(dY, s.z, M, nb, p.proj_out_w, d, s.dS, false, gp.proj_out_w, gp.proj_out_b);
     be.gelu_backward(saved.u, s.dS, saved.u, int64_t(M) * f, tanh_gelu);  // dU over U
   }
-  be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
-  be.linear_backward(dU, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w,
-                     c.has_sgu() ? nullptr : gp.proj_in_b);  // with an SGU its backward summed dU
+  if (bf16) {  // dh = dU W and dW += dU^T h over bf16 operands (the SGU summed dU)
+    be.layernorm_apply_bf16(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd,
+                            c.d_attn > 0 ? s.h : nullptr, s.h16, d);
+    be.gemm_bf16(false, false, M, d, f, 1.f, saved.u16, f, call.proj_in_w16, d, 0.f, s.dh, d);
+    be.gemm_bf16(true, false, f, d, M, 1.f, saved.u16, f, s.h16, d, 1.f, gp.proj_in_w, d);
+  } else {
+    be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
+    be.linear_backward(dU, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w,
+                       c.has_sgu() ? nullptr : gp.proj_in_b);  // with an SGU its backward summed dU
+  }
   if (c.d_attn > 0) {
     const ops::AttnGrads ag{gp.attn_qkv_w, gp.attn_qkv_b, gp.attn_out_w, gp.attn_out_b};
     be.tiny_attention_backward(attn_params(c, p, call.lengths), ag, dF, s.h, T, B, saved.qkv, saved.P, saved.O, s.dh, s.dO,

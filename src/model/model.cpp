@@ -41,6 +41,8 @@ struct Model::Arena {
   F32 u;                                     // L x [M, d_ffn] (1 without grad, or beside u16)
   F32 F;                                     // L x [M, g]
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
+  DeviceBuffer<uint16_t> h16;                // with them: [M, d] the LayerNorm output in bf16
+  DeviceBuffer<uint16_t> w16;                // L x [d_ffn, d]: proj_in_w in bf16, rounded each training forward
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
   F32 f_mean, f_rstd;                        // [M] final norm
   F32 pooled;                                // [B, d] classify/vision
@@ -199,13 +201,16 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
   // U, the projection before the GELU, per layer; without gradients one slot serves
-  // every layer, and so it does beside u16 (the layer at hand's U and dU in float). Z =
+  // every layer, and so it does beside u16 (for a forward without gradients in this
+  // arena: training holds U and dU in u16 alone). Z =
   // GELU(U) is stored only without an SGU, where it is the branch (the SGU reads U,
   // block.cpp); there, without gradients, nothing reads U after its GELU, so the
   // projection lands in z and the GELU runs in place.
   if (bf16) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
+    a->h16 = DeviceBuffer<uint16_t>(be, M * d);
+    a->w16 = DeviceBuffer<uint16_t>(be, L * f * d);
   }
   if (grad && !bf16) a->u = f32(L * M * f);
   else if (cfg_.has_sgu()) a->u = f32(M * f);
@@ -290,9 +295,9 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 }
 
 BlockScratch Model::Arena::scratch() {
-  auto at = [](DeviceBuffer<float>& v) { return v.empty() ? nullptr : v.data(); };
-  return {at(h), at(z), at(S), at(att), at(Wd), bf16 ? at(u) : nullptr, at(dh), at(dS), at(dF), at(dG), at(dO), at(dP),
-          at(dqkv), at(dWd)};
+  auto at = []<typename E>(DeviceBuffer<E>& v) { return v.empty() ? nullptr : v.data(); };
+  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv),
+          at(dWd)};
 }
 
 double Model::forward(const Batch& in) {
@@ -336,6 +341,10 @@ double Model::forward(const Batch& in) {
   last_row_offset_ = in.row_offset;
 
   const ParamViews& W = backend_views();
+  if (a.bf16 && grad_enabled_) {  // the in-projections' weights as their bf16 products take them
+    const size_t n = size_t(cfg_.d_ffn) * cfg_.d_model;
+    for (int l = 0; l < cfg_.n_layers; ++l) be_->to_bf16(W.blocks[size_t(l)].proj_in_w, n, a.w16.data() + l * n);
+  }
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
@@ -353,6 +362,7 @@ BlockCall Model::block_call(int l) const {
   call.lengths = last_lengths_ ? arena_->lengths.data() : nullptr;
   call.keep = last_keep_ ? arena_->keep.data() + size_t(l) * B_ : nullptr;
   if (last_dropout_) call.drop = ops::drop_mask(last_seed_, l, cfg_.dropout, last_row_offset_);
+  if (!arena_->w16.empty()) call.proj_in_w16 = arena_->w16.data() + size_t(l) * cfg_.d_ffn * cfg_.d_model;
   return call;
 }
 

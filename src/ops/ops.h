@@ -160,11 +160,13 @@ struct ZInput {
 };
 // U and F kept for the backward as bf16 bit patterns ([M, f] and [M, g]) instead of
 // floats: the CUDA backend's path under --precision bf16 (docs/gpu.md "Precision"); the
-// CPU ops refuse it. The forward rounds the U it is given into u first and computes
-// from the rounded values, and writes F (bias and extra added) rounded into F, its S
-// from that; the float F it is given is only the spatial products' output. The
-// backward reads U and F from here (its Z and F arguments unused), and its dZ and dF
-// must then be float buffers of their own.
+// CPU ops refuse it. The forward reads U from u (the in-projection's product wrote it
+// in bf16; the Z argument is unused) and writes F (bias and extra added) rounded into
+// F, its S from that; the float F it is given is only the spatial products' output.
+// The backward reads U and F from here (its Z and F arguments unused) and writes dU
+// over u, in bf16, as the float path writes dZ over U (its dZ argument unused; the
+// bias gradient is the sum of the rounded dU), and its dF must be a float buffer of
+// its own.
 struct Bf16Store {
   uint16_t* u = nullptr;
   uint16_t* F = nullptr;

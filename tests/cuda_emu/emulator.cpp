@@ -541,10 +541,20 @@ bool device_matrix(const T* X, int ld, int rows, int cols) {
   return rows == 0 || cols == 0 || gmlp::emu::on_device(X, (size_t(cols - 1) * ld + rows) * sizeof(T));
 }
 
+// A result stored in C's type: a float, or its bf16 rounding (to nearest) as bits.
+void store(float* c, float v) { *c = v; }
+void store(uint16_t* c, float v) {
+  const float r = to_bf16(v);
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  *c = uint16_t(u >> 16);
+}
+
 // T: the inputs' type (float, or uint16_t for CUDA_R_16BF); bf16: round float inputs.
-template <typename T>
+// TC: the output's, float or (bf16 inputs) uint16_t.
+template <typename T, typename TC>
 cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T* A,
-                    int lda, const T* B, int ldb, float beta, float* C, int ldc, bool bf16) {
+                    int lda, const T* B, int ldb, float beta, TC* C, int ldc, bool bf16) {
   if (m < 0 || n < 0 || k < 0 || ta == CUBLAS_OP_C || tb == CUBLAS_OP_C) return CUBLAS_STATUS_INVALID_VALUE;
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
   const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
@@ -561,8 +571,8 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
         if (bf16) a = to_bf16(a), b = to_bf16(b);
         acc += a * b;
       }
-      float& c = C[i + size_t(j) * ldc];
-      c = alpha * acc + (beta == 0.f ? 0.f : beta * c);  // beta 0: C is not read
+      TC* c = C + i + size_t(j) * ldc;
+      store(c, alpha * acc + (beta == 0.f ? 0.f : beta * value(*c)));  // beta 0: C is not read
     }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -570,10 +580,10 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
 // count products of gemm's, each operand its stride after the last. cuBLAS leaves the
 // result undefined where outputs overlap: a stride of C that makes two the same is an
 // error here.
-template <typename T>
+template <typename T, typename TC>
 cublasStatus_t gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                             const T* A, int lda, long long sa, const T* B, int ldb, long long sb, float beta,
-                            float* C, int ldc, long long sc, int count, bool bf16) {
+                            TC* C, int ldc, long long sc, int count, bool bf16) {
   if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (count > 1 && sc == 0 && m > 0 && n > 0)
     gmlp::emu::fail("a batched cuBLAS product whose outputs are all the same matrix (strideC 0)");
@@ -627,14 +637,20 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (Atype != Btype || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (Atype == CUDA_R_16BF) {  // bf16 inputs, float output: fp32 compute only
+  if (Atype != Btype) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (Atype == CUDA_R_16BF) {  // bf16 inputs, float or bf16 output: fp32 compute only
     if (computeType != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    return gemm_batched(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const uint16_t*>(A),
-                        lda, strideA, static_cast<const uint16_t*>(B), ldb, strideB, *static_cast<const float*>(beta),
-                        static_cast<float*>(C), ldc, strideC, batchCount, false);
+    const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    const auto* A16 = static_cast<const uint16_t*>(A);
+    const auto* B16 = static_cast<const uint16_t*>(B);
+    if (Ctype == CUDA_R_16BF)
+      return gemm_batched(transa, transb, m, n, k, a, A16, lda, strideA, B16, ldb, strideB, b,
+                          static_cast<uint16_t*>(C), ldc, strideC, batchCount, false);
+    if (Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_batched(transa, transb, m, n, k, a, A16, lda, strideA, B16, ldb, strideB, b, static_cast<float*>(C),
+                        ldc, strideC, batchCount, false);
   }
-  if (Atype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (Atype != CUDA_R_32F || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_FAST_16BF)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   return gemm_batched(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "ops/bf16.h"
 #include "ops/cuda/cuda_ops.h"
 
 namespace gmlp::cuda {
@@ -18,6 +19,18 @@ namespace gmlp::cuda {
 #endif
 
 constexpr int kThreads = 256;
+
+// A value held as a float or as bf16 bits (ops/bf16.h), widened to a float; and v
+// stored at p as p holds it, giving back the float then held (v, or v rounded). The
+// kernels over activations held in bf16 are templates over the element type.
+__device__ inline float value(float v) { return v; }
+__device__ inline float value(uint16_t h) { return ops::from_bf16(h); }
+__device__ inline float hold(float* p, float v) { return *p = v; }
+__device__ inline float hold(uint16_t* p, float v) {
+  const uint16_t h = ops::to_bf16(v);
+  *p = h;
+  return ops::from_bf16(h);
+}
 // At least one: a grid of none is a launch error, and every kernel sized this way checks
 // its index against n (so an empty batch, an MLM batch with no masked rows, is a no-op).
 inline unsigned blocks_for(int64_t n, int threads = kThreads) {

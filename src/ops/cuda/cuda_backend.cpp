@@ -139,6 +139,34 @@ class CudaBackend final : public Backend {
     const Entry entry("gemm");
     cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+                 int ldb, float beta, float* C, int ldc) override {
+    const Entry entry("gemm_bf16");
+    cuda::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                 uint16_t* C, int ldc) override {
+    const Entry entry("gemm_bf16");
+    cuda::gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  }
+  void to_bf16(const float* x, size_t n, uint16_t* y) override {
+    const Entry entry("to_bf16");
+    // As rows of at most 2^30 values (the rounding kernel's column count is an int).
+    constexpr size_t kRow = size_t(1) << 30;
+    const size_t rows = n / kRow, rest = n % kRow;
+    if (rows) cuda::to_bf16_rows(x, int(rows), int(kRow), int(kRow), 0, 1, int(kRow), 0, y);
+    if (rest) cuda::to_bf16_rows(x + rows * kRow, 1, int(rest), int(rest), 0, 1, int(rest), 0, y + rows * kRow);
+  }
+  void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps,
+                              float* y, uint16_t* y16, int ldy, float* mean, float* rstd) override {
+    const Entry entry("layernorm_forward");
+    cuda::layernorm_forward_bf16(x, ldx, M, C, w, b, eps, y, y16, ldy, mean, rstd);
+  }
+  void layernorm_apply_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                            const float* rstd, float* y, uint16_t* y16, int ldy) override {
+    const Entry entry("layernorm_apply");
+    cuda::layernorm_apply_bf16(x, ldx, M, C, w, b, mean, rstd, y, y16, ldy);
+  }
   void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) override {
     const Entry entry("linear_forward");
     cuda::linear_forward(x, M, in, W, b, out, y);

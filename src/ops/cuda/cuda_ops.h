@@ -35,6 +35,13 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
                   const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
 
+// Products over operands held as bf16 bits (Backend::gemm_bf16): C = alpha op(A) op(B) +
+// beta C in float; or, into bf16 bits, C = op(A) op(B) summed in float and rounded.
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+               const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+               uint16_t* C, int ldc);
+
 // rows x cols of X (rows ld apart), count of them stride apart (stride 0: one, shared),
 // rounded to bf16 bits (ops/bf16.h) into out, rows ldo apart and each copy size after
 // the last: the bf16 products' operand copies and the SGU's held U.
@@ -46,12 +53,18 @@ void linear_forward(const float* x, int M, int in, const float* W, const float* 
 void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
                      bool accumulate_dx, float* dW, float* db);
 void colsum_add(const float* x, int M, int N, int ld, float* out);  // out[c] += sum_r x[r * ld + c]
+void colsum_add(const uint16_t* x, int M, int N, int ld, float* out);  // over bf16 bits
 
 // layernorm.cu
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd);
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                      const float* rstd, float* y, int ldy);
+// The output as bf16 bits into y16, and as floats into y too where y is given.
+void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
+                            uint16_t* y16, int ldy, float* mean, float* rstd);
+void layernorm_apply_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                          const float* rstd, float* y, uint16_t* y16, int ldy);
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
                         const float* w, int M, int C, float* dx, int lddx, bool accumulate_dx, float* dw, float* db);
 

@@ -112,6 +112,17 @@ namespace {
 int padded_ld(int cols) { return cols <= 0 ? 1 : (cols + 7) / 8 * 8; }
 int64_t padded_size(int rows, int cols) { return (int64_t(rows) * padded_ld(cols) + 127) / 128 * 128; }
 
+// C_i = alpha op(A_i) op(B_i) + beta C_i over bf16 A_i and B_i, summed in float (the
+// tensor cores' own input type), C float or (ct CUDA_R_16BF) bf16.
+void bf16_products(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                   int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, void* C, cudaDataType ct, int ldc,
+                   int64_t sc, int count, const char* what) {
+  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, sb, A, CUDA_R_16BF,
+                                        lda, sa, &beta, C, ct, ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             what);
+}
+
 // C_i = alpha op(A_i) op(B_i) + beta C_i over bf16 copies of A and B (Bf16Gemm::native).
 void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
                     const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
@@ -123,13 +134,24 @@ void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha
   // One copy of an operand shared by every product (stride 0).
   to_bf16_rows(A, ar, ac, lda, sa, count, padded_ld(ac), na, A16);
   to_bf16_rows(B, br, bc, ldb, sb, count, padded_ld(bc), nb, B16);
-  const cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_blas(cublasGemmStridedBatchedEx(blas(), opb, opa, N, M, K, &alpha, B16, CUDA_R_16BF, padded_ld(bc),
-                                        sb == 0 ? 0 : nb, A16, CUDA_R_16BF, padded_ld(ac), sa == 0 ? 0 : na, &beta, C,
-                                        CUDA_R_32F, ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-             "gemm (bf16 copies)");
+  bf16_products(trans_a, trans_b, M, N, K, alpha, A16, padded_ld(ac), sa == 0 ? 0 : na, B16, padded_ld(bc),
+                sb == 0 ? 0 : nb, beta, C, CUDA_R_32F, ldc, sc, count, "gemm (bf16 copies)");
 }
 }  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+               const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  bf16_products(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, CUDA_R_32F, ldc, 0, 1,
+                "gemm (bf16 operands)");
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+               uint16_t* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  bf16_products(trans_a, trans_b, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, C, CUDA_R_16BF, ldc, 0, 1,
+                "gemm (bf16 operands and output)");
+}
 
 void set_bf16_products(bool on) {
   if (!on) {

@@ -34,22 +34,38 @@ struct DxPlain {
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd) {
   if (M <= 0) return;
-  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, y, ldy, mean, rstd, nullptr);
+  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, YPlain{y, ldy}, mean, rstd);
   check_launch("layernorm forward");
+}
+
+void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps,
+                            float* y, uint16_t* y16, int ldy, float* mean, float* rstd) {
+  if (M <= 0) return;
+  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, YBf16{y16, y, ldy}, mean, rstd);
+  check_launch("layernorm forward (bf16)");
 }
 
 void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
                       int ldy, const int32_t* rows) {
   if (R <= 0) return;
-  GMLP_LAUNCH(ln_forward_k, unsigned(R), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, y, ldy, nullptr, nullptr, rows);
+  GMLP_LAUNCH(ln_forward_k, unsigned(R), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, YPlain{y, ldy, rows}, nullptr,
+                                                      nullptr);
   check_launch("decode layernorm");
 }
 
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                      const float* rstd, float* y, int ldy) {
   if (M <= 0) return;
-  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * C), kThreads)(XPlain{x, ldx}, M, C, w, b, mean, rstd, y, ldy);
+  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * C), kThreads)(XPlain{x, ldx}, M, C, w, b, mean, rstd, YPlain{y, ldy});
   check_launch("layernorm apply");
+}
+
+void layernorm_apply_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
+                          const float* rstd, float* y, uint16_t* y16, int ldy) {
+  if (M <= 0) return;
+  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * C), kThreads)(XPlain{x, ldx}, M, C, w, b, mean, rstd,
+                                                                YBf16{y16, y, ldy});
+  check_launch("layernorm apply (bf16)");
 }
 
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,

@@ -26,10 +26,32 @@ struct XPlain {
   __device__ float operator()(int64_t r, int c) const { return x[r * ld + c]; }
 };
 
-// A block per row. Row r goes to row rows[r] of y when rows is given (the decoder's gate cache).
-template <typename XIn>
-__global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, float eps, float* y, int ldy, float* mean,
-                             float* rstd, const int32_t* rows) {
+// Where the normalised rows go: floats, rows ld apart, row r to row rows[r] when rows is
+// given (the decoder's gate cache);
+struct YPlain {
+  float* y;
+  int ld;
+  const int32_t* rows = nullptr;
+  __device__ void operator()(int64_t r, int c, float v) const { y[(rows ? int64_t(rows[r]) : r) * ld + c] = v; }
+};
+// or bf16 bits, rows ld apart, and the floats as well where y is given: the block
+// LayerNorm's output under bf16, read by bf16 products alone (and, as floats, by aMLP's
+// attention).
+struct YBf16 {
+  uint16_t* y16;
+  float* y;
+  int ld;
+  __device__ void operator()(int64_t r, int c, float v) const {
+    const int64_t i = r * ld + c;
+    hold(y16 + i, v);
+    if (y) y[i] = v;
+  }
+};
+
+// A block per row.
+template <typename XIn, typename YOut>
+__global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, float eps, YOut out, float* mean,
+                             float* rstd) {
   __shared__ float sh[32];
   __shared__ float row[kRowCache];
   const int64_t r = blockIdx.x;
@@ -48,22 +70,21 @@ __global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, flo
     v += d * d;
   }
   const float rs = rsqrtf(block_sum(v, sh) / float(C) + eps);
-  float* yr = y + (rows ? int64_t(rows[r]) : r) * ldy;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (x(c) - mu) * rs * w[c] + b[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x) out(r, c, (x(c) - mu) * rs * w[c] + b[c]);
   if (threadIdx.x == 0) {
     if (mean) mean[r] = mu;
     if (rstd) rstd[r] = rs;
   }
 }
 
-template <typename XIn>
+template <typename XIn, typename YOut>
 __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b, const float* mean, const float* rstd,
-                           float* y, int ldy) {
+                           YOut out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * C) return;
   const int64_t r = i / C;
   const int c = int(i % C);
-  y[r * ldy + c] = (xin(r, c) - mean[r]) * rstd[r] * w[c] + b[c];
+  out(r, c, (xin(r, c) - mean[r]) * rstd[r] * w[c] + b[c]);
 }
 
 // Each thread owns the same channels in both passes, so out may overwrite x: a

@@ -10,15 +10,17 @@ __global__ void seed_rows(float* y, const float* b, int M, int out) {
   y[i] = b ? b[i % out] : 0.f;
 }
 
-// out[c] += sum over rows of x[r, c]: partial sums per chunk of rows (common.cuh), then
-// the chunks' in order.
+// out[c] += sum over rows of x[r, c] (floats, or bf16 bits widened): partial sums per
+// chunk of rows (common.cuh), then the chunks' in order.
+template <typename T>
 struct ColumnOf {
-  const float* x;
+  const T* x;
   int ld;
-  __device__ void operator()(int r, int c, float* s) const { s[0] += x[int64_t(r) * ld + c]; }
+  __device__ void operator()(int r, int c, float* s) const { s[0] += value(x[int64_t(r) * ld + c]); }
 };
-__global__ void colsum_partial(const float* x, int M, int N, int ld, int rows_per, float* part) {
-  column_chunk_sums<1>(M, N, rows_per, ColumnOf{x, ld}, part);
+template <typename T>
+__global__ void colsum_partial(const T* x, int M, int N, int ld, int rows_per, float* part) {
+  column_chunk_sums<1>(M, N, rows_per, ColumnOf<T>{x, ld}, part);
 }
 
 __global__ void colsum_finish(const float* part, int chunks, int N, float* out) {
@@ -29,9 +31,8 @@ __global__ void colsum_finish(const float* part, int chunks, int N, float* out) 
   out[c] += s;
 }
 
-}  // namespace
-
-void colsum_add(const float* x, int M, int N, int ld, float* out) {
+template <typename T>
+void colsum_add_as(const T* x, int M, int N, int ld, float* out) {
   if (M <= 0 || N <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
@@ -39,6 +40,11 @@ void colsum_add(const float* x, int M, int N, int ld, float* out) {
   GMLP_LAUNCH(colsum_finish, blocks_for(N), kThreads)(part, chunks, N, out);
   check_launch("colsum");
 }
+
+}  // namespace
+
+void colsum_add(const float* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
+void colsum_add(const uint16_t* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
 
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) {
   GMLP_LAUNCH(seed_rows, blocks_for(int64_t(M) * out), kThreads)(y, b, M, out);

@@ -39,16 +39,6 @@ __device__ inline float combine(Sgu kind, float z, float f) {
   }
 }
 
-// A held value as a float; and v held at p, giving back the float that is then held.
-__device__ inline float value(float v) { return v; }
-__device__ inline float value(uint16_t h) { return ops::from_bf16(h); }
-__device__ inline float hold(float* p, float v) { return *p = v; }
-__device__ inline float hold(uint16_t* p, float v) {
-  const uint16_t h = ops::to_bf16(v);
-  *p = h;
-  return ops::from_bf16(h);
-}
-
 // U + bias at (r, off + c) of what the op was given (rows ld apart): the argument of
 // GELU, or Z itself (ops.h's ZInput).
 template <typename TU>
@@ -66,11 +56,11 @@ struct ZIn {
   __device__ float operator()(int64_t r, int c) const { return z_from(zin, u_at(zin, u, r, ld, off + c)); }
 };
 
-// The gate's dL/dZ into dZ (over U when they alias): the LayerNorm's, plus the direct
-// path of S = Z + F or Z * F, times GELU'(U) when given U.
+// The gate's dL/dZ into dZ (over U when they alias, and held as U is): the LayerNorm's,
+// plus the direct path of S = Z + F or Z * F, times GELU'(U) when given U.
 template <typename TU, typename TF>
 struct DzGate {
-  float* dz;
+  TU* dz;
   const TU* u;
   int ld, off, g;
   ops::ZInput zin;
@@ -80,7 +70,7 @@ struct DzGate {
   __device__ void operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
     if (direct) d += direct == 2 ? dS[i] * value(F[i]) : dS[i];
-    dz[r * ld + off + c] = zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d;
+    hold(dz + r * ld + off + c, zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
   }
 };
 
@@ -104,10 +94,10 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
 }
 
 // S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS;
-// split: dZ1 = dS * F (times GELU'(U1) when given U). Each element is read, then written,
-// by one thread: dZ may be U, and dF may be F (when they are floats).
+// split: dZ1 = dS * F (times GELU'(U1) when given U), held as U is. Each element is
+// read, then written, by one thread: dZ may be U, and dF may be F (when they are floats).
 template <typename TU, typename TF>
-__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, float* S, float* dZ,
+__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, float* S, TU* dZ,
                             float* dF) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
@@ -116,7 +106,8 @@ __global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, i
   const float ds = dS[i], fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
   if (S) S[i] = combine(kind, zv, fv);
   dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
-  if (kind == Sgu::split) dZ[r * z.ld + c] = z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv;
+  if (kind == Sgu::split)
+    hold(dZ + r * z.ld + c, z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv);
 }
 
 // Bias gradient, in two fixed-order stages in double. First a block per (position t,
@@ -162,8 +153,8 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, float
                 float* F, TF* Fs, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn<TU>{U, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps, G,
-                                                      d.g, gmean, grstd, nullptr);
+  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn<TU>{U, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps,
+                                                      YPlain{G, d.g}, gmean, grstd);
   check_launch("sgu gate layernorm");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
@@ -176,7 +167,7 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, float
 
 template <typename TU, typename TF>
 void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int T, int B, int f, const TF* F,
-                      float* S, float* dF, float* dZ) {
+                      float* S, float* dF, TU* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
   GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, M, d.g, S, dZ,
@@ -187,13 +178,13 @@ void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int
 
 template <typename TU, typename TF>
 void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const TU* U, int T, int B,
-                     int f, const float* gmean, const float* grstd, const TF* F, float* dZ, float* G, float* dF,
+                     int f, const float* gmean, const float* grstd, const TF* F, TU* dZ, float* G, float* dF,
                      float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   const ZIn<TU> gate{U, f, d.goff, p.z};
-  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, G,
-                                                                  d.g);
+  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd,
+                                                                  YPlain{G, d.g});
   check_launch("sgu gate recomputed");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols, int count) {
@@ -214,11 +205,10 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const floa
 
 void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
                  float* F, float* G, const float* extra) {
-  const int64_t M = int64_t(T) * B;
-  if (M <= 0) return;  // no launch of an empty grid
+  if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
   if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, F, G, extra);
-  // U rounded first, so that the forward computes from what the backward will read.
-  to_bf16_rows(Z, int(M), f, f, 0, 1, f, 0, p.store.u);
+  // U as the in-projection's bf16 product wrote it (ops.h): the forward computes from
+  // what the backward will read.
   forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, S, gmean, grstd, F, p.store.F, G, extra);
 }
 
@@ -230,9 +220,9 @@ void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g
 void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
                        float* S, float* dF, float* dZ) {
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
-  if (p.store.on())
+  if (p.store.on())  // dU over U, in bf16 (ops.h)
     backward_gate_as(p, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, static_cast<const uint16_t*>(p.store.F),
-                     S, dF, dZ);
+                     S, dF, p.store.u);
   else
     backward_gate_as(p, dS, Z, T, B, f, F, S, dF, dZ);
 }
@@ -243,7 +233,7 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
   if (p.store.on())
     backward_mix_as(p, g, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, gmean, grstd,
-                    static_cast<const uint16_t*>(p.store.F), dZ, G, dF, dG);
+                    static_cast<const uint16_t*>(p.store.F), p.store.u, G, dF, dG);
   else
     backward_mix_as(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
 }
