@@ -69,7 +69,7 @@ class Backend {
                     const float* B, int ldb, float beta, float* C, int ldc) = 0;
   // Operands held as bf16 bits (ops/bf16.h), where stores_bf16(): C = alpha op(A) op(B) +
   // beta C summed in float into float C, or op(A) op(B) rounded into bf16 C; x rounded
-  // into y (n values). The block LayerNorm's output into bf16 y16 (and float y too
+  // into y (n values); the block LayerNorm's output into bf16 y16 (and float y too
   // where given). Errors on a backend that does not store bf16.
   virtual void gemm_bf16(bool, bool, int, int, int, float, const uint16_t*, int, const uint16_t*, int, float, float*,
                          int) {
@@ -79,6 +79,15 @@ class Backend {
     no_bf16("gemm_bf16");
   }
   virtual void to_bf16(const float*, size_t, uint16_t*) { no_bf16("to_bf16"); }
+  // linear_forward and linear_backward over x, dy and W in bf16 (the bias's gradient
+  // from dy, the same gradient in float).
+  virtual void linear_forward_bf16(const uint16_t*, int, int, const uint16_t*, const float*, int, float*) {
+    no_bf16("linear_forward_bf16");
+  }
+  virtual void linear_backward_bf16(const uint16_t*, const float*, const uint16_t*, int, int, const uint16_t*, int,
+                                    float*, bool, float*, float*) {
+    no_bf16("linear_backward_bf16");
+  }
   virtual void layernorm_forward_bf16(const float*, int, int, int, const float*, const float*, float, float*,
                                       uint16_t*, int, float*, float*) {
     no_bf16("layernorm_forward_bf16");

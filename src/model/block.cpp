@@ -19,10 +19,11 @@ namespace {
 
 // The SGU's op parameters for a call of length T. Toeplitz weights are expanded first
 // into Wd, dense [heads, T, T]; full weights are read in place as W[:T, :T].
-ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, int T, float* Wd, const int32_t* lengths,
-                          const BlockSaved& saved) {
+ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, int T, const int32_t* lengths,
+                          const BlockSaved& saved, const BlockScratch& s) {
+  float* Wd = s.Wd;
   ops::SguParams sp;
-  sp.store = {saved.u16, saved.F16};
+  if (saved.u16) sp.store = {saved.u16, saved.F16, s.S16};
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
@@ -77,7 +78,7 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
       extra = s.att;
     }
     // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
-    const auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths, saved);
+    const auto sp = sgu_params(be, c, p, T, call.lengths, saved, s);
     be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F, call.gate ? call.gate : s.S,
                    extra);
     branch = s.S;
@@ -87,10 +88,16 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   if (!call.keep && !call.drop.active()) {
     // x' = x + S V^T + v: seed the output with residual + bias, then let the GEMM add.
     be.residual_bias(x, p.proj_out_b, M, d, out);
-    be.gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
+    if (bf16)
+      be.gemm_bf16(false, true, M, d, nb, 1.f, s.S16, nb, call.proj_out_w16, nb, 1.f, out, d);
+    else
+      be.gemm(false, true, M, d, nb, 1.f, branch, nb, p.proj_out_w, nb, 1.f, out, d);
   } else {
     // Stochastic depth and dropout: x' = x + keep[b] * mask (S V^T + v), the branch built in h.
-    be.linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
+    if (bf16)
+      be.linear_forward_bf16(s.S16, M, nb, call.proj_out_w16, p.proj_out_b, d, s.h);
+    else
+      be.linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
     if (call.drop.active())
       be.residual_dropout(x, s.h, call.keep, call.drop, M, B, d, out);
     else
@@ -118,15 +125,25 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   float* dU = saved.u;  // over U (in bf16 over saved.u16: the SGU's ops write it there)
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
-    auto sp = sgu_params(be, c, p, T, s.Wd, call.lengths, saved);
+    auto sp = sgu_params(be, c, p, T, call.lengths, saved, s);
     sp.z.dbias = gp.proj_in_b;  // dU's column sums, taken as the SGU writes dU's rows
     // proj_out's backward around the SGU's pass over the rows: dS = dY V first (as
     // linear_backward would), then the pass that forms dF and dU1 rebuilds S from U and F
     // (the forward kept neither S nor Z = GELU(U)), then dV = dY^T S and dv. dU goes over
-    // U (nothing reads U after this layer's backward).
-    be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
+    // U (nothing reads U after this layer's backward). Under bf16 the products read dY
+    // rounded once into h16's buffer (h is rebuilt below) and S in bf16.
+    if (bf16) {
+      be.to_bf16(dY, size_t(M) * d, s.h16);
+      be.gemm_bf16(false, false, M, nb, d, 1.f, s.h16, d, call.proj_out_w16, nb, 0.f, s.dS, nb);
+    } else {
+      be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
+    }
     be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, dF, dU);
-    be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
+    if (bf16)
+      be.linear_backward_bf16(s.h16, dY, s.S16, M, nb, call.proj_out_w16, d, nullptr, false, gp.proj_out_w,
+                              gp.proj_out_b);
+    else
+      be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);
     const ops::SguGrads sg{gp.sgu_norm_w, gp.sgu_norm_b, toeplitz ? s.dWd : gp.spatial_w, gp.spatial_b};
     // G in S's buffer (S is dead once dV is formed); dG over dS where block.h says.

@@ -30,9 +30,10 @@ struct BlockSaved {
   float* F = nullptr;                          // [M, g] the spatial output, attention added (SGU models)
   // Or, training an SGU model where Backend::stores_bf16 (a GPU under bf16), U and F as
   // bf16 bits (ops.h's Bf16Store), u and F null: the two largest per-layer tensors in
-  // half the bytes. The in-projection then runs over bf16 alone: h in BlockScratch::h16,
-  // the weight in BlockCall::proj_in_w16, U written in bf16 by the product, dU over it
-  // in bf16; BlockScratch::dF is the float F of the layer at hand.
+  // half the bytes. The projections then run over bf16 operands alone: h in
+  // BlockScratch::h16, S in BlockScratch::S16, the weights in BlockCall's copies, U
+  // written in bf16 by the product and dU over it; BlockScratch::dF is the float F of
+  // the layer at hand.
   uint16_t *u16 = nullptr, *F16 = nullptr;     // [M, f], [M, g]
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
 };
@@ -44,8 +45,10 @@ struct BlockScratch {
   float* S = nullptr;    // [M, s] S; also the gate G when BlockCall::gate is null
   float* att = nullptr;  // [M, g] aMLP: the attention's output
   float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]
-  uint16_t* h16 = nullptr;  // [M, d] the LayerNorm output in bf16, where BlockSaved holds U in bf16
-                            //   (h then holds it as floats too for aMLP's attention alone)
+  // Where BlockSaved holds U in bf16:
+  uint16_t* h16 = nullptr;  // [M, d] the LayerNorm output in bf16 (h holds it as floats too for aMLP's
+                            //   attention alone); in the backward first dL/d(branch) in bf16
+  uint16_t* S16 = nullptr;  // [M, s] S in bf16 (scratch.S then holds the gate alone)
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
   float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG
@@ -73,7 +76,8 @@ struct BlockCall {
   ops::DropMask drop;                // this layer's dropout on the branch, inactive without
   float* gate = nullptr;             // [M, g] where the normalised gate goes (the decoder's cache), or
                                      // null for scratch.S
-  const uint16_t* proj_in_w16 = nullptr;  // [f, d] proj_in_w in bf16, where BlockSaved holds U in bf16
+  // proj_in_w [f, d] and proj_out_w [d, s] in bf16, where BlockSaved holds U in bf16.
+  const uint16_t *proj_in_w16 = nullptr, *proj_out_w16 = nullptr;
 };
 
 // out[M, d] = x + block(x), with x = saved.x; out may be saved.x (in place) when no

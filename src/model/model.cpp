@@ -23,12 +23,16 @@ struct Model::Arena {
   int B = 0, T = 0;              // capacity
   bool training = false;         // made with gradients: every layer's slots
   bool bf16 = false;             // U and F held in bf16 (block.h): training, Backend::stores_bf16
-  size_t d = 0, f = 0, g = 0, da = 0;
+  size_t d = 0, f = 0, g = 0, nb = 0, da = 0;  // nb: branch channels
   // The slots of a forward of B x T: layer l's saved tensors, and the residual stream
   // entering layer l (l = L: the blocks' output).
   BlockSaved layer(int l, bool grad, int B, int T);
   float* stream(int l, bool grad, int B, int T);
   BlockScratch scratch();
+  // Layer l's bf16 proj_in_w copy, its proj_out_w copy right after (null without them).
+  uint16_t* proj_w16(int l) const {
+    return w16.empty() ? nullptr : w16.data() + size_t(l) * (f * d + d * nb);
+  }
   using F32 = DeviceBuffer<float>;
   using I32 = DeviceBuffer<int32_t>;
   std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
@@ -41,8 +45,9 @@ struct Model::Arena {
   F32 u;                                     // L x [M, d_ffn] (1 without grad, or beside u16)
   F32 F;                                     // L x [M, g]
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
-  DeviceBuffer<uint16_t> h16;                // with them: [M, d] the LayerNorm output in bf16
-  DeviceBuffer<uint16_t> w16;                // L x [d_ffn, d]: proj_in_w in bf16, rounded each training forward
+  DeviceBuffer<uint16_t> h16, S16;           // with them: [M, d] the LayerNorm output, [M, s] S, in bf16
+  DeviceBuffer<uint16_t> w16;                // L x ([d_ffn, d], [d, s]): proj_in_w and proj_out_w in bf16,
+                                             //   rounded at each training forward
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
   F32 f_mean, f_rstd;                        // [M] final norm
   F32 pooled;                                // [B, d] classify/vision
@@ -184,6 +189,7 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->d = d;
   a->f = f;
   a->g = g;
+  a->nb = s;
   a->da = da;
   a->tokens_h.resize(M);
   a->targets_h.resize(M);
@@ -210,7 +216,8 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
     a->h16 = DeviceBuffer<uint16_t>(be, M * d);
-    a->w16 = DeviceBuffer<uint16_t>(be, L * f * d);
+    a->S16 = DeviceBuffer<uint16_t>(be, M * s);
+    a->w16 = DeviceBuffer<uint16_t>(be, L * (f * d + d * s));
   }
   if (grad && !bf16) a->u = f32(L * M * f);
   else if (cfg_.has_sgu()) a->u = f32(M * f);
@@ -296,8 +303,8 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 
 BlockScratch Model::Arena::scratch() {
   auto at = []<typename E>(DeviceBuffer<E>& v) { return v.empty() ? nullptr : v.data(); };
-  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP), at(dqkv),
-          at(dWd)};
+  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(S16), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP),
+          at(dqkv), at(dWd)};
 }
 
 double Model::forward(const Batch& in) {
@@ -341,10 +348,12 @@ double Model::forward(const Batch& in) {
   last_row_offset_ = in.row_offset;
 
   const ParamViews& W = backend_views();
-  if (a.bf16 && grad_enabled_) {  // the in-projections' weights as their bf16 products take them
-    const size_t n = size_t(cfg_.d_ffn) * cfg_.d_model;
-    for (int l = 0; l < cfg_.n_layers; ++l) be_->to_bf16(W.blocks[size_t(l)].proj_in_w, n, a.w16.data() + l * n);
-  }
+  if (a.bf16 && grad_enabled_)  // the projections' weights as their bf16 products take them
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      const BlockParams& p = W.blocks[size_t(l)];
+      be_->to_bf16(p.proj_in_w, a.f * a.d, a.proj_w16(l));
+      be_->to_bf16(p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d);
+    }
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
@@ -362,7 +371,10 @@ BlockCall Model::block_call(int l) const {
   call.lengths = last_lengths_ ? arena_->lengths.data() : nullptr;
   call.keep = last_keep_ ? arena_->keep.data() + size_t(l) * B_ : nullptr;
   if (last_dropout_) call.drop = ops::drop_mask(last_seed_, l, cfg_.dropout, last_row_offset_);
-  if (!arena_->w16.empty()) call.proj_in_w16 = arena_->w16.data() + size_t(l) * cfg_.d_ffn * cfg_.d_model;
+  if (uint16_t* w16 = arena_->proj_w16(l)) {
+    call.proj_in_w16 = w16;
+    call.proj_out_w16 = w16 + arena_->f * arena_->d;
+  }
   return call;
 }
 

@@ -162,14 +162,16 @@ struct ZInput {
 // floats: the CUDA backend's path under --precision bf16 (docs/gpu.md "Precision"); the
 // CPU ops refuse it. The forward reads U from u (the in-projection's product wrote it
 // in bf16; the Z argument is unused) and writes F (bias and extra added) rounded into
-// F, its S from that; the float F it is given is only the spatial products' output.
-// The backward reads U and F from here (its Z and F arguments unused) and writes dU
-// over u, in bf16, as the float path writes dZ over U (its dZ argument unused; the
-// bias gradient is the sum of the rounded dU), and its dF must be a float buffer of
-// its own.
+// F, and S, from that F, rounded into S ([M, g], for the out-projection's bf16
+// products; the S argument unused); the float F it is given is only the spatial
+// products' output. The backward reads U and F from here (its Z and F arguments
+// unused), rebuilds S into S (when its S argument is not null) and writes dU over u, in
+// bf16, as the float path writes dZ over U (its dZ argument unused; the bias gradient
+// is the sum of the rounded dU); its dF must be a float buffer of its own.
 struct Bf16Store {
   uint16_t* u = nullptr;
   uint16_t* F = nullptr;
+  uint16_t* S = nullptr;
   bool on() const { return u != nullptr; }
 };
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:

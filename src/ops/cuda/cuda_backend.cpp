@@ -157,6 +157,16 @@ class CudaBackend final : public Backend {
     if (rows) cuda::to_bf16_rows(x, int(rows), int(kRow), int(kRow), 0, 1, int(kRow), 0, y);
     if (rest) cuda::to_bf16_rows(x + rows * kRow, 1, int(rest), int(rest), 0, 1, int(rest), 0, y + rows * kRow);
   }
+  void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out,
+                           float* y) override {
+    const Entry entry("linear_forward");
+    cuda::linear_forward_bf16(x, M, in, W, b, out, y);
+  }
+  void linear_backward_bf16(const uint16_t* dy16, const float* dy, const uint16_t* x, int M, int in,
+                            const uint16_t* W, int out, float* dx, bool acc, float* dW, float* db) override {
+    const Entry entry("linear_backward");
+    cuda::linear_backward_bf16(dy16, dy, x, M, in, W, out, dx, acc, dW, db);
+  }
   void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps,
                               float* y, uint16_t* y16, int ldy, float* mean, float* rstd) override {
     const Entry entry("layernorm_forward");

@@ -1,4 +1,6 @@
 // y = x W^T + b on the device: the bias seeds y, then the GEMM adds (as linear.cpp).
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -46,17 +48,47 @@ void colsum_add_as(const T* x, int M, int N, int ld, float* out) {
 void colsum_add(const float* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
 void colsum_add(const uint16_t* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
 
-void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) {
+namespace {
+// The ops over float or bf16 operands: the products through gemm or gemm_bf16.
+template <typename T>
+void linear_forward_as(const T* x, int M, int in, const T* W, const float* b, int out, float* y) {
   GMLP_LAUNCH(seed_rows, blocks_for(int64_t(M) * out), kThreads)(y, b, M, out);
   check_launch("linear bias");
-  gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
+  if constexpr (std::is_same_v<T, float>)
+    gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
+  else
+    gemm_bf16(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
+}
+
+template <typename T>
+void linear_backward_as(const T* dy, const float* dyf, const T* x, int M, int in, const T* W, int out, float* dx,
+                        bool accumulate_dx, float* dW, float* db) {
+  auto product = [](auto... a) {
+    if constexpr (std::is_same_v<T, float>)
+      gemm(a...);
+    else
+      gemm_bf16(a...);
+  };
+  if (dx) product(false, false, M, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  product(true, false, out, in, M, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (db) colsum_add(dyf, M, out, out, db);
+}
+}  // namespace
+
+void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) {
+  linear_forward_as(x, M, in, W, b, out, y);
+}
+void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out, float* y) {
+  linear_forward_as(x, M, in, W, b, out, y);
 }
 
 void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
                      bool accumulate_dx, float* dW, float* db) {
-  if (dx) gemm(false, false, M, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  gemm(true, false, out, in, M, 1.f, dy, out, x, in, 1.f, dW, in);
-  if (db) colsum_add(dy, M, out, out, db);
+  linear_backward_as(dy, dy, x, M, in, W, out, dx, accumulate_dx, dW, db);
+}
+void linear_backward_bf16(const uint16_t* dy16, const float* dy, const uint16_t* x, int M, int in, const uint16_t* W,
+                          int out, float* dx, bool accumulate_dx, float* dW, float* db) {
+  linear_backward_as(dy16, dy, x, M, in, W, out, dx, accumulate_dx, dW, db);
 }
 
 }  // namespace gmlp::cuda

@@ -74,17 +74,17 @@ struct DzGate {
   }
 };
 
-// Fs = F + bias (+ extra), held as Fs holds it (Fs may be F); S = combine(Z, Fs). S
-// may be the gate buffer (dead by now).
+// Fs = F + bias (+ extra), held as Fs holds it (Fs may be F); S = combine(Z, Fs), held
+// as U is. S may be the gate buffer (dead by now).
 template <typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, const float* F, TF* Fs, int M, int B, int g, int gh,
-                               const float* bias, int n, const float* extra, float* S) {
+                               const float* bias, int n, const float* extra, TU* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g), t = int(r / B), bi = min(t, n - 1);
   const float fr = hold(Fs + i, F[i] + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f));
-  S[i] = combine(kind, z(r, c), fr);
+  hold(S + i, combine(kind, z(r, c), fr));
 }
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
@@ -93,18 +93,18 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
   S[i] = combine(kind, z(i / g, int(i % g)), F[i]);
 }
 
-// S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS;
+// S = combine(Z, F) again (when S is given; held as U is); dF = dS * Z1 (split, multiplicative) or dS;
 // split: dZ1 = dS * F (times GELU'(U1) when given U), held as U is. Each element is
 // read, then written, by one thread: dZ may be U, and dF may be F (when they are floats).
 template <typename TU, typename TF>
-__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, float* S, TU* dZ,
+__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, TU* S, TU* dZ,
                             float* dF) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
   const float ds = dS[i], fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
-  if (S) S[i] = combine(kind, zv, fv);
+  if (S) hold(S + i, combine(kind, zv, fv));
   dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
   if (kind == Sgu::split)
     hold(dZ + r * z.ld + c, z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv);
@@ -149,7 +149,7 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
 
 // The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16).
 template <typename TU, typename TF>
-void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, float* S, float* gmean, float* grstd,
+void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
                 float* F, TF* Fs, float* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
@@ -167,7 +167,7 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, float
 
 template <typename TU, typename TF>
 void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int T, int B, int f, const TF* F,
-                      float* S, float* dF, TU* dZ) {
+                      TU* S, float* dF, TU* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
   GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, M, d.g, S, dZ,
@@ -209,7 +209,7 @@ void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, f
   if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, F, G, extra);
   // U as the in-projection's bf16 product wrote it (ops.h): the forward computes from
   // what the backward will read.
-  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, S, gmean, grstd, F, p.store.F, G, extra);
+  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, p.store.S, gmean, grstd, F, p.store.F, G, extra);
 }
 
 void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
@@ -220,9 +220,9 @@ void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g
 void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
                        float* S, float* dF, float* dZ) {
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
-  if (p.store.on())  // dU over U, in bf16 (ops.h)
+  if (p.store.on())  // S into store.S, dU over U, in bf16 (ops.h)
     backward_gate_as(p, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, static_cast<const uint16_t*>(p.store.F),
-                     S, dF, p.store.u);
+                     S ? p.store.S : nullptr, dF, p.store.u);
   else
     backward_gate_as(p, dS, Z, T, B, f, F, S, dF, dZ);
 }
