@@ -947,15 +947,19 @@ TEST(CudaOps, AdamWAndClippingSums) {
   EXPECT_NEAR(d.be.sum_squares(dG, n), cpu_backend().sum_squares(g.data(), n), 1e-9 * double(n));
 }
 
-// Under --precision bf16 the GPU holds the SGU's U and F in bf16 (ops.h's Bf16Store).
-// With the products in fp32, the ops over the held values must be the CPU's ops over
-// the same values rounded: given U in bf16, F within a bf16 step of the CPU's F, S what
-// the held F gives (held in bf16 too), and the backward, reading them, what the CPU's
-// gives from the same rounded U and F, with S rebuilt into its store, dU written over U
-// within a bf16 step of the CPU's and the bias gradient the sum of what was written. Every SGU form, one and two heads, causal and
-// padded.
+// Under --precision bf16 the GPU holds the SGU's U and F in bf16 (ops.h's Bf16Store),
+// and its spatial products take G, dF and W in bf16. The ops over the held values must
+// be the CPU's ops over the same values rounded, the CPU's products rounding their
+// inputs (GMLP_CPU_BF16=emulate): given U in bf16, G and F within a bf16 step of the
+// CPU's, S what the held F gives (held in bf16 too), and the backward, reading them,
+// what the CPU's gives from the same rounded U and F, with S and G rebuilt into the
+// store, dF and dU (over U) within a bf16 step of the CPU's, and the bias gradients
+// the sums of what was written. Every SGU form, one and two heads, causal and padded.
 TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
   REQUIRE_GPU();
+  ScopedEnv emulate("GMLP_CPU_BF16", "emulate");
+  Fp32Again restore{{Device::cpu}};
+  use_precision(Device::cpu, Precision::bf16);
   struct Case {
     Sgu kind;
     int heads;
@@ -996,7 +1000,8 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
                    k.extra ? extra.data() : nullptr);
     // The GPU: given U in bf16 (as the in-projection's product writes it), holding F in bf16.
     OnDevice d;
-    DeviceBuffer<uint16_t> u16(d.be, U.size()), F16(d.be, S.size()), S16(d.be, S.size());
+    DeviceBuffer<uint16_t> u16(d.be, U.size()), F16(d.be, S.size()), S16(d.be, S.size()), G16(d.be, S.size()),
+        dF16(d.be, S.size());
     std::vector<uint16_t> uh(U.size()), Fh16(S.size());
     for (size_t i = 0; i < U.size(); ++i) uh[i] = ops::bf16_bits(U[i]);
     d.be.upload(u16.data(), uh.data(), uh.size() * sizeof(uint16_t));
@@ -1007,17 +1012,18 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     pg.bias = d.up(sb);
     pg.lengths = k.padded ? d.up(lengths) : nullptr;
     pg.z.bias = d.up(ub);
-    pg.store = {u16.data(), F16.data(), S16.data()};
+    pg.store = {u16.data(), F16.data(), S16.data(), G16.data(), dF16.data()};
     float *dGg = d.up(Vec(S.size())), *dFg = d.up(Vec(S.size())), *dgm = d.up(Vec(M)), *dgr = d.up(Vec(M));
     d.be.sgu_forward(pg, nullptr, T, B, f, nullptr, dgm, dgr, dFg, dGg, k.extra ? d.up(extra) : nullptr);
-    // S as the store holds it, widened.
-    auto held_S = [&] {
-      std::vector<uint16_t> h(S.size());
-      d.be.download(h.data(), S16.data(), h.size() * sizeof(uint16_t));
+    // What the store holds, widened.
+    auto held = [&](const DeviceBuffer<uint16_t>& b) {
+      std::vector<uint16_t> h(b.size());
+      d.be.download(h.data(), b.data(), h.size() * sizeof(uint16_t));
       Vec v(h.size());
       for (size_t i = 0; i < h.size(); ++i) v[i] = ops::from_bf16(h[i]);
       return v;
     };
+    auto held_S = [&] { return held(S16); };
     d.be.download(Fh16.data(), F16.data(), Fh16.size() * sizeof(uint16_t));
     Vec Fh(S.size());
     for (size_t i = 0; i < Fh.size(); ++i) Fh[i] = ops::from_bf16(Fh16[i]);
@@ -1027,9 +1033,10 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     cb.bias_gelu_forward(Z.data(), ub.data(), M, f, Z.data(), false);
     cb.sgu_combine(k.kind, Z.data(), f, Fh.data(), M, g, Sw.data());
     EXPECT_TRUE(test::all_close(held_S().data(), Sw.data(), S.size(), kAtol, 1.f / 128, name + " S held"));
-    EXPECT_TRUE(test::all_close(d.down(dGg, G.size()).data(), G.data(), G.size(), kAtol, 1e-4f, name + " gate"));
+    EXPECT_TRUE(test::all_close(held(G16).data(), G.data(), G.size(), kAtol, 1.f / 128, name + " gate"));
     EXPECT_TRUE(test::all_close(d.down(dgr, M).data(), gr.data(), M, kAtol, kRtol, name + " rstd"));
 
+    const Vec Gf = G;  // the CPU's backward takes G's buffer for scratch
     // Backward: the CPU from the rounded U and the held F, the GPU from what it holds.
     Vec dZ(U.size()), dF(S.size()), dG(S.size()), S2(S.size()), gnw(g), gnb(g), gW(W.size()), gsb(sb.size()),
         gub(f);
@@ -1039,12 +1046,15 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     cb.sgu_backward_mix(pc, gc, dS.data(), Ur.data(), T, B, f, gm.data(), gr.data(), Fh.data(), dZ.data(), G.data(),
                         dF.data(), dG.data());
     float *dFb = d.up(Vec(S.size())), *dGb = d.up(Vec(S.size())), *S2g = d.up(Vec(S.size())), *dS_ = d.up(dS);
-    d.be.zero(S16.data(), S.size() * sizeof(uint16_t));  // the backward's S must be its own
+    d.be.zero(S16.data(), S.size() * sizeof(uint16_t));  // the backward's S and G must be its own
+    d.be.zero(G16.data(), S.size() * sizeof(uint16_t));
     pg.z.dbias = d.up(Vec(f));
     const ops::SguGrads gg{d.up(Vec(g)), d.up(Vec(g)), d.up(Vec(W.size())), d.up(Vec(sb.size()))};
     d.be.sgu_backward_gate(pg, dS_, nullptr, T, B, f, nullptr, S2g, dFb, nullptr);
     d.be.sgu_backward_mix(pg, gg, dS_, nullptr, T, B, f, dgm, dgr, nullptr, nullptr, dGg, dFb, dGb);
     EXPECT_TRUE(test::all_close(held_S().data(), S2.data(), S.size(), kAtol, 1.f / 128, name + " S again"));
+    EXPECT_TRUE(test::all_close(held(G16).data(), Gf.data(), G.size(), kAtol, 1.f / 128, name + " gate again"));
+    EXPECT_TRUE(test::all_close(held(dF16).data(), dF.data(), dF.size(), kAtol, 1.f / 128, name + " dF held"));
     d.be.download(uh.data(), u16.data(), uh.size() * sizeof(uint16_t));
     Vec dU(U.size()), dUsum(f, 0.f);
     for (size_t i = 0; i < U.size(); ++i) dU[i] = ops::from_bf16(uh[i]);
@@ -1056,7 +1066,22 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     EXPECT_TRUE(test::all_close(d.down(gg.norm_w, g).data(), gnw.data(), g, 1e-4f, 1e-4f, name + " dnorm_w"));
     EXPECT_TRUE(test::all_close(d.down(gg.norm_b, g).data(), gnb.data(), g, 1e-4f, 1e-4f, name + " dnorm_b"));
     EXPECT_TRUE(test::all_close(d.down(gg.W, W.size()).data(), gW.data(), W.size(), 1e-4f, 1e-4f, name + " dW"));
-    EXPECT_TRUE(test::all_close(d.down(gg.bias, sb.size()).data(), gsb.data(), sb.size(), 1e-4f, 1e-4f, name + " db"));
+    // The spatial bias's gradient: the sum of what dF16 holds, and so within the terms'
+    // rounding of the CPU's sum of float dF (as dU's bias below).
+    const Vec dFh = held(dF16), gotsb = d.down(gg.bias, sb.size());
+    std::vector<double> want16(sb.size(), 0.0), reach(sb.size(), 1e-5);
+    const int gh = g / k.heads;
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b)
+        for (int c = 0; c < g; ++c) {
+          const size_t e = size_t(c / gh) * n + size_t(std::min(t, n - 1)), i = (size_t(t) * B + b) * g + c;
+          want16[e] += dFh[i];
+          reach[e] += std::fabs(dF[i]) / 256;
+        }
+    for (size_t e = 0; e < sb.size(); ++e) {
+      EXPECT_NEAR(gotsb[e], want16[e], 1e-4 * (1 + std::fabs(want16[e]))) << name << " db, entry " << e;
+      EXPECT_LE(std::fabs(gotsb[e] - gsb[e]), reach[e]) << name << " db against the float sum, entry " << e;
+    }
     // Against the CPU's sum of float dU: each term moved by its rounding alone (half a
     // bf16 step, 2^-9 relative; 2^-8 allowed).
     const Vec gotb = d.down(pg.z.dbias, f);
@@ -1349,10 +1374,11 @@ void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::strin
 
 // Under bf16 a GPU training step holds each layer's U and F in bf16, one float F for the
 // layer at hand and one float U for forwards without gradients (block.h, model.cpp),
-// and for the projections' bf16 products the LayerNorm's output and S in bf16 ([M, d],
-// [M, s]) and each layer's proj_in and proj_out weights in bf16: of the memory a model holds after a
-// forward and backward, M (f + g) 2 (L - 2) - 2 M d - 2 M s - 2 L (f d + d s) bytes
-// fewer than in fp32 (s = g, the branch channels), everything else the same.
+// and for the bf16 products the LayerNorm's output, S (and G) and dF in bf16 ([M, d],
+// [M, s], [M, g]) and each layer's proj_in and proj_out weights in bf16: of the memory
+// a model holds after a forward and backward, M (f + g) 2 (L - 2) - 2 M (d + s + g) -
+// 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch channels), everything
+// else the same.
 TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   REQUIRE_GPU();
   ModelConfig c = tiny(Task::causal_lm);
@@ -1373,7 +1399,8 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   };
   held(Precision::fp32);  // the ops' scratch area grows to its size here, once
   const int64_t fp32 = held(Precision::fp32), bf16 = held(Precision::bf16);
-  EXPECT_EQ(fp32 - bf16, int64_t(M) * (f + g) * 2 * (L - 2) - int64_t(2) * M * (d + g) - int64_t(2) * L * (f + g) * d)
+  EXPECT_EQ(fp32 - bf16,
+            int64_t(M) * (f + g) * 2 * (L - 2) - int64_t(2) * M * (d + 2 * g) - int64_t(2) * L * (f + g) * d)
       << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }
 

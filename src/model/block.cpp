@@ -23,7 +23,7 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
                           const BlockSaved& saved, const BlockScratch& s) {
   float* Wd = s.Wd;
   ops::SguParams sp;
-  if (saved.u16) sp.store = {saved.u16, saved.F16, s.S16};
+  if (saved.u16) sp.store = {saved.u16, saved.F16, s.S16, s.S16, s.dF16};  // G in S's buffer (ops.h)
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
@@ -138,7 +138,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     } else {
       be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
     }
-    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, dF, dU);
+    // Under bf16 dL/dF goes to dF16, and to dF as floats for the attention alone.
+    be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, bf16 && c.d_attn == 0 ? nullptr : dF, dU);
     if (bf16)
       be.linear_backward_bf16(s.h16, dY, s.S16, M, nb, call.proj_out_w16, d, nullptr, false, gp.proj_out_w,
                               gp.proj_out_b);

@@ -48,7 +48,9 @@ struct BlockScratch {
   // Where BlockSaved holds U in bf16:
   uint16_t* h16 = nullptr;  // [M, d] the LayerNorm output in bf16 (h holds it as floats too for aMLP's
                             //   attention alone); in the backward first dL/d(branch) in bf16
-  uint16_t* S16 = nullptr;  // [M, s] S in bf16 (scratch.S then holds the gate alone)
+  uint16_t* S16 = nullptr;  // [M, s] S in bf16, and before it the gate G (scratch.S then unused)
+  uint16_t* dF16 = nullptr; // [M, g] dL/dF in bf16 (scratch.dF then holds F's float, and dL/dF as
+                            //   floats too for aMLP's attention alone)
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
   float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG

@@ -45,7 +45,8 @@ struct Model::Arena {
   F32 u;                                     // L x [M, d_ffn] (1 without grad, or beside u16)
   F32 F;                                     // L x [M, g]
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
-  DeviceBuffer<uint16_t> h16, S16;           // with them: [M, d] the LayerNorm output, [M, s] S, in bf16
+  DeviceBuffer<uint16_t> h16, S16, dF16;     // with them, in bf16: [M, d] the LayerNorm output, [M, s] S
+                                             //   (and G), [M, g] dL/dF
   DeviceBuffer<uint16_t> w16;                // L x ([d_ffn, d], [d, s]): proj_in_w and proj_out_w in bf16,
                                              //   rounded at each training forward
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
@@ -216,7 +217,8 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
     a->h16 = DeviceBuffer<uint16_t>(be, M * d);
-    a->S16 = DeviceBuffer<uint16_t>(be, M * s);
+    a->S16 = DeviceBuffer<uint16_t>(be, M * std::max(s, g));
+    a->dF16 = DeviceBuffer<uint16_t>(be, M * g);
     a->w16 = DeviceBuffer<uint16_t>(be, L * (f * d + d * s));
   }
   if (grad && !bf16) a->u = f32(L * M * f);
@@ -303,8 +305,8 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 
 BlockScratch Model::Arena::scratch() {
   auto at = []<typename E>(DeviceBuffer<E>& v) { return v.empty() ? nullptr : v.data(); };
-  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(S16), at(dh), at(dS), at(dF), at(dG), at(dO), at(dP),
-          at(dqkv), at(dWd)};
+  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(S16), at(dF16), at(dh), at(dS), at(dF), at(dG), at(dO),
+          at(dP), at(dqkv), at(dWd)};
 }
 
 double Model::forward(const Batch& in) {

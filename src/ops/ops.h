@@ -161,17 +161,22 @@ struct ZInput {
 // U and F kept for the backward as bf16 bit patterns ([M, f] and [M, g]) instead of
 // floats: the CUDA backend's path under --precision bf16 (docs/gpu.md "Precision"); the
 // CPU ops refuse it. The forward reads U from u (the in-projection's product wrote it
-// in bf16; the Z argument is unused) and writes F (bias and extra added) rounded into
-// F, and S, from that F, rounded into S ([M, g], for the out-projection's bf16
-// products; the S argument unused); the float F it is given is only the spatial
-// products' output. The backward reads U and F from here (its Z and F arguments
-// unused), rebuilds S into S (when its S argument is not null) and writes dU over u, in
-// bf16, as the float path writes dZ over U (its dZ argument unused; the bias gradient
-// is the sum of the rounded dU); its dF must be a float buffer of its own.
+// in bf16; the Z argument is unused), writes the normalised gate into G (its G
+// argument unused) for the spatial products, which read it and a bf16 copy of W, and
+// writes F (bias and extra added) rounded into F, and S, from that F, rounded into S
+// ([M, g], for the out-projection's bf16 products; the S argument unused); the float
+// F it is given is only the spatial products' output. G may be S (G is dead before S
+// is written). The backward reads U and F from here (its Z and F arguments unused),
+// rebuilds S into S (when its S argument is not null), writes dL/dF into dF (and into
+// its float dF argument as well where that is not null: aMLP's attention reads it),
+// rebuilds G into G, and writes dU over u, in bf16, as the float path writes dZ over U
+// (its dZ argument unused; the bias gradients are sums of the rounded dU and dF).
 struct Bf16Store {
   uint16_t* u = nullptr;
   uint16_t* F = nullptr;
   uint16_t* S = nullptr;
+  uint16_t* G = nullptr;   // [M, g]
+  uint16_t* dF = nullptr;  // [M, g]
   bool on() const { return u != nullptr; }
 };
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:

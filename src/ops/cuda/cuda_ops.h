@@ -41,6 +41,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
                const uint16_t* B, int ldb, float beta, float* C, int ldc);
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                uint16_t* C, int ldc);
+void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc,
+                       int count);
 
 // rows x cols of X (rows ld apart), count of them stride apart (stride 0: one, shared),
 // rounded to bf16 bits (ops/bf16.h) into out, rows ldo apart and each copy size after
@@ -84,6 +87,11 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
                          int count = 1, int stride = 0);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
                           int ld, float* dG, float* dW, int count = 1, int stride = 0);
+// The same over G and dF in bf16 (training under bf16), with W rounded into a copy.
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, float* F,
+                         int count = 1, int stride = 0);
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
+                          const uint16_t* dF, int ld, float* dG, float* dW, int count = 1, int stride = 0);
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 
@@ -129,6 +137,7 @@ void mean_pool_backward(const float* dpooled, int T, int B, int d, const int32_t
 void gather_rows(const float* src, const int32_t* rows, int K, int d, float* dst);
 void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, float* dst);
 void zero_padding(const int32_t* lengths, int T, int B, int C, float* X);
+void zero_padding(const int32_t* lengths, int T, int B, int C, uint16_t* X);
 
 // decode.cu (layernorm.cu: decode_layernorm): the cached decoder's one-token ops.
 void decode_embed(const float* E, int d, const int32_t* tokens, const int32_t* pos, int R, const float* pe, float* x);

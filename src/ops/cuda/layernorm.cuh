@@ -48,6 +48,10 @@ struct YBf16 {
   }
 };
 
+// Rows ld apart as y holds them: floats, or bf16 bits.
+inline YPlain rows_out(float* y, int ld) { return {y, ld}; }
+inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
+
 // A block per row.
 template <typename XIn, typename YOut>
 __global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, float eps, YOut out, float* mean,

@@ -51,11 +51,20 @@ __global__ void k_scatter(const float* src, const int32_t* rows, int K, int d, f
   if (i < int64_t(K) * d) dst[int64_t(rows[i / d]) * d + i % d] = src[i];
 }
 
-__global__ void k_zero_padding(const int32_t* lengths, int T, int B, int C, float* X) {
+// Floats or bf16 bits: a zero is all bits clear in both.
+template <typename E>
+__global__ void k_zero_padding(const int32_t* lengths, int T, int B, int C, E* X) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(T) * B * C) return;
   const int64_t r = i / C;
-  if (int(r / B) >= lengths[r % B]) X[i] = 0.f;
+  if (int(r / B) >= lengths[r % B]) X[i] = E(0);
+}
+
+template <typename E>
+void zero_padding_as(const int32_t* lengths, int T, int B, int C, E* X) {
+  if (!lengths) return;
+  GMLP_LAUNCH(k_zero_padding, blocks_for(int64_t(T) * B * C), kThreads)(lengths, T, B, C, X);
+  check_launch("zero padding");
 }
 
 }  // namespace
@@ -101,10 +110,7 @@ void scatter_rows(const float* src, const int32_t* rows, int K, int M, int d, fl
   check_launch("scatter rows");
 }
 
-void zero_padding(const int32_t* lengths, int T, int B, int C, float* X) {
-  if (!lengths) return;
-  GMLP_LAUNCH(k_zero_padding, blocks_for(int64_t(T) * B * C), kThreads)(lengths, T, B, C, X);
-  check_launch("zero padding");
-}
+void zero_padding(const int32_t* lengths, int T, int B, int C, float* X) { zero_padding_as(lengths, T, B, C, X); }
+void zero_padding(const int32_t* lengths, int T, int B, int C, uint16_t* X) { zero_padding_as(lengths, T, B, C, X); }
 
 }  // namespace gmlp::cuda

@@ -93,19 +93,22 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
   S[i] = combine(kind, z(i / g, int(i % g)), F[i]);
 }
 
-// S = combine(Z, F) again (when S is given; held as U is); dF = dS * Z1 (split, multiplicative) or dS;
-// split: dZ1 = dS * F (times GELU'(U1) when given U), held as U is. Each element is
-// read, then written, by one thread: dZ may be U, and dF may be F (when they are floats).
+// S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS,
+// into dF32 as floats too when given (aMLP's attention under bf16); split: dZ1 = dS * F
+// (times GELU'(U1) when given U); S, dF and dZ held as U is. Each element is read, then
+// written, by one thread: dZ may be U, and dF may be F (when they are floats).
 template <typename TU, typename TF>
-__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, TU* S, TU* dZ,
-                            float* dF) {
+__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, TU* S, TU* dZ, TU* dF,
+                            float* dF32) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
   const float ds = dS[i], fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
   if (S) hold(S + i, combine(kind, zv, fv));
-  dF[i] = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
+  const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
+  hold(dF + i, df);
+  if (dF32) dF32[i] = df;
   if (kind == Sgu::split)
     hold(dZ + r * z.ld + c, z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv);
 }
@@ -116,11 +119,13 @@ __global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, i
 // entry (a Toeplitz model run past its window). One thread per entry summing all its
 // B x gh x positions values (B x g = 32 x 1024 at the annotated size) left a single block
 // of 256 threads reading the whole of dF.
-__global__ void k_bias_grad_rows(const float* dF, int B, int g, int gh, double* part) {
+template <typename E>
+__global__ void k_bias_grad_rows(const E* dF, int B, int g, int gh, double* part) {
   __shared__ double sh[32];
   const int t = blockIdx.x, k = blockIdx.y;
   double s = 0.0;
-  for (int i = threadIdx.x; i < B * gh; i += blockDim.x) s += dF[(int64_t(t) * B + i / gh) * g + k * gh + i % gh];
+  for (int i = threadIdx.x; i < B * gh; i += blockDim.x)
+    s += value(dF[(int64_t(t) * B + i / gh) * g + k * gh + i % gh]);
   s = block_sum(s, sh);
   if (threadIdx.x == 0) part[int64_t(k) * gridDim.x + t] = s;
 }
@@ -147,14 +152,15 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
     fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, k * d.gh, d.gh, B);
 }
 
-// The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16).
+// The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
+// G, dF and dU are held as U is.
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
-                float* F, TF* Fs, float* G, const float* extra) {
+                float* F, TF* Fs, TU* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn<TU>{U, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps,
-                                                      YPlain{G, d.g}, gmean, grstd);
+                                                      rows_out(G, d.g), gmean, grstd);
   check_launch("sgu gate layernorm");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
@@ -167,24 +173,24 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
 
 template <typename TU, typename TF>
 void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int T, int B, int f, const TF* F,
-                      TU* S, float* dF, TU* dZ) {
+                      TU* S, TU* dF, float* dF32, TU* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
   GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, M, d.g, S, dZ,
-                                                                   dF);
+                                                                   dF, dF32);
   check_launch("sgu backward (gate)");
   if (p.kind == Sgu::split && p.z.dbias) colsum_add(dZ, M, d.g, f, p.z.dbias);  // dZ1's columns
 }
 
 template <typename TU, typename TF>
 void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const TU* U, int T, int B,
-                     int f, const float* gmean, const float* grstd, const TF* F, TU* dZ, float* G, float* dF,
+                     int f, const float* gmean, const float* grstd, const TF* F, TU* dZ, TU* G, TU* dF,
                      float* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   const ZIn<TU> gate{U, f, d.goff, p.z};
   GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd,
-                                                                  YPlain{G, d.g});
+                                                                  rows_out(G, d.g));
   check_launch("sgu gate recomputed");
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols, int count) {
@@ -209,7 +215,8 @@ void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, f
   if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, F, G, extra);
   // U as the in-projection's bf16 product wrote it (ops.h): the forward computes from
   // what the backward will read.
-  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, p.store.S, gmean, grstd, F, p.store.F, G, extra);
+  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, p.store.S, gmean, grstd, F, p.store.F, p.store.G,
+             extra);
 }
 
 void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S) {
@@ -220,11 +227,11 @@ void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g
 void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z, int T, int B, int f, const float* F,
                        float* S, float* dF, float* dZ) {
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
-  if (p.store.on())  // S into store.S, dU over U, in bf16 (ops.h)
+  if (p.store.on())  // S, dF (and floats into dF where given) and dU over U, in bf16 (ops.h)
     backward_gate_as(p, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, static_cast<const uint16_t*>(p.store.F),
-                     S ? p.store.S : nullptr, dF, p.store.u);
+                     S ? p.store.S : nullptr, p.store.dF, dF, p.store.u);
   else
-    backward_gate_as(p, dS, Z, T, B, f, F, S, dF, dZ);
+    backward_gate_as(p, dS, Z, T, B, f, F, S, dF, static_cast<float*>(nullptr), dZ);
 }
 
 void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const float* Z, int T, int B,
@@ -233,7 +240,7 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
   if (p.store.on())
     backward_mix_as(p, g, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, gmean, grstd,
-                    static_cast<const uint16_t*>(p.store.F), p.store.u, G, dF, dG);
+                    static_cast<const uint16_t*>(p.store.F), p.store.u, p.store.G, p.store.dF, dG);
   else
     backward_mix_as(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
 }

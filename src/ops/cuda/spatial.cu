@@ -5,8 +5,11 @@
 // diagonal blocks' (a third of what is multiplied at T = 256 in 128-row blocks). Those
 // blocks were cuBLAS triangular multiplies, which have no bf16 form: under bf16 half
 // of the causal mixing's work ran in fp32 on CUDA cores. dW's diagonal blocks have
-// their strict upper part cleared.
+// their strict upper part cleared. Training under bf16 the SGU hands G and dF in bf16,
+// and the products read W from a bf16 copy (its lower triangle, or all of it), made by
+// each call: T x T values, next to the [M, g] operands.
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/common.cuh"
 
@@ -21,12 +24,14 @@ __global__ void clear_upper(float* dW, int ldw, int r0, int r1, int c1) {
   if (r < r1 && c < c1) dW[int64_t(r) * ldw + c] = 0.f;
 }
 
-// Wl[i, j] = W[i, j] for j <= i, 0 above the diagonal (Wl dense, T x T).
-__global__ void k_lower(const float* W, int ldw, int T, float* Wl) {
+// Wc[i, j] = W[i, j] (held as Wc holds it), or 0 above the diagonal when lower (Wc
+// dense, T x T).
+template <typename E>
+__global__ void k_copy_w(const float* W, int ldw, int T, bool lower, E* Wc) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(T) * T) return;
   const int i = int(idx / T), j = int(idx % T);
-  Wl[idx] = j <= i ? W[int64_t(i) * ldw + j] : 0.f;
+  hold(Wc + idx, lower && j > i ? 0.f : W[int64_t(i) * ldw + j]);
 }
 
 // dW[i, j] += the count partial products' [i, j], in order. Causal: j <= i only; dW's
@@ -54,20 +59,43 @@ int parts_at_once(int T) {
 #endif
 }
 
-// The scratch of one call: W's lower triangle (causal) and, for a batch of products
-// whose dW are summed, `parts` partial dW.
+// The scratch of one call: for a batch of products whose dW are summed, `parts`
+// partial dW; then the W the products read: W itself (floats, not causal), or a dense
+// copy held as the operands are, its lower triangle alone when causal.
+template <typename E>
 struct Scratch {
-  float *Wl = nullptr, *part = nullptr;
+  const E* W = nullptr;
+  int ldw = 0;
+  float* part = nullptr;
 };
-Scratch scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
+template <typename E>
+Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
   const int64_t TT = int64_t(T) * T;
-  float* s = static_cast<float*>(scratch(sizeof(float) * size_t(TT) * ((causal ? 1 : 0) + parts)));
-  Scratch out{causal ? s : nullptr, parts ? s + (causal ? TT : 0) : nullptr};
-  if (causal) {
-    GMLP_LAUNCH(k_lower, blocks_for(TT), kThreads)(W, ldw, T, out.Wl);
-    check_launch("causal W's lower triangle");
+  const bool copy = causal || !std::is_same_v<E, float>;
+  char* s = static_cast<char*>(scratch(sizeof(float) * size_t(TT) * parts + (copy ? sizeof(E) * size_t(TT) : 0)));
+  Scratch<E> out;
+  out.part = parts ? reinterpret_cast<float*>(s) : nullptr;
+  if (!copy) {
+    out.W = reinterpret_cast<const E*>(W);  // E is float here
+    out.ldw = ldw;
+    return out;
   }
+  E* Wc = reinterpret_cast<E*>(s + sizeof(float) * size_t(TT) * parts);
+  GMLP_LAUNCH(k_copy_w, blocks_for(TT), kThreads)(W, ldw, T, causal, Wc);
+  check_launch("the mixing's copy of W");
+  out.W = Wc;
+  out.ldw = T;
   return out;
+}
+
+// The products over float or bf16 operands (gemm.cu), C float.
+void products(bool ta, bool tb, int M, int N, int K, const float* A, int lda, int64_t sa, const float* B, int ldb,
+              int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
+  gemm_batched(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
+}
+void products(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, int64_t sa, const uint16_t* B,
+              int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
+  gemm_batched_bf16(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
 }
 
 __global__ void k_toeplitz(const float* w, int n, bool causal, int T, float* W) {
@@ -91,40 +119,43 @@ __global__ void k_toeplitz_fold(const float* dW, int T, int n, bool causal, floa
 
 }  // namespace
 
-void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F,
-                         int count, int stride) {
+namespace {
+template <typename E>
+void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, int ld, float* F, int count,
+                    int stride) {
+  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0);
   if (!causal) {
-    gemm_batched(false, false, T, cols, T, 1.f, W, ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
+    products(false, false, T, cols, T, s.W, s.ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
     return;
   }
-  const float* Wl = scratch_for(W, ldw, true, T, 0).Wl;
   for (int i0 = 0; i0 < T; i0 += kBlock) {
     const int i1 = std::min(T, i0 + kBlock);
-    gemm_batched(false, false, i1 - i0, cols, i1, 1.f, Wl + int64_t(i0) * T, T, 0, G, ld, stride, 0.f,
-                 F + int64_t(i0) * ld, ld, stride, count);
+    products(false, false, i1 - i0, cols, i1, s.W + int64_t(i0) * T, T, 0, G, ld, stride, 0.f, F + int64_t(i0) * ld,
+             ld, stride, count);
   }
 }
 
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
-                          int ld, float* dG, float* dW, int count, int stride) {
+template <typename E>
+void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, const E* dF, int ld,
+                     float* dG, float* dW, int count, int stride) {
   const int64_t TT = int64_t(T) * T;
   // A batch's dW are partial products summed in order, a chunk of the members at a time.
   const int chunk = count > 1 ? std::min(count, parts_at_once(T)) : 0;
-  const Scratch s = scratch_for(W, ldw, causal, T, chunk);
+  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, chunk);
   // dG = W^T dF for every member; causal: dG[j] = sum over i >= j of W[i, j] dF[i], the
-  // block's columns of Wl from row j0 on.
-  if (!causal)
-    gemm_batched(true, false, T, cols, T, 1.f, W, ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
+  // block's columns of the lower triangle from row j0 on.
+  if (!causal) products(true, false, T, cols, T, s.W, s.ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
   for (int j0 = 0; causal && j0 < T; j0 += kBlock)
-    gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.Wl + int64_t(j0) * T + j0, T, 0,
-                 dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
+    products(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, s.W + int64_t(j0) * T + j0, T, 0,
+             dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
   // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal block's strict
   // upper part cleared after (one product) or never added (partials).
   if (count == 1) {
-    if (!causal) gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
+    if (!causal) products(false, true, T, T, cols, dF, ld, 0, G, ld, 0, 1.f, dW, ldw, 0, 1);
     for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
       const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
-      gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
+      products(false, true, m, j1, cols, dF + int64_t(j0) * ld, ld, 0, G, ld, 0, 1.f, dW + int64_t(j0) * ldw, ldw, 0,
+               1);
       GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
       check_launch("causal dW clear");
     }
@@ -132,16 +163,35 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
   }
   for (int c0 = 0; c0 < count; c0 += chunk) {
     const int n = std::min(chunk, count - c0);
-    const float *dFc = dF + int64_t(c0) * stride, *Gc = G + int64_t(c0) * stride;
-    if (!causal) gemm_batched(false, true, T, T, cols, 1.f, dFc, ld, stride, Gc, ld, stride, 0.f, s.part, T, TT, n);
+    const E *dFc = dF + int64_t(c0) * stride, *Gc = G + int64_t(c0) * stride;
+    if (!causal) products(false, true, T, T, cols, dFc, ld, stride, Gc, ld, stride, 0.f, s.part, T, TT, n);
     for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
       const int j1 = std::min(T, j0 + kBlock);
-      gemm_batched(false, true, j1 - j0, j1, cols, 1.f, dFc + int64_t(j0) * ld, ld, stride, Gc, ld, stride, 0.f,
-                   s.part + int64_t(j0) * T, T, TT, n);
+      products(false, true, j1 - j0, j1, cols, dFc + int64_t(j0) * ld, ld, stride, Gc, ld, stride, 0.f,
+               s.part + int64_t(j0) * T, T, TT, n);
     }
     GMLP_LAUNCH(k_add_parts, blocks_for(TT), kThreads)(s.part, n, T, causal, dW, ldw);
     check_launch("spatial dW sum");
   }
+}
+}  // namespace
+
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F,
+                         int count, int stride) {
+  mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride);
+}
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, float* F,
+                         int count, int stride) {
+  mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride);
+}
+
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
+                          int ld, float* dG, float* dW, int count, int stride) {
+  mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
+}
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
+                          const uint16_t* dF, int ld, float* dG, float* dW, int count, int stride) {
+  mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
 }
 
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) {
