@@ -1372,13 +1372,14 @@ void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::strin
   }
 }
 
-// Under bf16 a GPU training step holds each layer's U and F in bf16, one float F for the
-// layer at hand and one float U for forwards without gradients (block.h, model.cpp),
+// Under bf16 a GPU training step holds each layer's U and F in bf16 and one float F for
+// the layer at hand (block.h; a forward without gradients takes its float U in the
+// bf16 U's bytes, model.cpp),
 // and for the bf16 products the LayerNorm's output, S (and G) and dF in bf16 ([M, d],
 // [M, s], [M, g]) and each layer's proj_in and proj_out weights in bf16: of the memory
-// a model holds after a forward and backward, M (f + g) 2 (L - 2) - 2 M (d + s + g) -
-// 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch channels), everything
-// else the same.
+// a model holds after a forward and backward, M f 2 L + M g 2 (L - 2) -
+// 2 M (d + s + g) - 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch
+// channels), everything else the same.
 TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   REQUIRE_GPU();
   ModelConfig c = tiny(Task::causal_lm);
@@ -1400,7 +1401,8 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   held(Precision::fp32);  // the ops' scratch area grows to its size here, once
   const int64_t fp32 = held(Precision::fp32), bf16 = held(Precision::bf16);
   EXPECT_EQ(fp32 - bf16,
-            int64_t(M) * (f + g) * 2 * (L - 2) - int64_t(2) * M * (d + 2 * g) - int64_t(2) * L * (f + g) * d)
+            int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + 2 * g) -
+                int64_t(2) * L * (f + g) * d)
       << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }
 

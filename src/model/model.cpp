@@ -208,11 +208,12 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
   // U, the projection before the GELU, per layer; without gradients one slot serves
-  // every layer, and so it does beside u16 (for a forward without gradients in this
-  // arena: training holds U and dU in u16 alone). Z =
-  // GELU(U) is stored only without an SGU, where it is the branch (the SGU reads U,
-  // block.cpp); there, without gradients, nothing reads U after its GELU, so the
-  // projection lands in z and the GELU runs in place.
+  // every layer. Training under bf16 holds U and dU in u16 alone; a forward without
+  // gradients in that arena (evaluation) takes its float U in u16's bytes, L x 2 bytes
+  // a value where it needs 4 (a forward invalidates the saved tensors anyway), or in a
+  // slot of its own for a single layer. Z = GELU(U) is stored only without an SGU, where
+  // it is the branch (the SGU reads U, block.cpp); there, without gradients, nothing
+  // reads U after its GELU, so the projection lands in z and the GELU runs in place.
   if (bf16) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
@@ -222,7 +223,7 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->w16 = DeviceBuffer<uint16_t>(be, L * (f * d + d * s));
   }
   if (grad && !bf16) a->u = f32(L * M * f);
-  else if (cfg_.has_sgu()) a->u = f32(M * f);
+  else if (cfg_.has_sgu() && !(bf16 && L >= 2)) a->u = f32(M * f);
   if (cfg_.has_sgu()) {
     a->g_mean = f32(L * M);
     a->g_rstd = f32(L * M);
@@ -287,7 +288,12 @@ BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
     s.u16 = at(u16, k * M * f);
     s.F16 = at(F16, k * M * g);
   } else {  // in a bf16 arena a forward without gradients takes floats, as any inference
-    s.u = u.empty() ? z.data() : at(u, k * M * f);
+    if (!u.empty())
+      s.u = at(u, k * M * f);
+    else if (!u16.empty())
+      s.u = reinterpret_cast<float*>(u16.data());  // device memory: only kernels read it, as floats
+    else
+      s.u = z.data();
     s.F = bf16 ? dF.data() : at(F, k * M * g);
   }
   s.g_mean = at(g_mean, k * M);
