@@ -6,10 +6,11 @@
 // is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
 // as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
 // gate G lives in S's buffer, dU is computed in place over U and dF over F. Where U and
-// F are held in bf16 (BlockSaved::u16), the in-projection's operands are bf16 too: h is
-// written in bf16 (scratch.h16), the product writes U in bf16 and the SGU's backward dU
-// over it, so the products that read them read half the bytes; the float F and dF
-// share scratch.dF, one for every layer.
+// F are held in bf16 (BlockSaved::u16), every product's operands are bf16 too: h
+// (scratch.h16), U written by its product and dU over it, S and, before it, the gate
+// (scratch.S16), dL/dF (scratch.dF16), dY rounded into h16's buffer and the weights'
+// copies (BlockCall), so the products read half the bytes; the float F (and aMLP's
+// float dF) share scratch.dF, one for every layer.
 #include "model/block.h"
 
 #include "backend/backend.h"

@@ -30,10 +30,10 @@ struct BlockSaved {
   float* F = nullptr;                          // [M, g] the spatial output, attention added (SGU models)
   // Or, training an SGU model where Backend::stores_bf16 (a GPU under bf16), U and F as
   // bf16 bits (ops.h's Bf16Store), u and F null: the two largest per-layer tensors in
-  // half the bytes. The projections then run over bf16 operands alone: h in
-  // BlockScratch::h16, S in BlockScratch::S16, the weights in BlockCall's copies, U
-  // written in bf16 by the product and dU over it; BlockScratch::dF is the float F of
-  // the layer at hand.
+  // half the bytes. The block's products then run over bf16 operands alone (block.cpp):
+  // U is written in bf16 by its product and dU over it, the other operands are in
+  // BlockScratch's *16 buffers and BlockCall's weight copies; BlockScratch::dF is the
+  // float F of the layer at hand.
   uint16_t *u16 = nullptr, *F16 = nullptr;     // [M, f], [M, g]
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
 };

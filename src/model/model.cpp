@@ -42,7 +42,7 @@ struct Model::Arena {
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
-  F32 u;                                     // L x [M, d_ffn] (1 without grad, or beside u16)
+  F32 u;                                     // L x [M, d_ffn] (1 without grad; beside u16 only for L = 1)
   F32 F;                                     // L x [M, g]
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
   DeviceBuffer<uint16_t> h16, S16, dF16;     // with them, in bf16: [M, d] the LayerNorm output, [M, s] S
