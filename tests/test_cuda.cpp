@@ -951,10 +951,12 @@ TEST(CudaOps, AdamWAndClippingSums) {
 // and its spatial products take G, dF and W in bf16. The ops over the held values must
 // be the CPU's ops over the same values rounded, the CPU's products rounding their
 // inputs (GMLP_CPU_BF16=emulate): given U in bf16, G and F within a bf16 step of the
-// CPU's, S what the held F gives (held in bf16 too), and the backward, reading them,
-// what the CPU's gives from the same rounded U and F, with S and G rebuilt into the
-// store, dF and dU (over U) within a bf16 step of the CPU's, and the bias gradients
-// the sums of what was written. Every SGU form, one and two heads, causal and padded.
+// CPU's, S what the held F gives (held in bf16 too), and the backward, given dS in
+// bf16 and reading what it holds, what the CPU's gives from the same rounded U, F and
+// dS, with S and G rebuilt into the store, dF and dG within a bf16 step of the CPU's,
+// dU (over U) and the gate norm's gradients what the CPU's LayerNorm backward gives
+// from the dG held, and the bias gradients the sums of what was written. Every SGU
+// form, one and two heads, causal and padded.
 TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
   REQUIRE_GPU();
   ScopedEnv emulate("GMLP_CPU_BF16", "emulate");
@@ -1001,7 +1003,7 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     // The GPU: given U in bf16 (as the in-projection's product writes it), holding F in bf16.
     OnDevice d;
     DeviceBuffer<uint16_t> u16(d.be, U.size()), F16(d.be, S.size()), S16(d.be, S.size()), G16(d.be, S.size()),
-        dF16(d.be, S.size());
+        dF16(d.be, S.size()), dS16(d.be, S.size()), dG16(d.be, S.size());
     std::vector<uint16_t> uh(U.size()), Fh16(S.size());
     for (size_t i = 0; i < U.size(); ++i) uh[i] = ops::bf16_bits(U[i]);
     d.be.upload(u16.data(), uh.data(), uh.size() * sizeof(uint16_t));
@@ -1012,7 +1014,7 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     pg.bias = d.up(sb);
     pg.lengths = k.padded ? d.up(lengths) : nullptr;
     pg.z.bias = d.up(ub);
-    pg.store = {u16.data(), F16.data(), S16.data(), G16.data(), dF16.data()};
+    pg.store = {u16.data(), F16.data(), S16.data(), G16.data(), dF16.data(), dS16.data(), dG16.data()};
     float *dGg = d.up(Vec(S.size())), *dFg = d.up(Vec(S.size())), *dgm = d.up(Vec(M)), *dgr = d.up(Vec(M));
     d.be.sgu_forward(pg, nullptr, T, B, f, nullptr, dgm, dgr, dFg, dGg, k.extra ? d.up(extra) : nullptr);
     // What the store holds, widened.
@@ -1042,8 +1044,16 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
         gub(f);
     pc.z.dbias = gub.data();
     const ops::SguGrads gc{gnw.data(), gnb.data(), gW.data(), gsb.data()};
-    cb.sgu_backward_gate(pc, dS.data(), Ur.data(), T, B, f, Fh.data(), S2.data(), dF.data(), dZ.data());
-    cb.sgu_backward_mix(pc, gc, dS.data(), Ur.data(), T, B, f, gm.data(), gr.data(), Fh.data(), dZ.data(), G.data(),
+    // dL/dS in bf16, as the out-projection's product writes it under bf16.
+    Vec dSr(dS.size());
+    std::vector<uint16_t> dSh(dS.size());
+    for (size_t i = 0; i < dS.size(); ++i) {
+      dSh[i] = ops::bf16_bits(dS[i]);
+      dSr[i] = ops::from_bf16(dSh[i]);
+    }
+    d.be.upload(dS16.data(), dSh.data(), dSh.size() * sizeof(uint16_t));
+    cb.sgu_backward_gate(pc, dSr.data(), Ur.data(), T, B, f, Fh.data(), S2.data(), dF.data(), dZ.data());
+    cb.sgu_backward_mix(pc, gc, dSr.data(), Ur.data(), T, B, f, gm.data(), gr.data(), Fh.data(), dZ.data(), G.data(),
                         dF.data(), dG.data());
     float *dFb = d.up(Vec(S.size())), *dGb = d.up(Vec(S.size())), *S2g = d.up(Vec(S.size())), *dS_ = d.up(dS);
     d.be.zero(S16.data(), S.size() * sizeof(uint16_t));  // the backward's S and G must be its own
@@ -1060,11 +1070,30 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     for (size_t i = 0; i < U.size(); ++i) dU[i] = ops::from_bf16(uh[i]);
     for (int r = 0; r < M; ++r)
       for (int c = 0; c < f; ++c) dUsum[size_t(c)] += dU[size_t(r) * f + c];
-    EXPECT_TRUE(test::all_close(dU.data(), dZ.data(), dZ.size(), kAtol, 1.f / 128, name + " dU over U"));
     EXPECT_TRUE(test::all_close(d.down(dFb, dF.size()).data(), dF.data(), dF.size(), kAtol, 1e-4f, name + " dF"));
-    EXPECT_TRUE(test::all_close(d.down(dGb, dG.size()).data(), dG.data(), dG.size(), kAtol, 1e-4f, name + " dG"));
-    EXPECT_TRUE(test::all_close(d.down(gg.norm_w, g).data(), gnw.data(), g, 1e-4f, 1e-4f, name + " dnorm_w"));
-    EXPECT_TRUE(test::all_close(d.down(gg.norm_b, g).data(), gnb.data(), g, 1e-4f, 1e-4f, name + " dnorm_b"));
+    const Vec dGh = held(dG16);
+    EXPECT_TRUE(test::all_close(dGh.data(), dG.data(), dG.size(), kAtol, 1.f / 128, name + " dG held"));
+    // The gate LayerNorm's backward reads dG as held: the CPU's LayerNorm backward over
+    // the held dG and Z's gate channels, the direct path added, times GELU'(U + b), for
+    // dU's gate channels and the norm's gradients; the split form's other half is the
+    // gate pass's, the CPU's dZ there.
+    const int goff = k.kind == Sgu::split ? g : 0;
+    Vec want_dU = dZ, dzg(size_t(M) * g), ug(dzg.size()), wnw(g, 0.f), wnb(g, 0.f);
+    cb.layernorm_backward(dGh.data(), g, Z.data() + goff, f, gm.data(), gr.data(), nw.data(), M, g, dzg.data(), g,
+                          false, wnw.data(), wnb.data());
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < g; ++c) {
+        const size_t i = size_t(r) * g + c;
+        if (k.kind == Sgu::multiplicative) dzg[i] += dSr[i] * Fh[i];
+        if (k.kind == Sgu::additive) dzg[i] += dSr[i];
+        ug[i] = Ur[size_t(r) * f + goff + c] + ub[size_t(goff + c)];
+      }
+    cb.gelu_backward(ug.data(), dzg.data(), dzg.data(), int64_t(dzg.size()), false);
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < g; ++c) want_dU[size_t(r) * f + goff + c] = dzg[size_t(r) * g + c];
+    EXPECT_TRUE(test::all_close(dU.data(), want_dU.data(), dU.size(), kAtol, 1.f / 128, name + " dU over U"));
+    EXPECT_TRUE(test::all_close(d.down(gg.norm_w, g).data(), wnw.data(), g, 1e-4f, 1e-4f, name + " dnorm_w"));
+    EXPECT_TRUE(test::all_close(d.down(gg.norm_b, g).data(), wnb.data(), g, 1e-4f, 1e-4f, name + " dnorm_b"));
     EXPECT_TRUE(test::all_close(d.down(gg.W, W.size()).data(), gW.data(), W.size(), 1e-4f, 1e-4f, name + " dW"));
     // The spatial bias's gradient: the sum of what dF16 holds, and so within the terms'
     // rounding of the CPU's sum of float dF (as dU's bias below).
@@ -1082,13 +1111,16 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
       EXPECT_NEAR(gotsb[e], want16[e], 1e-4 * (1 + std::fabs(want16[e]))) << name << " db, entry " << e;
       EXPECT_LE(std::fabs(gotsb[e] - gsb[e]), reach[e]) << name << " db against the float sum, entry " << e;
     }
-    // Against the CPU's sum of float dU: each term moved by its rounding alone (half a
+    // Against the sum of the float dU: each term moved by its rounding alone (half a
     // bf16 step, 2^-9 relative; 2^-8 allowed).
     const Vec gotb = d.down(pg.z.dbias, f);
     for (int c = 0; c < f; ++c) {
-      double reach = 1e-5;
-      for (int r = 0; r < M; ++r) reach += std::fabs(dZ[size_t(r) * f + c]) / 256;
-      EXPECT_LE(std::fabs(gotb[size_t(c)] - gub[size_t(c)]), reach) << name << " du bias, column " << c;
+      double reach = 1e-5, sum = 0;
+      for (int r = 0; r < M; ++r) {
+        reach += std::fabs(want_dU[size_t(r) * f + c]) / 256;
+        sum += want_dU[size_t(r) * f + c];
+      }
+      EXPECT_LE(std::fabs(gotb[size_t(c)] - sum), reach) << name << " du bias, column " << c;
     }
     EXPECT_TRUE(test::all_close(d.down(pg.z.dbias, f).data(), dUsum.data(), f, 1e-5f, 1e-4f,
                                 name + " du bias: the sum of what dU holds"));
@@ -1375,11 +1407,11 @@ void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::strin
 // Under bf16 a GPU training step holds each layer's U and F in bf16 and one float F for
 // the layer at hand (block.h; a forward without gradients takes its float U in the
 // bf16 U's bytes, model.cpp),
-// and for the bf16 products the LayerNorm's output, S (and G) and dF in bf16 ([M, d],
-// [M, s], [M, g]) and each layer's proj_in and proj_out weights in bf16: of the memory
-// a model holds after a forward and backward, M f 2 L + M g 2 (L - 2) -
-// 2 M (d + s + g) - 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch
-// channels), everything else the same.
+// and for the bf16 products the LayerNorm's output, S (and G), dF and dS (and, split,
+// dG) in bf16 ([M, d], [M, s], [M, g], [M, s]) where fp32 holds dS in float, and each
+// layer's proj_in and proj_out weights in bf16: of the memory a model holds after a
+// forward and backward, M f 2 L + M g 2 (L - 2) - 2 M (d + g) - 2 L (f d + d s)
+// bytes fewer than in fp32 (s = g, the branch channels), everything else the same.
 TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   REQUIRE_GPU();
   ModelConfig c = tiny(Task::causal_lm);
@@ -1401,7 +1433,7 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   held(Precision::fp32);  // the ops' scratch area grows to its size here, once
   const int64_t fp32 = held(Precision::fp32), bf16 = held(Precision::bf16);
   EXPECT_EQ(fp32 - bf16,
-            int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + 2 * g) -
+            int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + g) -
                 int64_t(2) * L * (f + g) * d)
       << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }

@@ -24,7 +24,8 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
                           const BlockSaved& saved, const BlockScratch& s) {
   float* Wd = s.Wd;
   ops::SguParams sp;
-  if (saved.u16) sp.store = {saved.u16, saved.F16, s.S16, s.S16, s.dF16};  // G in S's buffer (ops.h)
+  if (saved.u16)  // G in S's buffer, dG over dS where block.h says (ops.h)
+    sp.store = {saved.u16, saved.F16, s.S16, s.S16, s.dF16, s.dS16, sgu_needs_dG(c) ? s.dG16 : s.dS16};
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
@@ -135,7 +136,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     // rounded once into h16's buffer (h is rebuilt below) and S in bf16.
     if (bf16) {
       be.to_bf16(dY, size_t(M) * d, s.h16);
-      be.gemm_bf16(false, false, M, nb, d, 1.f, s.h16, d, call.proj_out_w16, nb, 0.f, s.dS, nb);
+      be.gemm_bf16(false, false, M, nb, d, s.h16, d, call.proj_out_w16, nb, s.dS16, nb);
     } else {
       be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
     }

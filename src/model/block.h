@@ -51,6 +51,8 @@ struct BlockScratch {
   uint16_t* S16 = nullptr;  // [M, s] S in bf16, and before it the gate G (scratch.S then unused)
   uint16_t* dF16 = nullptr; // [M, g] dL/dF in bf16 (scratch.dF then holds F's float, and dL/dF as
                             //   floats too for aMLP's attention alone)
+  uint16_t *dS16 = nullptr, *dG16 = nullptr;  // [M, s], [M, g]: dL/dS and dL/dG in bf16 (dG16 where
+                                              //   sgu_needs_dG, else over dS16); dS and dG then unused
   // Backward only.
   float *dh = nullptr, *dS = nullptr;              // [M, d], [M, s]
   float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG

@@ -47,6 +47,7 @@ struct Model::Arena {
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
   DeviceBuffer<uint16_t> h16, S16, dF16;     // with them, in bf16: [M, d] the LayerNorm output, [M, s] S
                                              //   (and G), [M, g] dL/dF
+  DeviceBuffer<uint16_t> dS16, dG16;         // and [M, s] dL/dS, [M, g] dL/dG, for dS and dG
   DeviceBuffer<uint16_t> w16;                // L x ([d_ffn, d], [d, s]): proj_in_w and proj_out_w in bf16,
                                              //   rounded at each training forward
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
@@ -220,6 +221,8 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->h16 = DeviceBuffer<uint16_t>(be, M * d);
     a->S16 = DeviceBuffer<uint16_t>(be, M * std::max(s, g));
     a->dF16 = DeviceBuffer<uint16_t>(be, M * g);
+    a->dS16 = DeviceBuffer<uint16_t>(be, M * s);
+    if (sgu_needs_dG(cfg_)) a->dG16 = DeviceBuffer<uint16_t>(be, M * g);
     a->w16 = DeviceBuffer<uint16_t>(be, L * (f * d + d * s));
   }
   if (grad && !bf16) a->u = f32(L * M * f);
@@ -249,9 +252,9 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->dlogits = f32(rows_out * out);
     a->dh = f32(M * d);
     a->dx = f32(M * d);
-    a->dS = f32(M * s);
+    if (!bf16) a->dS = f32(M * s);
     if (sgu_needs_dF(cfg_, bf16)) a->dF = f32(M * g);
-    if (sgu_needs_dG(cfg_)) a->dG = f32(M * g);
+    if (sgu_needs_dG(cfg_) && !bf16) a->dG = f32(M * g);
     if (da > 0) {
       a->dO = f32(M * da);
       a->dP = f32(size_t(be.attention_rows_at_once(B)) * T * T);
@@ -311,8 +314,8 @@ float* Model::Arena::stream(int l, bool grad, int B, int T) {
 
 BlockScratch Model::Arena::scratch() {
   auto at = []<typename E>(DeviceBuffer<E>& v) { return v.empty() ? nullptr : v.data(); };
-  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(S16), at(dF16), at(dh), at(dS), at(dF), at(dG), at(dO),
-          at(dP), at(dqkv), at(dWd)};
+  return {at(h), at(z), at(S), at(att), at(Wd), at(h16), at(S16), at(dF16), at(dS16), at(dG16), at(dh), at(dS),
+          at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
 }
 
 double Model::forward(const Batch& in) {

@@ -44,6 +44,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* 
 void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
                        int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc,
                        int count);
+void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc,
+                       int64_t sc, int count);
 
 // rows x cols of X (rows ld apart), count of them stride apart (stride 0: one, shared),
 // rounded to bf16 bits (ops/bf16.h) into out, rows ldo apart and each copy size after
@@ -87,11 +90,11 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
                          int count = 1, int stride = 0);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
                           int ld, float* dG, float* dW, int count = 1, int stride = 0);
-// The same over G and dF in bf16 (training under bf16), with W rounded into a copy.
+// The same over G, dF and dG in bf16 (training under bf16), with W rounded into a copy.
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, float* F,
                          int count = 1, int stride = 0);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
-                          const uint16_t* dF, int ld, float* dG, float* dW, int count = 1, int stride = 0);
+                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count = 1, int stride = 0);
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 

@@ -154,6 +154,14 @@ void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float al
                 "gemm (bf16 operands, batched)");
 }
 
+void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
+                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc,
+                       int64_t sc, int count) {
+  if (M <= 0 || N <= 0 || count <= 0) return;
+  bf16_products(trans_a, trans_b, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, CUDA_R_16BF, ldc, sc, count,
+                "gemm (bf16 operands and output, batched)");
+}
+
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                uint16_t* C, int ldc) {
   if (M <= 0 || N <= 0) return;

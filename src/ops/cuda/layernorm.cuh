@@ -92,19 +92,20 @@ __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b
 }
 
 // Each thread owns the same channels in both passes, so out may overwrite x: a
-// channel's x is read (pass 2) by the thread that then writes its dx.
-template <typename XIn, typename Out>
-__global__ void ln_backward_dx_k(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+// channel's x is read (pass 2) by the thread that then writes its dx. dy is floats, or
+// bf16 bits (the SGU's gate under bf16).
+template <typename XIn, typename Out, typename TY>
+__global__ void ln_backward_dx_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                  const float* w, int C, Out out) {
   __shared__ float sh[32];
   __shared__ float xhat[kRowCache];
   const int64_t r = blockIdx.x;
-  const float* dyr = dy + r * lddy;
+  const TY* dyr = dy + r * lddy;
   const float mu = mean[r], rs = rstd[r];
   const bool cached = C <= kRowCache;
   float sg = 0.f, sgx = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float xh = (xin(r, c) - mu) * rs, g = dyr[c] * w[c];
+    const float xh = (xin(r, c) - mu) * rs, g = value(dyr[c]) * w[c];
     if (cached) xhat[c] = xh;
     sg += g;
     sgx += g * xh;
@@ -113,35 +114,35 @@ __global__ void ln_backward_dx_k(const float* dy, int lddy, XIn xin, const float
   const float mgx = block_sum(sgx, sh) / float(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xh = cached ? xhat[c] : (xin(r, c) - mu) * rs;
-    out(r, c, rs * (dyr[c] * w[c] - mg - xh * mgx));
+    out(r, c, rs * (value(dyr[c]) * w[c] - mg - xh * mgx));
   }
 }
 
 // dw's and db's terms of row r, column c: dy * xhat and dy.
-template <typename XIn>
+template <typename XIn, typename TY>
 struct DwDbTerms {
-  const float* dy;
+  const TY* dy;
   int lddy;
   XIn xin;
   const float *mean, *rstd;
   __device__ void operator()(int r, int c, float* s) const {
-    const float g = dy[int64_t(r) * lddy + c];
+    const float g = value(dy[int64_t(r) * lddy + c]);
     s[0] += g * (xin(r, c) - mean[r]) * rstd[r];
     s[1] += g;
   }
 };
 
-template <typename XIn>
-__global__ void ln_backward_dwdb_partial_k(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+template <typename XIn, typename TY>
+__global__ void ln_backward_dwdb_partial_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                            int M, int C, int rows_per, float* part) {
-  column_chunk_sums<2>(M, C, rows_per, DwDbTerms<XIn>{dy, lddy, xin, mean, rstd}, part);
+  column_chunk_sums<2>(M, C, rows_per, DwDbTerms<XIn, TY>{dy, lddy, xin, mean, rstd}, part);
 }
 
 __global__ void ln_backward_dwdb_finish_k(const float* part, int chunks, int C, float* dw, float* db);
 
 // The whole backward: dw and db first (they read x, which out may overwrite), then dx.
-template <typename XIn, typename Out>
-void layernorm_backward_with(const float* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
+template <typename XIn, typename Out, typename TY>
+void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
                              int M, int C, Out out, float* dw, float* db) {
   if (M <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;

@@ -65,11 +65,11 @@ struct DzGate {
   int ld, off, g;
   ops::ZInput zin;
   int direct;  // 0: none, 1: + dS (additive), 2: + dS * F (multiplicative)
-  const float* dS;
+  const TU* dS;
   const TF* F;
   __device__ void operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
-    if (direct) d += direct == 2 ? dS[i] * value(F[i]) : dS[i];
+    if (direct) d += direct == 2 ? value(dS[i]) * value(F[i]) : value(dS[i]);
     hold(dz + r * ld + off + c, zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
   }
 };
@@ -95,16 +95,16 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
 
 // S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS,
 // into dF32 as floats too when given (aMLP's attention under bf16); split: dZ1 = dS * F
-// (times GELU'(U1) when given U); S, dF and dZ held as U is. Each element is read, then
-// written, by one thread: dZ may be U, and dF may be F (when they are floats).
+// (times GELU'(U1) when given U); dS, S, dF and dZ held as U is. Each element is read,
+// then written, by one thread: dZ may be U, and dF may be F (when they are floats).
 template <typename TU, typename TF>
-__global__ void k_back_gate(Sgu kind, const float* dS, ZIn<TU> z, const TF* F, int M, int g, TU* S, TU* dZ, TU* dF,
+__global__ void k_back_gate(Sgu kind, const TU* dS, ZIn<TU> z, const TF* F, int M, int g, TU* S, TU* dZ, TU* dF,
                             float* dF32) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g);
-  const float ds = dS[i], fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
+  const float ds = value(dS[i]), fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
   if (S) hold(S + i, combine(kind, zv, fv));
   const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
   hold(dF + i, df);
@@ -153,7 +153,7 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
 }
 
 // The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
-// G, dF and dU are held as U is.
+// G, dS, dF, dG and dU are held as U is.
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
                 float* F, TF* Fs, TU* G, const float* extra) {
@@ -172,7 +172,7 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
 }
 
 template <typename TU, typename TF>
-void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int T, int B, int f, const TF* F,
+void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T, int B, int f, const TF* F,
                       TU* S, TU* dF, float* dF32, TU* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
@@ -183,9 +183,8 @@ void backward_gate_as(const ops::SguParams& p, const float* dS, const TU* U, int
 }
 
 template <typename TU, typename TF>
-void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const float* dS, const TU* U, int T, int B,
-                     int f, const float* gmean, const float* grstd, const TF* F, TU* dZ, TU* G, TU* dF,
-                     float* dG) {
+void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* dS, const TU* U, int T, int B,
+                     int f, const float* gmean, const float* grstd, const TF* F, TU* dZ, TU* G, TU* dF, TU* dG) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   const ZIn<TU> gate{U, f, d.goff, p.z};
@@ -228,8 +227,8 @@ void sgu_backward_gate(const ops::SguParams& p, const float* dS, const float* Z,
                        float* S, float* dF, float* dZ) {
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
   if (p.store.on())  // S, dF (and floats into dF where given) and dU over U, in bf16 (ops.h)
-    backward_gate_as(p, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, static_cast<const uint16_t*>(p.store.F),
-                     S ? p.store.S : nullptr, p.store.dF, dF, p.store.u);
+    backward_gate_as(p, static_cast<const uint16_t*>(p.store.dS), static_cast<const uint16_t*>(p.store.u), T, B, f,
+                     static_cast<const uint16_t*>(p.store.F), S ? p.store.S : nullptr, p.store.dF, dF, p.store.u);
   else
     backward_gate_as(p, dS, Z, T, B, f, F, S, dF, static_cast<float*>(nullptr), dZ);
 }
@@ -239,8 +238,9 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
                       float* dG) {
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
   if (p.store.on())
-    backward_mix_as(p, g, dS, static_cast<const uint16_t*>(p.store.u), T, B, f, gmean, grstd,
-                    static_cast<const uint16_t*>(p.store.F), p.store.u, p.store.G, p.store.dF, dG);
+    backward_mix_as(p, g, static_cast<const uint16_t*>(p.store.dS), static_cast<const uint16_t*>(p.store.u), T, B,
+                    f, gmean, grstd, static_cast<const uint16_t*>(p.store.F), p.store.u, p.store.G, p.store.dF,
+                    p.store.dG);
   else
     backward_mix_as(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
 }

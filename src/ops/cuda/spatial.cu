@@ -5,8 +5,8 @@
 // diagonal blocks' (a third of what is multiplied at T = 256 in 128-row blocks). Those
 // blocks were cuBLAS triangular multiplies, which have no bf16 form: under bf16 half
 // of the causal mixing's work ran in fp32 on CUDA cores. dW's diagonal blocks have
-// their strict upper part cleared. Training under bf16 the SGU hands G and dF in bf16,
-// and the products read W from a bf16 copy (its lower triangle, or all of it), made by
+// their strict upper part cleared. Training under bf16 the SGU hands G and dF in bf16
+// and takes dG in bf16, and the products read W from a bf16 copy (its lower triangle, or all of it), made by
 // each call: T x T values, next to the [M, g] operands.
 #include <algorithm>
 #include <type_traits>
@@ -97,6 +97,10 @@ void products(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
               int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
   gemm_batched_bf16(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
 }
+void products(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, int64_t sa, const uint16_t* B,
+              int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count) {
+  gemm_batched_bf16(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
+}
 
 __global__ void k_toeplitz(const float* w, int n, bool causal, int T, float* W) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -137,7 +141,7 @@ void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const
 
 template <typename E>
 void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, const E* dF, int ld,
-                     float* dG, float* dW, int count, int stride) {
+                     E* dG, float* dW, int count, int stride) {
   const int64_t TT = int64_t(T) * T;
   // A batch's dW are partial products summed in order, a chunk of the members at a time.
   const int chunk = count > 1 ? std::min(count, parts_at_once(T)) : 0;
@@ -190,7 +194,7 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
   mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
 }
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
-                          const uint16_t* dF, int ld, float* dG, float* dW, int count, int stride) {
+                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride) {
   mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
 }
 
