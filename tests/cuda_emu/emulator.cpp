@@ -406,7 +406,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   void* q = nullptr;
   if (posix_memalign(&q, 256, GMLP_EMU_ASAN ? bytes : (bytes + 255) / 256 * 256) != 0) q = nullptr;
   if (!q) return record(cudaErrorMemoryAllocation);
-  std::memset(q, 0xA5, bytes);  // fresh device memory holds garbage, never zeros to rely on
+  // Fresh device memory holds garbage, never zeros to rely on: all bits set, a NaN read
+  // as a float or as bf16 (0xA5 bytes read as bf16 were -2.9e-16, as good as a zero).
+  std::memset(q, 0xFF, bytes);
   std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
   gmlp::emu::g_allocs[static_cast<const char*>(q)] = bytes;
   *p = q;

@@ -24,8 +24,10 @@ cublasHandle_t blas() {
   static cublasHandle_t h = [] {
     cublasHandle_t x = nullptr;
     if (cublasCreate(&x) != CUBLAS_STATUS_SUCCESS) throw Error("CUDA: cublasCreate failed");
-    // Plain fp32 (no TF32 tensor cores): the CPU engine is the reference to ~1e-5.
-    cublasSetMathMode(x, CUBLAS_DEFAULT_MATH);
+    // Plain fp32 (no TF32 tensor cores): the CPU engine is the reference to ~1e-5. And
+    // no split-K partial sums added in a bf16 output's own type: a product written in
+    // bf16 is its float sum rounded once, as the CPU's and the emulator's are.
+    cublasSetMathMode(x, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     return x;
   }();
   return h;
