@@ -81,8 +81,8 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
     }
     // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
     const auto sp = sgu_params(be, c, p, T, call.lengths, saved, s);
-    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F, call.gate ? call.gate : s.S,
-                   extra);
+    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F,
+                   call.gate ? call.gate : s.S, extra);
     branch = s.S;
   } else {
     be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);

@@ -219,7 +219,7 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->u16 = DeviceBuffer<uint16_t>(be, L * M * f);
     a->F16 = DeviceBuffer<uint16_t>(be, L * M * g);
     a->h16 = DeviceBuffer<uint16_t>(be, M * d);
-    a->S16 = DeviceBuffer<uint16_t>(be, M * std::max(s, g));
+    a->S16 = DeviceBuffer<uint16_t>(be, M * s);  // and G: s == g in every SGU form (config.h)
     a->dF16 = DeviceBuffer<uint16_t>(be, M * g);
     a->dS16 = DeviceBuffer<uint16_t>(be, M * s);
     if (sgu_needs_dG(cfg_)) a->dG16 = DeviceBuffer<uint16_t>(be, M * g);

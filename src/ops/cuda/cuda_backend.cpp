@@ -142,20 +142,16 @@ class CudaBackend final : public Backend {
   void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
                  int ldb, float beta, float* C, int ldc) override {
     const Entry entry("gemm_bf16");
-    cuda::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cuda::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                  uint16_t* C, int ldc) override {
     const Entry entry("gemm_bf16");
-    cuda::gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+    cuda::gemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
   }
   void to_bf16(const float* x, size_t n, uint16_t* y) override {
     const Entry entry("to_bf16");
-    // As rows of at most 2^30 values (the rounding kernel's column count is an int).
-    constexpr size_t kRow = size_t(1) << 30;
-    const size_t rows = n / kRow, rest = n % kRow;
-    if (rows) cuda::to_bf16_rows(x, int(rows), int(kRow), int(kRow), 0, 1, int(kRow), 0, y);
-    if (rest) cuda::to_bf16_rows(x + rows * kRow, 1, int(rest), int(rest), 0, 1, int(rest), 0, y + rows * kRow);
+    cuda::to_bf16(x, n, y);
   }
   void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out,
                            float* y) override {

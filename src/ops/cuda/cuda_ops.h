@@ -35,6 +35,34 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
                   const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
 
+// The same over operands held as bf16 bits (Backend::gemm_bf16), summed in float, into
+// float C, or into bf16 C rounded once.
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+          int ldb, float beta, float* C, int ldc);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+          int ldb, float beta, uint16_t* C, int ldc);
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
+                  const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
+                  const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count);
+
+// count products C_i = alpha op(A_i) op(B_i) + beta C_i, each operand stride elements
+// after the last (0: the same A or B for every product; the C_i must not overlap), in
+// one cuBLAS call.
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
+                  const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
+
+// The same over operands held as bf16 bits (Backend::gemm_bf16), summed in float, into
+// float C, or into bf16 C rounded once.
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+          int ldb, float beta, float* C, int ldc);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+          int ldb, float beta, uint16_t* C, int ldc);
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
+                  const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
+                  const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count);
+
 // Products over operands held as bf16 bits (Backend::gemm_bf16): C = alpha op(A) op(B) +
 // beta C in float; or, into bf16 bits, C = op(A) op(B) summed in float and rounded.
 void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
@@ -53,6 +81,8 @@ void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float al
 // the last: the bf16 products' operand copies and the SGU's held U.
 void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, int count, int ldo, int64_t size,
                   uint16_t* out);
+// n values of x rounded into y (Backend::to_bf16: the weights' copies, dY).
+void to_bf16(const float* x, size_t n, uint16_t* y);
 
 // linear.cu
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);

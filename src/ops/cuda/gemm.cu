@@ -27,7 +27,8 @@ cublasHandle_t blas() {
     // Plain fp32 (no TF32 tensor cores): the CPU engine is the reference to ~1e-5. And
     // no split-K partial sums added in a bf16 output's own type: a product written in
     // bf16 is its float sum rounded once, as the CPU's and the emulator's are.
-    cublasSetMathMode(x, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    const int mode = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    cublasSetMathMode(x, cublasMath_t(mode));
     return x;
   }();
   return h;
@@ -108,6 +109,14 @@ void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, in
   check_launch("rounding to bf16");
 }
 
+void to_bf16(const float* x, size_t n, uint16_t* y) {
+  // As rows of at most 2^30 values (the rounding kernel's column count is an int).
+  constexpr size_t kRow = size_t(1) << 30;
+  const size_t rows = n / kRow, rest = n % kRow;
+  if (rows) to_bf16_rows(x, int(rows), int(kRow), int(kRow), 0, 1, int(kRow), 0, y);
+  if (rest) to_bf16_rows(x + rows * kRow, 1, int(rest), int(rest), 0, 1, int(rest), 0, y + rows * kRow);
+}
+
 namespace {
 // A copy's rows are padded to 8 values (16 bytes) and each copy starts on 256 bytes, as
 // cuBLAS's fastest bf16 kernels want their operands aligned.
@@ -141,34 +150,27 @@ void native_product(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 }
 }  // namespace
 
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-               const uint16_t* B, int ldb, float beta, float* C, int ldc) {
-  if (M <= 0 || N <= 0) return;
-  bf16_products(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, CUDA_R_32F, ldc, 0, 1,
-                "gemm (bf16 operands)");
-}
-
-void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc,
-                       int count) {
+// Over operands already in bf16: always the tensor cores' bf16 x bf16 products, into
+// float or bf16 C, whatever GMLP_CUDA_BF16_GEMM says (it chooses for float operands).
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
+                  const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
   if (M <= 0 || N <= 0 || count <= 0) return;
   bf16_products(trans_a, trans_b, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, CUDA_R_32F, ldc, sc, count,
-                "gemm (bf16 operands, batched)");
+                "gemm (bf16 operands)");
 }
-
-void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc,
-                       int64_t sc, int count) {
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
+                  const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count) {
   if (M <= 0 || N <= 0 || count <= 0) return;
   bf16_products(trans_a, trans_b, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, CUDA_R_16BF, ldc, sc, count,
-                "gemm (bf16 operands and output, batched)");
-}
-
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
-               uint16_t* C, int ldc) {
-  if (M <= 0 || N <= 0) return;
-  bf16_products(trans_a, trans_b, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, C, CUDA_R_16BF, ldc, 0, 1,
                 "gemm (bf16 operands and output)");
+}
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+          int ldb, float beta, float* C, int ldc) {
+  gemm_batched(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
+          int ldb, float beta, uint16_t* C, int ldc) {
+  gemm_batched(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
 void set_bf16_products(bool on) {

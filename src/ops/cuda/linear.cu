@@ -1,6 +1,4 @@
 // y = x W^T + b on the device: the bias seeds y, then the GEMM adds (as linear.cpp).
-#include <type_traits>
-
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -49,28 +47,19 @@ void colsum_add(const float* x, int M, int N, int ld, float* out) { colsum_add_a
 void colsum_add(const uint16_t* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
 
 namespace {
-// The ops over float or bf16 operands: the products through gemm or gemm_bf16.
+// The ops over float or bf16 operands (gemm's overloads).
 template <typename T>
 void linear_forward_as(const T* x, int M, int in, const T* W, const float* b, int out, float* y) {
   GMLP_LAUNCH(seed_rows, blocks_for(int64_t(M) * out), kThreads)(y, b, M, out);
   check_launch("linear bias");
-  if constexpr (std::is_same_v<T, float>)
-    gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
-  else
-    gemm_bf16(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
+  gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
 }
 
 template <typename T>
 void linear_backward_as(const T* dy, const float* dyf, const T* x, int M, int in, const T* W, int out, float* dx,
                         bool accumulate_dx, float* dW, float* db) {
-  auto product = [](auto... a) {
-    if constexpr (std::is_same_v<T, float>)
-      gemm(a...);
-    else
-      gemm_bf16(a...);
-  };
-  if (dx) product(false, false, M, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  product(true, false, out, in, M, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (dx) gemm(false, false, M, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  gemm(true, false, out, in, M, 1.f, dy, out, x, in, 1.f, dW, in);
   if (db) colsum_add(dyf, M, out, out, db);
 }
 }  // namespace

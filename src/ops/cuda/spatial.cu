@@ -6,8 +6,8 @@
 // blocks were cuBLAS triangular multiplies, which have no bf16 form: under bf16 half
 // of the causal mixing's work ran in fp32 on CUDA cores. dW's diagonal blocks have
 // their strict upper part cleared. Training under bf16 the SGU hands G and dF in bf16
-// and takes dG in bf16, and the products read W from a bf16 copy (its lower triangle, or all of it), made by
-// each call: T x T values, next to the [M, g] operands.
+// and takes dG in bf16, and the products read W from a bf16 copy (its lower triangle,
+// or all of it) made by each call: T x T values, next to the [M, g] operands.
 #include <algorithm>
 #include <type_traits>
 
@@ -88,20 +88,6 @@ Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
   return out;
 }
 
-// The products over float or bf16 operands (gemm.cu), C float.
-void products(bool ta, bool tb, int M, int N, int K, const float* A, int lda, int64_t sa, const float* B, int ldb,
-              int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
-  gemm_batched(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
-}
-void products(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, int64_t sa, const uint16_t* B,
-              int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count) {
-  gemm_batched_bf16(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
-}
-void products(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, int64_t sa, const uint16_t* B,
-              int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count) {
-  gemm_batched_bf16(ta, tb, M, N, K, 1.f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
-}
-
 __global__ void k_toeplitz(const float* w, int n, bool causal, int T, float* W) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(T) * T) return;
@@ -129,13 +115,13 @@ void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const
                     int stride) {
   const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0);
   if (!causal) {
-    products(false, false, T, cols, T, s.W, s.ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
+    gemm_batched(false, false, T, cols, T, 1.f, s.W, s.ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
     return;
   }
   for (int i0 = 0; i0 < T; i0 += kBlock) {
     const int i1 = std::min(T, i0 + kBlock);
-    products(false, false, i1 - i0, cols, i1, s.W + int64_t(i0) * T, T, 0, G, ld, stride, 0.f, F + int64_t(i0) * ld,
-             ld, stride, count);
+    gemm_batched(false, false, i1 - i0, cols, i1, 1.f, s.W + int64_t(i0) * T, T, 0, G, ld, stride, 0.f,
+                 F + int64_t(i0) * ld, ld, stride, count);
   }
 }
 
@@ -148,18 +134,17 @@ void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, cons
   const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, chunk);
   // dG = W^T dF for every member; causal: dG[j] = sum over i >= j of W[i, j] dF[i], the
   // block's columns of the lower triangle from row j0 on.
-  if (!causal) products(true, false, T, cols, T, s.W, s.ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
+  if (!causal) gemm_batched(true, false, T, cols, T, 1.f, s.W, s.ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
   for (int j0 = 0; causal && j0 < T; j0 += kBlock)
-    products(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, s.W + int64_t(j0) * T + j0, T, 0,
-             dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
+    gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.W + int64_t(j0) * T + j0, T, 0,
+                 dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
   // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal block's strict
   // upper part cleared after (one product) or never added (partials).
   if (count == 1) {
-    if (!causal) products(false, true, T, T, cols, dF, ld, 0, G, ld, 0, 1.f, dW, ldw, 0, 1);
+    if (!causal) gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
     for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
       const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
-      products(false, true, m, j1, cols, dF + int64_t(j0) * ld, ld, 0, G, ld, 0, 1.f, dW + int64_t(j0) * ldw, ldw, 0,
-               1);
+      gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
       GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
       check_launch("causal dW clear");
     }
@@ -168,11 +153,11 @@ void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, cons
   for (int c0 = 0; c0 < count; c0 += chunk) {
     const int n = std::min(chunk, count - c0);
     const E *dFc = dF + int64_t(c0) * stride, *Gc = G + int64_t(c0) * stride;
-    if (!causal) products(false, true, T, T, cols, dFc, ld, stride, Gc, ld, stride, 0.f, s.part, T, TT, n);
+    if (!causal) gemm_batched(false, true, T, T, cols, 1.f, dFc, ld, stride, Gc, ld, stride, 0.f, s.part, T, TT, n);
     for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
       const int j1 = std::min(T, j0 + kBlock);
-      products(false, true, j1 - j0, j1, cols, dFc + int64_t(j0) * ld, ld, stride, Gc, ld, stride, 0.f,
-               s.part + int64_t(j0) * T, T, TT, n);
+      gemm_batched(false, true, j1 - j0, j1, cols, 1.f, dFc + int64_t(j0) * ld, ld, stride, Gc, ld, stride, 0.f,
+                   s.part + int64_t(j0) * T, T, TT, n);
     }
     GMLP_LAUNCH(k_add_parts, blocks_for(TT), kThreads)(s.part, n, T, causal, dW, ldw);
     check_launch("spatial dW sum");
