@@ -28,6 +28,12 @@ class SeparateMemoryBackend final : public CpuBackend {
     CpuBackend::release(p);
   }
 
+  size_t live_bytes() const {
+    size_t n = 0;
+    for (const auto& [p, bytes] : live_) n += bytes;
+    return n;
+  }
+
   // What crossed between host and "device" since the caller last zeroed these, and the
   // AdamW update calls.
   size_t uploaded_bytes = 0, downloaded_bytes = 0, adamw_calls = 0;

@@ -493,6 +493,45 @@ TEST(SeparateMemoryMirror, HostWritesReachTheDeviceAndCheckpointsRoundTrip) {
   EXPECT_EQ(std::memcmp(back->weights(), cpu->weights(), cpu->num_params() * sizeof(float)), 0);
 }
 
+// A batch whose images are already backend memory (gmlp bench's) is read in place: the
+// same steps as from the host, bit for bit, without the images crossing again, and the
+// arena holds no image buffer of its own.
+TEST(SeparateMemoryMirror, ImagesOnTheBackendAreReadInPlace) {
+  ModelConfig c = tiny(Task::vision);
+  c.survival_prob = 0.5f;
+  test::SeparateMemoryBackend& be = separate_backend();
+  const int B = 3;
+  TestBatch tb(c, B, 7);
+  const size_t image_bytes = sizeof(float) * tb.images.size();
+  // What a model's first three steps allocate (gradients, moments, the arena) and upload.
+  size_t uploaded = 0;
+  auto made_by_steps = [&](Model& m, AdamW& o, const Batch& b, std::vector<double>& losses) {
+    const size_t before = be.live_bytes();
+    be.uploaded_bytes = 0;
+    losses = train_steps(m, o, b, 3);
+    uploaded = be.uploaded_bytes;
+    return be.live_bytes() - before;
+  };
+  auto host_fed = make(c, be);
+  AdamW o1(*host_fed, train_config());
+  std::vector<double> expected, got;
+  const size_t host_fed_bytes = made_by_steps(*host_fed, o1, tb.batch, expected);
+  const size_t host_fed_uploaded = uploaded;
+
+  DeviceBuffer<float> images(be, tb.images.size());
+  be.upload(images.data(), tb.images.data(), image_bytes);
+  Batch on = tb.batch;
+  on.images = images.data();
+  on.images_on_backend = true;
+  auto resident = make(c, be);
+  AdamW o2(*resident, train_config());
+  const size_t resident_bytes = made_by_steps(*resident, o2, on, got);
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(std::memcmp(resident->weights(), host_fed->weights(), sizeof(float) * resident->num_params()), 0);
+  EXPECT_EQ(host_fed_uploaded - uploaded, 3 * image_bytes) << "the images were uploaded again";
+  EXPECT_EQ(host_fed_bytes - resident_bytes, image_bytes) << "the arena made an image buffer it does not use";
+}
+
 // ---- the CUDA backend against the CPU engine
 
 // Uploads host vectors to the device and reads them back.

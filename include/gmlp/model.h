@@ -57,12 +57,17 @@ struct ParamViews {
 //           model.head_dropout on a classifier's pooled input), its masks drawn by
 //           counter from dropout_seed where the ops read them (docs/variants.md), the
 //           batch's row b being row row_offset + b of the global batch (data parallelism:
-//           every split of a global batch draws the same masks).
+//           every split of a global batch draws the same masks);
+//  images_on_backend: images is the model's backend memory (a DeviceBuffer of its
+//           backend), read in place instead of uploaded each forward: a batch used
+//           again and again, as gmlp bench's, stays on the GPU as a PyTorch benchmark's
+//           tensors do. A host pointer so marked faults on a GPU.
 struct Batch {
   int B = 0, T = 0;
   const int32_t* tokens = nullptr;
   int stride = 0;
   const float* images = nullptr;
+  bool images_on_backend = false;
   const int32_t* lengths = nullptr;
   const int32_t* targets = nullptr;
   const float* keep = nullptr;

@@ -38,7 +38,7 @@ struct Model::Arena {
   std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
-  F32 images, patches;                       // vision: [B, C*H*W], [M, C*ph*pw]
+  F32 images, patches;                       // vision: [B, C*H*W] (a device's, made on use), [M, C*ph*pw]
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
@@ -200,11 +200,9 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->rows = DeviceBuffer<int32_t>(be, M);
   a->lengths = DeviceBuffer<int32_t>(be, size_t(B));
   a->keep = f32(size_t(cfg_.n_layers) * B);
-  if (!cfg_.token_input()) {
-    a->patches = f32(M * size_t(cfg_.patch_dim()));
-    if (!be.host_memory())
-      a->images = f32(size_t(B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width);
-  }
+  // A device's image buffer is made at the first batch that needs uploading (one
+  // already on the backend needs none).
+  if (!cfg_.token_input()) a->patches = f32(M * size_t(cfg_.patch_dim()));
   a->x = f32((grad ? L + 1 : 2) * M * d);  // one slot per layer input, plus the output
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
@@ -421,7 +419,9 @@ void Model::embed_forward(const Batch& in, float* x) {
     be_->embedding_forward(W.embed, d, a.tokens.data(), M, B, pe_.empty() ? nullptr : a.pe.data(), x);
   } else {
     const float* images = in.images;
-    if (!be_->host_memory()) {
+    if (!be_->host_memory() && !in.images_on_backend) {
+      const size_t count = size_t(a.B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width;
+      if (a.images.size() < count) a.images = DeviceBuffer<float>(*be_, count);
       be_->upload(a.images.data(), in.images,
                   sizeof(float) * size_t(B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width);
       images = a.images.data();
