@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/cpu_backend.h"
 #include "gmlp/error.h"
@@ -37,16 +38,24 @@ class SeparateMemoryBackend final : public CpuBackend {
   // What crossed between host and "device" since the caller last zeroed these, and the
   // AdamW update calls.
   size_t uploaded_bytes = 0, downloaded_bytes = 0, adamw_calls = 0;
+  // adamw_calls at each download since the caller last cleared it: when the host waited.
+  std::vector<size_t> adamw_calls_at_download;
+  // The ops (copies and zeroing aside) called since the caller last zeroed `ops`, and
+  // how many had been at each upload since it last cleared ops_at_upload.
+  mutable size_t ops = 0;
+  std::vector<size_t> ops_at_upload;
 
   // ---- every op and copy of the interface, checked, then the CPU's.
   void upload(void* dst, const void* host_src, size_t bytes) override {
     mine("upload", {dst});
     uploaded_bytes += bytes;
+    ops_at_upload.push_back(ops);
     if (bytes) std::memcpy(dst, host_src, bytes);  // not CpuBackend's, which goes through copy()
   }
   void download(void* host_dst, const void* src, size_t bytes) override {
     mine("download", {src});
     downloaded_bytes += bytes;
+    adamw_calls_at_download.push_back(adamw_calls);
     if (bytes) std::memcpy(host_dst, src, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
@@ -153,9 +162,10 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("embedding_backward", {dx, tokens, dE});
     CpuBackend::embedding_backward(dx, d, tokens, M, V, dE);
   }
-  double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
-    mine("cross_entropy", {logits, targets, dlogits});
-    return CpuBackend::cross_entropy(logits, M, V, targets, dlogits);
+  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
+                     double* loss) override {
+    mine("cross_entropy", {logits, targets, dlogits, loss});
+    CpuBackend::cross_entropy(logits, M, V, targets, dlogits, loss);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     mine("residual_bias", {x, b, out});
@@ -225,13 +235,17 @@ class SeparateMemoryBackend final : public CpuBackend {
     CpuBackend::decode_attention(p, h, stream, pos, R, n, qkv, P, O, A, F);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
-    mine("adamw_update", {p, g, m, v});
+    mine("adamw_update", {p, g, m, v, s.guard});
     ++adamw_calls;
     CpuBackend::adamw_update(p, g, m, v, n, s);
   }
-  double sum_squares(const float* x, size_t n) override {
-    mine("sum_squares", {x});
-    return CpuBackend::sum_squares(x, n);
+  void sum_squares(const float* x, size_t n, double* sum_squares) override {
+    mine("sum_squares", {x, sum_squares});
+    CpuBackend::sum_squares(x, n, sum_squares);
+  }
+  void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) override {
+    mine("clip_scale", {x, sum_squares});
+    CpuBackend::clip_scale(x, n, sum_squares, max_norm);
   }
   void scale(float* x, size_t n, float c) override {
     mine("scale", {x});
@@ -241,6 +255,8 @@ class SeparateMemoryBackend final : public CpuBackend {
  private:
   // Every non-null pointer must lie inside a live allocation of this backend.
   void mine(const char* op, std::initializer_list<const void*> ptrs) const {
+    const std::string name = op;
+    if (name != "upload" && name != "download" && name != "copy" && name != "zero") ++ops;
     int k = 0;
     for (const void* p : ptrs) {
       ++k;

@@ -432,27 +432,40 @@ TEST_P(SeparateMemory, TrainingEqualsTheCpuBitForBit) {
 }
 
 // Issue 10's "no host-device copies inside a step": once the weights are on the device
-// and the arena is made, a training step (forward, backward, clipping, AdamW) sends the
-// device the batch alone (ids and targets, padding lengths, stochastic depth's L x B
-// multipliers, or the images) and reads nothing back through the interface: the loss
-// and the gradient norm come back as the ops' return values. Dropout's masks are not
-// sent: the ops compute them (docs/variants.md).
-TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchAloneAndReadsNothingBack) {
+// and the arena is made, a training step (train_step: forward, backward, clipping, AdamW)
+// sends the device the batch alone (ids and targets, padding lengths, stochastic depth's
+// L x B multipliers, or the images), all of it before the step's first op (a GPU's
+// upload from pageable memory waits for the queue to drain), and reads back 16 bytes
+// once, after every update of the step is queued: the loss and the gradients' sum of
+// squares. Dropout's masks are not sent: the ops compute them (docs/variants.md).
+TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchFirstAndReadsBackOnceAtItsEnd) {
   const ModelConfig c = config_of(GetParam());
   test::SeparateMemoryBackend& be = separate_backend();
   auto dev = make(c, be);
   const int B = 3;
   TestBatch tb(c, B, 5, GetParam().T);
   AdamW opt(*dev, train_config());
-  train_steps(*dev, opt, tb.batch, 1);  // weights up, arena made
+  const float lr = learning_rate(train_config(), c.d_model, 1);
+  train_step(*dev, opt, tb.batch, 0.5f, lr);  // weights up, arena made
   be.uploaded_bytes = be.downloaded_bytes = be.adamw_calls = 0;
+  be.adamw_calls_at_download.clear();
   const int steps = 2;
-  train_steps(*dev, opt, tb.batch, steps);
+  for (int s = 0; s < steps; ++s) {
+    be.ops_at_upload.clear();
+    be.ops = 0;
+    const StepResult r = train_step(*dev, opt, tb.batch, 0.5f, lr);
+    EXPECT_TRUE(std::isfinite(r.loss) && r.loss > 0 && r.grad_norm > 0);
+    EXPECT_FALSE(be.ops_at_upload.empty());
+    for (size_t k : be.ops_at_upload) EXPECT_EQ(k, 0u) << "an upload after the step's first op";
+  }
   const size_t M = size_t(B) * tb.batch.T;
   const size_t batch_bytes = sizeof(int32_t) * (2 * M + B) + sizeof(float) * (size_t(c.n_layers) * B + tb.images.size());
   EXPECT_LE(be.uploaded_bytes, steps * batch_bytes);
   EXPECT_GT(be.uploaded_bytes, 0u);
-  EXPECT_EQ(be.downloaded_bytes, 0u);
+  EXPECT_EQ(be.downloaded_bytes, steps * 2 * sizeof(double));
+  ASSERT_EQ(be.adamw_calls_at_download.size(), size_t(steps));
+  EXPECT_EQ(be.adamw_calls_at_download[0] * steps, be.adamw_calls) << "a read-back before the step's updates";
+  EXPECT_EQ(be.adamw_calls_at_download[1], be.adamw_calls);
   // AdamW updates each run of adjacent tensors with the same weight decay in one call (a
   // launch on a GPU), not each tensor in one.
   const std::vector<ParamInfo>& layout = dev->params();
@@ -491,6 +504,33 @@ TEST(SeparateMemoryMirror, HostWritesReachTheDeviceAndCheckpointsRoundTrip) {
   save_model(*dev, dir.file("m.safetensors"));
   auto back = load_model(dir.file("m.safetensors"));
   EXPECT_EQ(std::memcmp(back->weights(), cpu->weights(), cpu->num_params() * sizeof(float)), 0);
+}
+
+// A step whose loss is not finite (a NaN weight here) updates nothing, though the host
+// learns of it only after the update is queued: the device skips it (ops/step_guard.h).
+// The weights and both moments stay bit for bit those of the last good step.
+void expect_a_non_finite_step_to_change_nothing(Backend& be) {
+  const ModelConfig c = tiny(Task::causal_lm);
+  auto m = make(c, be);
+  TestBatch tb(c, 2, 3);
+  AdamW opt(*m, train_config());
+  const float lr = learning_rate(train_config(), c.d_model, 1);
+  const StepResult good = train_step(*m, opt, tb.batch, 0.5f, lr);
+  ASSERT_TRUE(std::isfinite(good.loss) && std::isfinite(good.grad_norm));
+  m->weights()[m->param("head.bias").offset] = NAN;
+  const std::vector<float> w(m->weights(), m->weights() + m->num_params());
+  const std::vector<float> m0 = opt.m(), v0 = opt.v();
+  ASSERT_NE(m0, std::vector<float>(m0.size(), 0.f));
+  const StepResult bad = train_step(*m, opt, tb.batch, 0.5f, lr);
+  EXPECT_FALSE(std::isfinite(bad.loss));
+  EXPECT_EQ(std::memcmp(m->weights(), w.data(), sizeof(float) * w.size()), 0) << "the weights were updated";
+  EXPECT_EQ(std::memcmp(opt.m().data(), m0.data(), sizeof(float) * m0.size()), 0) << "m was updated";
+  EXPECT_EQ(std::memcmp(opt.v().data(), v0.data(), sizeof(float) * v0.size()), 0) << "v was updated";
+}
+
+TEST(SeparateMemoryMirror, ANonFiniteStepChangesNothing) {
+  expect_a_non_finite_step_to_change_nothing(separate_backend());
+  expect_a_non_finite_step_to_change_nothing(cpu_backend());
 }
 
 // A batch whose images are already backend memory (gmlp bench's) is read in place: the
@@ -552,6 +592,18 @@ struct OnDevice {
   Vec down(const float* p, size_t n) {
     Vec v(n);
     be.download(v.data(), p, n * sizeof(float));
+    return v;
+  }
+  // Device doubles (a loss, a sum of squares, a step's guard), and one read back.
+  std::vector<DeviceBuffer<double>> dbufs;
+  double* up(const std::vector<double>& v) {
+    dbufs.emplace_back(be, v.size());
+    be.upload(dbufs.back().data(), v.data(), v.size() * sizeof(double));
+    return dbufs.back().data();
+  }
+  double down(const double* p) {
+    double v = 0;
+    be.download(&v, p, sizeof v);
     return v;
   }
 };
@@ -926,6 +978,11 @@ TEST(CudaOps, DropoutWithAndWithoutStochasticDepth) {
   EXPECT_TRUE(test::all_close(dv.down(dY, y.size()).data(), y.data(), y.size(), 0.f, 0.f, "dropout"));
 }
 
+TEST(CudaTrain, ANonFiniteStepChangesNothing) {
+  REQUIRE_GPU();
+  expect_a_non_finite_step_to_change_nothing(backend_for(Device::cuda));
+}
+
 TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   REQUIRE_GPU();
   const int M = 29, V = 1000;
@@ -933,11 +990,13 @@ TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   Ids targets(M);
   for (int r = 0; r < M; ++r) targets[size_t(r)] = r % 4 == 1 ? -1 : (r * 37) % V;
   Vec dl(logits.size());
-  const double loss = cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data());
+  double loss = 0;
+  cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data(), &loss);
   OnDevice d;
   float* dDl = d.up(Vec(dl.size()));
-  const double got = d.be.cross_entropy(d.up(logits), M, V, d.up(targets), dDl);
-  EXPECT_NEAR(got, loss, 1e-5 * loss);
+  double* dLoss = d.up(std::vector<double>{-1.0});
+  d.be.cross_entropy(d.up(logits), M, V, d.up(targets), dDl, dLoss);
+  EXPECT_NEAR(d.down(dLoss), loss, 1e-5 * loss);
   EXPECT_TRUE(test::all_close(d.down(dDl, dl.size()).data(), dl.data(), dl.size(), 1e-7f, 1e-4f, "dlogits"));
 }
 
@@ -969,21 +1028,50 @@ TEST(CudaOps, EmbeddingBackwardSumsEachTokensRowsInRowOrderBitForBit) {
   }
 }
 
-TEST(CudaOps, AdamWAndClippingSums) {
+// AdamW, and global-norm clipping without a read-back: the sum of squares written to
+// device memory, the scaling reading it there, and the update skipped unless the step's
+// loss and sum of squares (its guard) are finite, everything left as it was.
+TEST(CudaOps, AdamWClippingAndTheStepGuard) {
   REQUIRE_GPU();
   const size_t n = 100003;
   const Vec p0 = randn(n, 12), g = randn(n, 13), m0 = randn(n, 14, 0.1f), v0 = randn(n, 15, 0.1f);
   Vec p = p0, m = m0, v(n);
   for (size_t i = 0; i < n; ++i) v[i] = std::fabs(v0[i]);
   const Vec vpos = v;
-  const ops::AdamWStep s{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.999f};
+  ops::AdamWStep s{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.999f};
   cpu_backend().adamw_update(p.data(), g.data(), m.data(), v.data(), n, s);
   OnDevice d;
   float *dP = d.up(p0), *dG = d.up(g), *dM = d.up(m0), *dV = d.up(vpos);
+  for (const std::vector<double>& bad : {std::vector<double>{2.0, NAN}, {INFINITY, 3.0}, {NAN, NAN}}) {
+    s.guard = d.up(bad);
+    d.be.adamw_update(dP, dG, dM, dV, n, s);
+    EXPECT_EQ(d.down(dP, n), p0) << "a step that is not finite updated the weights";
+    EXPECT_EQ(d.down(dM, n), m0);
+    EXPECT_EQ(d.down(dV, n), vpos);
+  }
+  s.guard = d.up(std::vector<double>{2.0, 3.0});
   d.be.adamw_update(dP, dG, dM, dV, n, s);
   EXPECT_TRUE(test::all_close(d.down(dP, n).data(), p.data(), n, 1e-6f, 1e-5f, "params"));
   EXPECT_TRUE(test::all_close(d.down(dM, n).data(), m.data(), n, 1e-7f, 1e-5f, "m"));
-  EXPECT_NEAR(d.be.sum_squares(dG, n), cpu_backend().sum_squares(g.data(), n), 1e-9 * double(n));
+
+  double ss = 0;
+  cpu_backend().sum_squares(g.data(), n, &ss);
+  double* dSs = d.up(std::vector<double>{-1.0});
+  d.be.sum_squares(dG, n, dSs);
+  EXPECT_NEAR(d.down(dSs), ss, 1e-9 * double(n));
+  const double norm = std::sqrt(ss);
+  // Clipping to half the norm halves the gradient; to twice the norm, or 0 (off), or
+  // with a non-finite norm, it leaves it as it is, bit for bit.
+  Vec half = g;
+  cpu_backend().clip_scale(half.data(), n, &ss, float(norm / 2));
+  EXPECT_NEAR(half[0], g[0] / 2, 1e-6 * std::fabs(g[0]));
+  d.be.clip_scale(dG, n, dSs, float(norm / 2));
+  EXPECT_TRUE(test::all_close(d.down(dG, n).data(), half.data(), n, 0.f, 1e-6f, "clipped"));
+  float* dG2 = d.up(g);
+  for (const auto& [max_norm, sum] : {std::pair{float(2 * norm), dSs}, {0.f, dSs}, {1.f, d.up(std::vector<double>{NAN})}}) {
+    d.be.clip_scale(dG2, n, sum, max_norm);
+    EXPECT_EQ(d.down(dG2, n), g) << "max_norm " << max_norm;
+  }
 }
 
 // Under --precision bf16 the GPU holds the SGU's U and F in bf16 (ops.h's Bf16Store),

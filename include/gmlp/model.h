@@ -15,6 +15,8 @@
 namespace gmlp {
 
 class Backend;
+template <typename T>
+class DeviceBuffer;
 struct BlockCall;
 struct BlockSaved;
 struct BlockScratch;
@@ -152,6 +154,18 @@ class Model {
   // T <= seq_len unless the model runs at any length (Toeplitz). Logits stay available
   // until the next call.
   double forward(const Batch& batch);
+  // forward() without reading the loss back: on a device its work is queued and the loss
+  // stays in step_scalars()[0], so that a training step can queue its backward, clipping
+  // and update behind it and wait once, at its end (train_step, gmlp/optimizer.h).
+  void forward_queued(const Batch& batch);
+  // Two doubles in backend memory: the last forward's loss, and the gradients' sum of
+  // squares that the last clip_grad_norm wrote (what AdamW's guard reads: a step whose
+  // loss or gradient is not finite updates nothing). read_step waits for and reads both.
+  double* step_scalars();
+  struct StepScalars {
+    double loss, sum_squares;
+  };
+  StepScalars read_step();
   // The token-model shorthand: tokens and targets share the layout.
   double forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T) {
     Batch b;
@@ -197,7 +211,8 @@ class Model {
   BlockCall block_call(int l) const;  // the shape, padding and drop masks of the last forward, at layer l
   void embed_forward(const Batch& in, float* x);
   void embed_backward(const float* dx);
-  double head_forward(const Batch& in, const float* xL);
+  void targets_forward(const Batch& in);
+  void head_forward(const Batch& in, const float* xL);
   void head_backward(const float* xL);
 
   ModelConfig cfg_;
@@ -215,6 +230,7 @@ class Model {
   mutable ParamViews dg_;
   std::vector<float> pe_;  // sinusoidal table [T, d] when enabled (grown for longer T)
   std::unique_ptr<Arena> arena_;
+  std::unique_ptr<DeviceBuffer<double>> scalars_;  // step_scalars()
   mutable std::vector<float> logits_host_;  // a device model's logits, read back by logits()
   int B_ = 0, T_ = 0;
   bool grad_enabled_ = true;

@@ -133,8 +133,10 @@ class Backend {
   // dE [V, d] += each row of dx at its token's row, every row of dE summed in the order
   // of the rows of dx (so the same bits on every backend and every run).
   virtual void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) = 0;
-  // The mean loss over the targets >= 0 (a host scalar: the one value a step reads back).
-  virtual double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) = 0;
+  // The mean loss over the targets >= 0, written to *loss in backend memory: a training
+  // step reads it back once, after its update is queued (Model::read_step).
+  virtual void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
+                             double* loss) = 0;
 
   // ---- the glue of ops/rows.h: residuals, stochastic depth, pooling, row selection.
   virtual void residual_bias(const float* x, const float* b, int M, int d, float* out) = 0;
@@ -167,10 +169,13 @@ class Backend {
   virtual void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* stream, const int32_t* pos,
                                 int R, int n, float* qkv, float* P, float* O, float* A, float* F) = 0;
 
-  // ---- the optimizer (ops/adamw.h): one AdamW update of n values; sum of squares (a
-  // host scalar) and scaling, for global-norm clipping.
+  // ---- the optimizer (ops/adamw.cpp, ops/step_guard.h): one AdamW update of n values
+  // (none where s.guard says the step is not finite); global-norm clipping as a sum of
+  // squares written to *sum_squares and a scaling that reads it, both in backend memory,
+  // so that a device clips and updates without the host waiting for the norm; scaling.
   virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) = 0;
-  virtual double sum_squares(const float* x, size_t n) = 0;
+  virtual void sum_squares(const float* x, size_t n, double* sum_squares) = 0;
+  virtual void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) = 0;
   virtual void scale(float* x, size_t n, float c) = 0;
 
  private:

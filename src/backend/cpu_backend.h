@@ -118,8 +118,9 @@ class CpuBackend : public Backend {
   void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int /*V*/, float* dE) override {
     ops::embedding_backward(dx, d, tokens, M, dE);
   }
-  double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
-    return ops::cross_entropy(logits, M, V, targets, dlogits, nullptr);
+  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
+                     double* loss) override {
+    *loss = ops::cross_entropy(logits, M, V, targets, dlogits, nullptr);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     ops::residual_bias(x, b, M, d, out);
@@ -176,7 +177,10 @@ class CpuBackend : public Backend {
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
     ops::adamw_update(p, g, m, v, n, s);
   }
-  double sum_squares(const float* x, size_t n) override { return ops::sum_squares(x, n); }
+  void sum_squares(const float* x, size_t n, double* sum_squares) override { *sum_squares = ops::sum_squares(x, n); }
+  void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) override {
+    ops::clip_scale(x, n, *sum_squares, max_norm);
+  }
   void scale(float* x, size_t n, float c) override { ops::scale(x, n, c); }
 };
 

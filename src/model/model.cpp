@@ -316,7 +316,7 @@ BlockScratch Model::Arena::scratch() {
           at(dF), at(dG), at(dO), at(dP), at(dqkv), at(dWd)};
 }
 
-double Model::forward(const Batch& in) {
+void Model::forward_queued(const Batch& in) {
   const int B = in.B, T = in.T;
   require(B > 0 && T > 0, "forward: empty batch");
   require(int64_t(B) * T <= (int64_t(1) << 31) / 8, "forward: batch x sequence = " + std::to_string(int64_t(B) * T) +
@@ -363,13 +363,30 @@ double Model::forward(const Batch& in) {
       be_->to_bf16(p.proj_in_w, a.f * a.d, a.proj_w16(l));
       be_->to_bf16(p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d);
     }
+  targets_forward(in);
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
     block_forward(*be_, cfg_, W.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,
                   a.stream(l + 1, grad_enabled_, B, T));
   backward_ready_ = grad_enabled_ && in.targets != nullptr;
-  return head_forward(in, a.stream(cfg_.n_layers, grad_enabled_, B, T));
+  head_forward(in, a.stream(cfg_.n_layers, grad_enabled_, B, T));
+}
+
+double Model::forward(const Batch& in) {
+  forward_queued(in);
+  return read_step().loss;
+}
+
+double* Model::step_scalars() {
+  if (!scalars_) scalars_ = std::make_unique<DeviceBuffer<double>>(*be_, 2);
+  return scalars_->data();
+}
+
+Model::StepScalars Model::read_step() {
+  double v[2];
+  be_->download(v, step_scalars(), sizeof v);
+  return {v[0], v[1]};
 }
 
 BlockCall Model::block_call(int l) const {
@@ -442,17 +459,15 @@ void Model::embed_backward(const float* dx) {
                          dg_.patch_b);
 }
 
-// The final LayerNorm of xL [M, d] into h, then the task's head and, with targets, the
-// loss. When a backward can follow, the same pass writes d(loss)/d(logits): the softmax
-// is computed once per step instead of once for the loss and again for the gradient.
-double Model::head_forward(const Batch& in, const float* xL) {
+// The targets of a batch, checked and uploaded before any of its work is queued: an
+// error leaves nothing half-done, and a device's upload (which waits for the queue
+// before it copies) meets an empty queue, not the middle of a step. The sparse masked-LM
+// head's rows with a target are chosen here too.
+void Model::targets_forward(const Batch& in) {
   Arena& a = *arena_;
-  const ParamViews& W = dw_;
-  const int B = B_, T = T_, M = B * T, d = cfg_.d_model, out = cfg_.out_dim();
-  be_->layernorm_forward(xL, d, M, d, W.norm_w, W.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
-                         a.f_rstd.data());
-  float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
+  const int B = in.B, T = in.T, out = cfg_.out_dim();
   last_sparse_ = sparse_head_ && cfg_.task == Task::mlm && in.targets != nullptr;
+  if (!in.targets) return;
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
     // product of a big-vocabulary masked LM) runs on those rows alone.
@@ -466,13 +481,43 @@ double Model::head_forward(const Batch& in, const float* xL) {
         head_rows_.push_back(t * B + b);
         sel_targets_.push_back(y);
       }
+    const size_t K = head_rows_.size();
+    be_->upload(a.rows.data(), head_rows_.data(), sizeof(int32_t) * K);
+    be_->upload(a.targets.data(), sel_targets_.data(), sizeof(int32_t) * K);
+    return;
+  }
+  const int rows = cfg_.per_token_output() ? B * T : B;
+  if (cfg_.per_token_output()) {
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b) a.targets_h[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
+  } else {
+    std::copy(in.targets, in.targets + B, a.targets_h.begin());
+  }
+  for (int r = 0; r < rows; ++r)
+    require(a.targets_h[size_t(r)] < out, "forward: target " + std::to_string(a.targets_h[size_t(r)]) +
+                                              " outside the " + std::to_string(out) +
+                                              (cfg_.per_token_output() ? " tokens" : " classes"));
+  be_->upload(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
+}
+
+// The final LayerNorm of xL [M, d] into h, then the task's head and, with targets, the
+// loss into step_scalars()[0] (0 without targets). When a backward can follow, the same
+// pass writes d(loss)/d(logits): the softmax is computed once per step instead of once
+// for the loss and again for the gradient.
+void Model::head_forward(const Batch& in, const float* xL) {
+  Arena& a = *arena_;
+  const ParamViews& W = dw_;
+  const int B = B_, T = T_, M = B * T, d = cfg_.d_model, out = cfg_.out_dim();
+  double* loss = step_scalars();
+  be_->layernorm_forward(xL, d, M, d, W.norm_w, W.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
+                         a.f_rstd.data());
+  float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
+  if (last_sparse_) {
     const int K = int(head_rows_.size());
-    if (K == 0) return 0.0;
-    be_->upload(a.rows.data(), head_rows_.data(), sizeof(int32_t) * size_t(K));
-    be_->upload(a.targets.data(), sel_targets_.data(), sizeof(int32_t) * size_t(K));
+    if (K == 0) return be_->zero(loss, sizeof(double));
     be_->gather_rows(a.h.data(), a.rows.data(), K, d, a.h_sel.data());
     be_->linear_forward(a.h_sel.data(), K, d, W.head_w, W.head_b, out, a.logits.data());
-    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits);
+    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits, loss);
   }
   int rows = M;
   if (cfg_.per_token_output()) {
@@ -485,19 +530,8 @@ double Model::head_forward(const Batch& in, const float* xL) {
     if (drop.active()) be_->dropout_apply(a.pooled.data(), drop, B, d, a.pooled.data());
     be_->linear_forward(a.pooled.data(), B, d, W.head_w, W.head_b, out, a.logits.data());
   }
-  if (!in.targets) return 0.0;
-  if (cfg_.per_token_output()) {
-    for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) a.targets_h[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
-  } else {
-    std::copy(in.targets, in.targets + B, a.targets_h.begin());
-  }
-  for (int r = 0; r < rows; ++r)
-    require(a.targets_h[size_t(r)] < out, "forward: target " + std::to_string(a.targets_h[size_t(r)]) +
-                                              " outside the " + std::to_string(out) +
-                                              (cfg_.per_token_output() ? " tokens" : " classes"));
-  be_->upload(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
-  return be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits);
+  if (!in.targets) return be_->zero(loss, sizeof(double));
+  be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, loss);
 }
 
 // The head's and the final LayerNorm's backward: leaves dL/d(xL) in a.dx.

@@ -4,10 +4,12 @@
 
 #include "ops/ops.h"
 #include "ops/reduce.h"
+#include "ops/step_guard.h"
 
 namespace gmlp::ops {
 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
+  if (!step_may_update(s.guard)) return;
   const float b1 = s.b1, b2 = s.b2, eps = s.eps, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, decay = s.decay;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) {
@@ -27,6 +29,11 @@ double sum_squares(const float* x, size_t n) {
 void scale(float* x, size_t n, float c) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) x[i] *= c;
+}
+
+void clip_scale(float* x, size_t n, double sum_squares, float max_norm) {
+  const float c = clip_factor(sum_squares, max_norm);
+  if (c != 1.f) scale(x, n, c);
 }
 
 }  // namespace gmlp::ops

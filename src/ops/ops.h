@@ -344,12 +344,17 @@ void decode_attention(const AttnParams& p, const float* h, const int32_t* stream
 
 // ---- adamw.cpp: one AdamW update over n values (PyTorch's formulation): p *= decay,
 // m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, p -= step_size * m / (sqrt(v)/bc2_sqrt + eps).
+// Where guard is given, the update changes nothing unless the step is finite
+// (step_guard.h: guard points at the step's loss and its gradients' sum of squares).
 struct AdamWStep {
   float b1, b2, eps, step_size, bc2_sqrt, decay;
+  const double* guard = nullptr;
 };
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s);
-// Sum of x[i]^2 in double, in an order fixed by the thread count; x *= c.
+// Sum of x[i]^2 in double, in an order fixed by the thread count; x *= c; x scaled as
+// global-norm clipping to max_norm scales it, given x's sum of squares (step_guard.h).
 double sum_squares(const float* x, size_t n);
 void scale(float* x, size_t n, float c);
+void clip_scale(float* x, size_t n, double sum_squares, float max_norm);
 
 }  // namespace gmlp::ops

@@ -177,12 +177,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
     draw_dropout(mc, rng, train_batch);  // here only: the other modes' draws stay as they were
     opt.emplace(model, rc.train);
     step = [&] {
-      model.zero_grad();
-      model.forward(train_batch);
-      model.backward();
-      clip_grad_norm(model, 1.f);
-      opt->step(model, 1e-4f);
-      model.backend().synchronize();  // a device runs ahead of the host otherwise
+      train_step(model, *opt, train_batch, 1.f, 1e-4f);  // waits for the device at its end
     };
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
   } else if (mode == BenchMode::infer) {

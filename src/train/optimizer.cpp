@@ -73,11 +73,12 @@ std::vector<float>& AdamW::v() {
   return v_;
 }
 
-void AdamW::update(Backend& be, float* params, const float* grads, float* m, float* v, float lr) {
+void AdamW::update(Backend& be, float* params, const float* grads, float* m, float* v, float lr,
+                   const double* guard) {
   ++t_;
   const double bc1 = 1.0 - std::pow(double(b1_), double(t_));
   const double bc2 = 1.0 - std::pow(double(b2_), double(t_));
-  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f};
+  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f, guard};
   // Each tensor's part inside the moments' range [begin_, end): all of it unless sharded.
   const size_t end = begin_ + m_.size();
   auto run = [&](const std::vector<std::pair<size_t, size_t>>& ranges) {
@@ -93,10 +94,10 @@ void AdamW::update(Backend& be, float* params, const float* grads, float* m, flo
 }
 
 void AdamW::step(float* params, const float* grads, float lr) {
-  update(cpu_backend(), params, grads, m().data(), v().data(), lr);
+  update(cpu_backend(), params, grads, m().data(), v().data(), lr, nullptr);
 }
 
-void AdamW::step(Model& model, float lr) {
+void AdamW::step(Model& model, float lr, const double* guard) {
   Backend& be = model.backend();
   require(&be == be_, "AdamW::step: the optimizer's moments are on " + name_of(be_->device()) +
                           ", the model is on " + name_of(be.device()));
@@ -110,26 +111,41 @@ void AdamW::step(Model& model, float lr) {
     m = d.m.dev.data();
     v = d.v.dev.data();
   }
-  update(be, model.device_weights(true), model.device_grads(false), m, v, lr);
+  update(be, model.device_weights(true), model.device_grads(false), m, v, lr, guard);
 }
 
 double grad_norm(const float* grads, size_t n) { return std::sqrt(ops::sum_squares(grads, n)); }
 
-namespace {
-double clip(Backend& be, float* grads, size_t n, float max_norm) {
-  const double norm = std::sqrt(be.sum_squares(grads, n));
-  if (max_norm > 0) {
-    const double coef = double(max_norm) / (norm + 1e-6);
-    if (coef < 1.0) be.scale(grads, n, float(coef));
-  }
-  return norm;
+double clip_grad_norm(float* grads, size_t n, float max_norm) {
+  const double ss = ops::sum_squares(grads, n);
+  ops::clip_scale(grads, n, ss, max_norm);
+  return std::sqrt(ss);
 }
-}  // namespace
 
-double clip_grad_norm(float* grads, size_t n, float max_norm) { return clip(cpu_backend(), grads, n, max_norm); }
+void clip_grad_norm_queued(Model& model, float max_norm) {
+  Backend& be = model.backend();
+  float* grads = model.device_grads(true);
+  double* ss = model.step_scalars() + 1;
+  be.sum_squares(grads, model.num_params(), ss);
+  be.clip_scale(grads, model.num_params(), ss, max_norm);
+}
 
 double clip_grad_norm(Model& model, float max_norm) {
-  return clip(model.backend(), model.device_grads(true), model.num_params(), max_norm);
+  clip_grad_norm_queued(model, max_norm);
+  return std::sqrt(model.read_step().sum_squares);
+}
+
+StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_norm, float lr,
+                      const std::function<void()>& after_backward, const std::function<void()>& after_update) {
+  model.zero_grad();
+  model.forward_queued(batch);
+  model.backward();
+  if (after_backward) after_backward();
+  clip_grad_norm_queued(model, max_norm);
+  opt.step(model, lr, model.step_scalars());
+  if (after_update) after_update();
+  const Model::StepScalars s = model.read_step();
+  return {s.loss, std::sqrt(s.sum_squares)};
 }
 
 float learning_rate(const TrainConfig& t, int d_model, int64_t step) {

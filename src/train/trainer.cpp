@@ -325,23 +325,23 @@ TrainSummary train(const TrainOptions& opts) {
     // number of ranks, drop the same. Evaluation batches never carry any.
     draw_dropout(rc.model, st.rng, batch);
     const Batch& shard = dp.shard(batch);
-    model.zero_grad();
-    const double local_loss = model.forward(shard);
-    model.backward();  // starts the gradients' reductions across ranks, layer by layer
-    window_wait += dp.finish_backward();
-    const DataParallel::Vote vote = dp.agree(local_loss, stop || g_stop_requested.load());
-    const double loss = vote.loss;
-    // A divergence ends the run before the update, so the last checkpoint stays the
-    // last good state.
+    const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
+    // The backward starts the gradients' reductions across ranks, layer by layer. A step
+    // whose loss or gradient is not finite updates nothing (decided on the device, which
+    // the step waits for once, at its end), and the run ends on it below: the weights
+    // and the last checkpoint stay the last good state.
+    const StepResult r = train_step(
+        model, opt, shard, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
+        [&] {
+          if (opt.sharded()) dp.allgather_weights();
+        });
+    const DataParallel::Vote vote = dp.agree(r.loss, stop || g_stop_requested.load());
+    const double loss = vote.loss, gnorm = r.grad_norm;
     require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +
                                      std::to_string(st.step + 1) + " (try a lower lr); the last checkpoint is kept");
-    const double gnorm = clip_grad_norm(model, tc.clip);
     require(std::isfinite(gnorm), "training diverged: the gradient of '" + first_non_finite_grad(model) +
                                       "' is not finite at step " + std::to_string(st.step + 1) +
                                       " (try a lower lr); the last checkpoint is kept");
-    const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
-    opt.step(model, lr);
-    if (opt.sharded()) dp.allgather_weights();
     ++st.step;
     window_time += seconds_since(t0);
     window_units += task->units_per_batch();

@@ -1,13 +1,17 @@
-// AdamW and the sums of global-norm clipping on the device (adamw.cpp's arithmetic).
-// The norm is a fixed-order two-stage reduction in double; only its value comes back.
+// AdamW and global-norm clipping on the device (adamw.cpp's arithmetic). The sum of
+// squares is a fixed-order two-stage reduction in double, written to device memory;
+// the clipping factor and whether the step may update at all (ops/step_guard.h) are
+// read there by the kernels, so nothing of a step comes back to the host before its
+// update is queued.
 #include "ops/cuda/common.cuh"
+#include "ops/step_guard.h"
 
 namespace gmlp::cuda {
 namespace {
 
 __global__ void k_adamw(float* params, const float* grads, float* m, float* v, size_t n, ops::AdamWStep s) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+  if (i >= n || !ops::step_may_update(s.guard)) return;
   const float g = grads[i];
   const float p = params[i] * s.decay;
   const float mi = s.b1 * m[i] + (1.f - s.b1) * g;
@@ -41,6 +45,13 @@ __global__ void k_scale(float* x, size_t n, float c) {
   if (i < n) x[i] *= c;
 }
 
+// Each thread works out the factor: no block writes anything when it is 1.
+__global__ void k_clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) {
+  const float c = ops::clip_factor(*sum_squares, max_norm);
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c != 1.f && i < n) x[i] *= c;
+}
+
 }  // namespace
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) {
@@ -49,15 +60,21 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
   check_launch("adamw");
 }
 
-double sum_squares(const float* x, size_t n) {
-  if (n == 0) return 0.0;
-  double* part = static_cast<double*>(scratch(sizeof(double) * (kReduceBlocks + 1)));
+void sum_squares(const float* x, size_t n, double* out) {
+  if (n == 0) {
+    check(int(cudaMemset(out, 0, sizeof(double))), "cudaMemset");
+    return;
+  }
+  double* part = static_cast<double*>(scratch(sizeof(double) * kReduceBlocks));
   GMLP_LAUNCH(k_sum_squares, kReduceBlocks, kThreads)(x, n, part);
-  GMLP_LAUNCH(k_finish, 1, 1024)(part, kReduceBlocks, part + kReduceBlocks);
+  GMLP_LAUNCH(k_finish, 1, 1024)(part, kReduceBlocks, out);
   check_launch("sum of squares");
-  double host = 0.0;
-  check(int(cudaMemcpy(&host, part + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost)), "norm read-back");
-  return host;
+}
+
+void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) {
+  if (n == 0) return;
+  GMLP_LAUNCH(k_clip_scale, blocks_for(int64_t(n)), kThreads)(x, n, sum_squares, max_norm);
+  check_launch("clip scale");
 }
 
 void scale(float* x, size_t n, float c) {

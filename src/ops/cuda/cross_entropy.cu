@@ -1,6 +1,7 @@
 // Softmax cross-entropy on the device, fused: a block per row finds the log-sum-exp,
 // writes the row's loss and, when asked, d(mean loss)/d logits; the mean is a
-// fixed-order reduction whose one double comes back to the host.
+// fixed-order reduction into a double of device memory, which the host reads when it
+// needs it (a training step: once, after its update is queued).
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -44,32 +45,30 @@ __global__ void k_rows(const float* logits, int V, const int32_t* targets, const
   if (threadIdx.x == 0) loss[r] = double(lse) - double(lr[y]);
 }
 
-__global__ void k_sum(const double* x, int M, double* out) {
+// The mean over the rows with a target (0 without any), as the CPU op divides.
+__global__ void k_mean(const double* x, int M, const int* count, double* out) {
   __shared__ double sh[32];
   double s = 0.0;
   for (int r = threadIdx.x; r < M; r += blockDim.x) s += x[r];
   s = block_sum(s, sh);
-  if (threadIdx.x == 0) *out = s;
+  if (threadIdx.x == 0) *out = *count > 0 ? s / double(*count) : 0.0;
 }
 
 }  // namespace
 
-double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) {
-  if (M <= 0) return 0.0;
-  // Scratch: M row losses, then the sum, then the count.
-  char* base = static_cast<char*>(scratch(sizeof(double) * (size_t(M) + 1) + sizeof(int)));
+void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* mean) {
+  if (M <= 0) {
+    check(int(cudaMemset(mean, 0, sizeof(double))), "cudaMemset");
+    return;
+  }
+  // Scratch: M row losses, then the count.
+  char* base = static_cast<char*>(scratch(sizeof(double) * size_t(M) + sizeof(int)));
   double* loss = reinterpret_cast<double*>(base);
-  double* total = loss + M;
-  int* count = reinterpret_cast<int*>(total + 1);
+  int* count = reinterpret_cast<int*>(loss + M);
   GMLP_LAUNCH(k_count, 1, 1024)(targets, M, count);
   GMLP_LAUNCH(k_rows, unsigned(M), kRowThreads)(logits, V, targets, count, dlogits, loss);
-  GMLP_LAUNCH(k_sum, 1, 1024)(loss, M, total);
+  GMLP_LAUNCH(k_mean, 1, 1024)(loss, M, count, mean);
   check_launch("cross-entropy");
-  double host_total = 0.0;
-  int host_count = 0;
-  check(int(cudaMemcpy(&host_total, total, sizeof(double), cudaMemcpyDeviceToHost)), "cross-entropy read-back");
-  check(int(cudaMemcpy(&host_count, count, sizeof(int), cudaMemcpyDeviceToHost)), "cross-entropy read-back");
-  return host_count > 0 ? host_total / double(host_count) : 0.0;
 }
 
 }  // namespace gmlp::cuda

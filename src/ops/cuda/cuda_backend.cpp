@@ -262,9 +262,10 @@ class CudaBackend final : public Backend {
     const Entry entry("embedding_backward");
     cuda::embedding_backward(dx, d, tokens, M, V, dE);
   }
-  double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits) override {
+  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
+                     double* loss) override {
     const Entry entry("cross_entropy");
-    return cuda::cross_entropy(logits, M, V, targets, dlogits);
+    cuda::cross_entropy(logits, M, V, targets, dlogits, loss);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     const Entry entry("residual_bias");
@@ -337,9 +338,13 @@ class CudaBackend final : public Backend {
     const Entry entry("adamw_update");
     cuda::adamw_update(p, g, m, v, n, s);
   }
-  double sum_squares(const float* x, size_t n) override {
+  void sum_squares(const float* x, size_t n, double* sum_squares) override {
     const Entry entry("sum_squares");
-    return cuda::sum_squares(x, n);
+    cuda::sum_squares(x, n, sum_squares);
+  }
+  void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) override {
+    const Entry entry("clip_scale");
+    cuda::clip_scale(x, n, sum_squares, max_norm);
   }
   void scale(float* x, size_t n, float c) override {
     const Entry entry("scale");

@@ -158,8 +158,8 @@ void residual_dropout(const float* x, const float* h, const float* keep, const o
 void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                float* dh);
 
-// cross_entropy.cu: the mean loss, read back (the one host copy of a step besides the norm).
-double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits);
+// cross_entropy.cu: the mean loss, into *loss (device memory).
+void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss);
 
 // rows.cu
 void residual_bias(const float* x, const float* b, int M, int d, float* out);
@@ -184,7 +184,8 @@ void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* s
 
 // adamw.cu
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s);
-double sum_squares(const float* x, size_t n);
+void sum_squares(const float* x, size_t n, double* out);
+void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm);
 void scale(float* x, size_t n, float c);
 
 }  // namespace gmlp::cuda
