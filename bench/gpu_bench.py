@@ -16,7 +16,10 @@ Workloads (training steps: forward, loss, backward, clipping, AdamW):
 Per implementation: step time (median), tokens or images per second, MFU against the
 bf16 dense peak given by --peak-tflops (H100 SXM: 989), and peak GPU memory. The
 reference model is python/gmlp/reference.py, the one the parity tests hold the
-engine to, so both sides compute the same function.
+engine to, so both sides compute the same function. Both sides time one synthetic
+batch over and over with the images already on the GPU (PyTorch's tensors are made
+there; gmlp bench uploads its images once); token ids and targets cross each step on
+gmlp's side (32 KB for the annotated LM), as they do in `gmlp train`.
 """
 from __future__ import annotations
 
