@@ -508,7 +508,8 @@ TEST(SeparateMemoryMirror, HostWritesReachTheDeviceAndCheckpointsRoundTrip) {
 
 // A step whose loss is not finite (a NaN weight here) updates nothing, though the host
 // learns of it only after the update is queued: the device skips it (ops/step_guard.h).
-// The weights and both moments stay bit for bit those of the last good step.
+// The weights and both moments stay bit for bit those of the last good step, and the
+// step count (bias correction, checkpoints) its count.
 void expect_a_non_finite_step_to_change_nothing(Backend& be) {
   const ModelConfig c = tiny(Task::causal_lm);
   auto m = make(c, be);
@@ -523,6 +524,7 @@ void expect_a_non_finite_step_to_change_nothing(Backend& be) {
   ASSERT_NE(m0, std::vector<float>(m0.size(), 0.f));
   const StepResult bad = train_step(*m, opt, tb.batch, 0.5f, lr);
   EXPECT_FALSE(std::isfinite(bad.loss));
+  EXPECT_EQ(opt.steps_taken(), 1) << "the step count counts the skipped update";
   EXPECT_EQ(std::memcmp(m->weights(), w.data(), sizeof(float) * w.size()), 0) << "the weights were updated";
   EXPECT_EQ(std::memcmp(opt.m().data(), m0.data(), sizeof(float) * m0.size()), 0) << "m was updated";
   EXPECT_EQ(std::memcmp(opt.v().data(), v0.data(), sizeof(float) * v0.size()), 0) << "v was updated";
@@ -1042,6 +1044,7 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
   cpu_backend().adamw_update(p.data(), g.data(), m.data(), v.data(), n, s);
   OnDevice d;
   float *dP = d.up(p0), *dG = d.up(g), *dM = d.up(m0), *dV = d.up(vpos);
+  s.guards = 2;
   for (const std::vector<double>& bad : {std::vector<double>{2.0, NAN}, {INFINITY, 3.0}, {NAN, NAN}}) {
     s.guard = d.up(bad);
     d.be.adamw_update(dP, dG, dM, dV, n, s);
@@ -1049,7 +1052,10 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
     EXPECT_EQ(d.down(dM, n), m0);
     EXPECT_EQ(d.down(dV, n), vpos);
   }
-  s.guard = d.up(std::vector<double>{2.0, 3.0});
+  // One guard (a process's own loss left out, as under data parallelism): the sum of
+  // squares alone decides, whatever the loss beside it.
+  s.guard = d.up(std::vector<double>{NAN, 3.0}) + 1;
+  s.guards = 1;
   d.be.adamw_update(dP, dG, dM, dV, n, s);
   EXPECT_TRUE(test::all_close(d.down(dP, n).data(), p.data(), n, 1e-6f, 1e-5f, "params"));
   EXPECT_TRUE(test::all_close(d.down(dM, n).data(), m.data(), n, 1e-7f, 1e-5f, "m"));

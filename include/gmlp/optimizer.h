@@ -22,9 +22,9 @@ class AdamW {
   // only), then the Adam moments and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
   void step(float* params, const float* grads, float lr);
   // The same on the model's own buffers, on its device (no host copies). With a guard
-  // (backend memory: Model::step_scalars()), an update only where the step's loss and
-  // gradient are finite (ops/step_guard.h), decided where the update runs.
-  void step(Model& model, float lr, const double* guard = nullptr);
+  // (`guards` doubles of backend memory: Model::step_scalars()), an update only where
+  // they are all finite (ops/step_guard.h), decided where the update runs.
+  void step(Model& model, float lr, const double* guard = nullptr, int guards = 0);
   int64_t steps_taken() const { return t_; }
   // Sharded optimizer state (ZeRO-1, docs/distributed.md): from now on the moments cover
   // the parameters [begin, end) only, and a step updates only those (the caller gathers
@@ -44,7 +44,8 @@ class AdamW {
  private:
   struct Moments;  // device moments, null for host ones
   Moments& device_moments();  // allocated on first use
-  void update(Backend& be, float* params, const float* grads, float* m, float* v, float lr, const double* guard);
+  void update(Backend& be, float* params, const float* grads, float* m, float* v, float lr, const double* guard,
+              int guards);
   std::vector<std::pair<size_t, size_t>> decay_ranges_, plain_ranges_;  // [offset, size)
   std::vector<float> m_, v_;
   std::unique_ptr<Moments> dev_;
@@ -70,17 +71,20 @@ void clip_grad_norm_queued(Model& model, float max_norm);
 // clip_grad_norm_queued, then the norm read back.
 double clip_grad_norm(Model& model, float max_norm);
 
-// One optimizer step as `gmlp train` takes it: zero_grad, forward, backward, clipping to
+// One optimizer step as `gmlp train` takes it: forward, zero_grad, backward, clipping to
 // max_norm (0: none), AdamW at lr. A device is waited for once, after the update is
 // queued, for the loss and the gradients' norm before clipping. A step whose loss or
-// gradient is not finite changes no weight and no moment (the caller stops the run).
-// after_backward runs between the backward and the clipping (data parallelism's wait for
-// its gradient reductions), after_update after the update (ZeRO-1's weight exchange).
+// gradient is not finite changes no weight, no moment and not the step count (the
+// caller stops the run); with local_loss (one process of several, whose gradients are
+// reduced and whose losses are not) the gradient alone decides, the same on every
+// process. after_backward runs between the backward and the clipping (data
+// parallelism's wait for its gradient reductions), after_update after the update
+// (ZeRO-1's weight exchange).
 struct StepResult {
   double loss, grad_norm;
 };
 StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_norm, float lr,
                       const std::function<void()>& after_backward = {},
-                      const std::function<void()>& after_update = {});
+                      const std::function<void()>& after_update = {}, bool local_loss = false);
 
 }  // namespace gmlp

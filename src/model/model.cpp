@@ -357,14 +357,16 @@ void Model::forward_queued(const Batch& in) {
   last_row_offset_ = in.row_offset;
 
   const ParamViews& W = backend_views();
+  // Every upload before the first op: a device's copy from host memory waits for the
+  // work queued before it.
+  targets_forward(in);
+  embed_forward(in, a.stream(0, grad_enabled_, B, T));
   if (a.bf16 && grad_enabled_)  // the projections' weights as their bf16 products take them
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const BlockParams& p = W.blocks[size_t(l)];
       be_->to_bf16(p.proj_in_w, a.f * a.d, a.proj_w16(l));
       be_->to_bf16(p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d);
     }
-  targets_forward(in);
-  embed_forward(in, a.stream(0, grad_enabled_, B, T));
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
     block_forward(*be_, cfg_, W.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,

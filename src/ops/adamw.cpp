@@ -9,7 +9,7 @@
 namespace gmlp::ops {
 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
-  if (!step_may_update(s.guard)) return;
+  if (!step_may_update(s.guard, s.guards)) return;
   const float b1 = s.b1, b2 = s.b2, eps = s.eps, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, decay = s.decay;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) {

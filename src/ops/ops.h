@@ -344,11 +344,12 @@ void decode_attention(const AttnParams& p, const float* h, const int32_t* stream
 
 // ---- adamw.cpp: one AdamW update over n values (PyTorch's formulation): p *= decay,
 // m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, p -= step_size * m / (sqrt(v)/bc2_sqrt + eps).
-// Where guard is given, the update changes nothing unless the step is finite
-// (step_guard.h: guard points at the step's loss and its gradients' sum of squares).
+// The update changes nothing unless guard[0, guards) are finite (step_guard.h: the
+// step's loss and its gradients' sum of squares, where the update runs).
 struct AdamWStep {
   float b1, b2, eps, step_size, bc2_sqrt, decay;
   const double* guard = nullptr;
+  int guards = 0;
 };
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s);
 // Sum of x[i]^2 in double, in an order fixed by the thread count; x *= c; x scaled as

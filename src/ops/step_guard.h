@@ -13,16 +13,18 @@
 
 namespace gmlp::ops {
 
-// guard: [the step's loss, its gradients' sum of squares], or null (no condition). A step
-// whose loss or gradient is not finite updates nothing: the run stops on it, and the
-// weights and moments stay those of the last good step.
-GMLP_STEP_FN bool step_may_update(const double* guard) {
-  if (!guard) return true;
+// guard[0, count): values of the step that must all be finite for it to update (the
+// step's loss and its gradients' sum of squares, or the sum alone where each process
+// has a loss of its own), or count 0 (no condition). A step that may not update changes
+// nothing: the run stops on it, and the weights and moments stay the last good step's.
+GMLP_STEP_FN bool step_may_update(const double* guard, int count) {
+  for (int k = 0; k < count; ++k)
 #if defined(__CUDA_ARCH__)
-  return isfinite(guard[0]) && isfinite(guard[1]);
+    if (!isfinite(guard[k])) return false;
 #else
-  return std::isfinite(guard[0]) && std::isfinite(guard[1]);
+    if (!std::isfinite(guard[k])) return false;
 #endif
+  return true;
 }
 
 // PyTorch's clip_grad_norm_: the gradients scale by max_norm / (norm + 1e-6) where that is

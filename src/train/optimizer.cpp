@@ -74,11 +74,11 @@ std::vector<float>& AdamW::v() {
 }
 
 void AdamW::update(Backend& be, float* params, const float* grads, float* m, float* v, float lr,
-                   const double* guard) {
+                   const double* guard, int guards) {
   ++t_;
   const double bc1 = 1.0 - std::pow(double(b1_), double(t_));
   const double bc2 = 1.0 - std::pow(double(b2_), double(t_));
-  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f, guard};
+  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f, guard, guards};
   // Each tensor's part inside the moments' range [begin_, end): all of it unless sharded.
   const size_t end = begin_ + m_.size();
   auto run = [&](const std::vector<std::pair<size_t, size_t>>& ranges) {
@@ -94,10 +94,10 @@ void AdamW::update(Backend& be, float* params, const float* grads, float* m, flo
 }
 
 void AdamW::step(float* params, const float* grads, float lr) {
-  update(cpu_backend(), params, grads, m().data(), v().data(), lr, nullptr);
+  update(cpu_backend(), params, grads, m().data(), v().data(), lr, nullptr, 0);
 }
 
-void AdamW::step(Model& model, float lr, const double* guard) {
+void AdamW::step(Model& model, float lr, const double* guard, int guards) {
   Backend& be = model.backend();
   require(&be == be_, "AdamW::step: the optimizer's moments are on " + name_of(be_->device()) +
                           ", the model is on " + name_of(be.device()));
@@ -111,7 +111,7 @@ void AdamW::step(Model& model, float lr, const double* guard) {
     m = d.m.dev.data();
     v = d.v.dev.data();
   }
-  update(be, model.device_weights(true), model.device_grads(false), m, v, lr, guard);
+  update(be, model.device_weights(true), model.device_grads(false), m, v, lr, guard, guards);
 }
 
 double grad_norm(const float* grads, size_t n) { return std::sqrt(ops::sum_squares(grads, n)); }
@@ -136,15 +136,21 @@ double clip_grad_norm(Model& model, float max_norm) {
 }
 
 StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_norm, float lr,
-                      const std::function<void()>& after_backward, const std::function<void()>& after_update) {
+                      const std::function<void()>& after_backward, const std::function<void()>& after_update,
+                      bool local_loss) {
+  model.forward_queued(batch);  // its uploads first: each would wait for work queued before it
   model.zero_grad();
-  model.forward_queued(batch);
   model.backward();
   if (after_backward) after_backward();
   clip_grad_norm_queued(model, max_norm);
-  opt.step(model, lr, model.step_scalars());
+  // Several processes each have a loss of their own but the same reduced gradient: only
+  // the gradient decides there, so that every rank updates or none does.
+  const double* scalars = model.step_scalars();
+  opt.step(model, lr, local_loss ? scalars + 1 : scalars, local_loss ? 1 : 2);
   if (after_update) after_update();
   const Model::StepScalars s = model.read_step();
+  const bool updated = std::isfinite(s.sum_squares) && (local_loss || std::isfinite(s.loss));
+  if (!updated) opt.set_steps_taken(opt.steps_taken() - 1);  // the device skipped it
   return {s.loss, std::sqrt(s.sum_squares)};
 }
 

@@ -334,7 +334,8 @@ TrainSummary train(const TrainOptions& opts) {
         model, opt, shard, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
         [&] {
           if (opt.sharded()) dp.allgather_weights();
-        });
+        },
+        comm.size() > 1);
     const DataParallel::Vote vote = dp.agree(r.loss, stop || g_stop_requested.load());
     const double loss = vote.loss, gnorm = r.grad_norm;
     require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +

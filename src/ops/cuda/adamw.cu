@@ -11,7 +11,7 @@ namespace {
 
 __global__ void k_adamw(float* params, const float* grads, float* m, float* v, size_t n, ops::AdamWStep s) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n || !ops::step_may_update(s.guard)) return;
+  if (i >= n || !ops::step_may_update(s.guard, s.guards)) return;
   const float g = grads[i];
   const float p = params[i] * s.decay;
   const float mi = s.b1 * m[i] + (1.f - s.b1) * g;
