@@ -1162,7 +1162,21 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     d.be.download(Fh16.data(), F16.data(), Fh16.size() * sizeof(uint16_t));
     Vec Fh(S.size());
     for (size_t i = 0; i < Fh.size(); ++i) Fh[i] = ops::from_bf16(Fh16[i]);
-    EXPECT_TRUE(test::all_close(Fh.data(), F.data(), F.size(), 1e-5f, 1.f / 128, name + " F held"));
+    // F is rounded twice, as its products write it and again with its bias (and the
+    // attention) added, as autocast rounds a bf16 product and its bias: each rounding
+    // moves it by at most half a bf16 step of what it rounds (2^-9 relative; 2^-8 allowed).
+    {
+      const int gh = g / k.heads;
+      size_t off = 0;
+      for (int r = 0; r < M; ++r)
+        for (int c = 0; c < g; ++c) {
+          const size_t i = size_t(r) * g + c;
+          const float b = sb[size_t(c / gh) * n + size_t(std::min(r / B, n - 1))] + (k.extra ? extra[i] : 0.f);
+          const double tol = 1e-5 + (std::fabs(double(F[i]) - b) + std::fabs(F[i])) / 256;
+          off += std::fabs(double(Fh[i]) - F[i]) > tol;
+        }
+      EXPECT_EQ(off, 0u) << name << ": F held, of " << F.size();
+    }
     // S from the held F: Z = GELU(U + b) on the host, combined with it.
     Vec Z = Ur, Sw(S.size());
     cb.bias_gelu_forward(Z.data(), ub.data(), M, f, Z.data(), false);
@@ -1566,7 +1580,7 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   held(Precision::fp32);  // the ops' scratch area grows to its size here, once
   const int64_t fp32 = held(Precision::fp32), bf16 = held(Precision::bf16);
   EXPECT_EQ(fp32 - bf16,
-            int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + g) -
+            int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + g) + int64_t(4) * M * g -
                 int64_t(2) * L * (f + g) * d)
       << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }

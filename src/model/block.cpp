@@ -9,8 +9,8 @@
 // F are held in bf16 (BlockSaved::u16), every product's operands are bf16 too: h
 // (scratch.h16), U written by its product and dU over it, S and, before it, the gate
 // (scratch.S16), dL/dF (scratch.dF16), dY rounded into h16's buffer and the weights'
-// copies (BlockCall), so the products read half the bytes; the float F (and aMLP's
-// float dF) share scratch.dF, one for every layer.
+// copies (BlockCall), so the products read half the bytes; F is written in bf16 by its
+// products (saved.F16) and no float F exists; aMLP's float dF is scratch.dF.
 #include "model/block.h"
 
 #include "backend/backend.h"
@@ -81,8 +81,8 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
     }
     // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
     const auto sp = sgu_params(be, c, p, T, call.lengths, saved, s);
-    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, bf16 ? s.dF : saved.F,
-                   call.gate ? call.gate : s.S, extra);
+    be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S,
+                   extra);  // under bf16 F goes to saved.F16 (the store) alone
     branch = s.S;
   } else {
     be.bias_gelu_forward(saved.u, p.proj_in_b, M, f, s.z, tanh_gelu);

@@ -32,8 +32,8 @@ struct BlockSaved {
   // bf16 bits (ops.h's Bf16Store), u and F null: the two largest per-layer tensors in
   // half the bytes. The block's products then run over bf16 operands alone (block.cpp):
   // U is written in bf16 by its product and dU over it, the other operands are in
-  // BlockScratch's *16 buffers and BlockCall's weight copies; BlockScratch::dF is the
-  // float F of the layer at hand.
+  // BlockScratch's *16 buffers and BlockCall's weight copies; F is written in bf16 by
+  // the spatial products.
   uint16_t *u16 = nullptr, *F16 = nullptr;     // [M, f], [M, g]
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
 };
@@ -49,8 +49,8 @@ struct BlockScratch {
   uint16_t* h16 = nullptr;  // [M, d] the LayerNorm output in bf16 (h holds it as floats too for aMLP's
                             //   attention alone); in the backward first dL/d(branch) in bf16
   uint16_t* S16 = nullptr;  // [M, s] S in bf16, and before it the gate G (scratch.S then unused)
-  uint16_t* dF16 = nullptr; // [M, g] dL/dF in bf16 (scratch.dF then holds F's float, and dL/dF as
-                            //   floats too for aMLP's attention alone)
+  uint16_t* dF16 = nullptr; // [M, g] dL/dF in bf16 (scratch.dF then holds dL/dF as floats too,
+                            //   for aMLP's attention alone)
   uint16_t *dS16 = nullptr, *dG16 = nullptr;  // [M, s], [M, g]: dL/dS and dL/dG in bf16 (dG16 where
                                               //   sgu_needs_dG, else over dS16); dS and dG then unused
   // Backward only.
@@ -58,18 +58,18 @@ struct BlockScratch {
   float *dF = nullptr, *dG = nullptr;              // [M, g], where sgu_needs_dF / sgu_needs_dG
   float *dO = nullptr, *dP = nullptr, *dqkv = nullptr;  // aMLP: [M, da], [R, T, T], [M, 3da]
                                                    //   (R = Backend::attention_rows_at_once);
-                                                   //   dF also F's forward output where F16 is used
   float* dWd = nullptr;                            // Toeplitz: dense [heads, T, T]
 };
 
 // Which backward scratch the SGU needs of its own, decided here for the arena that
 // allocates it (model.cpp) and the backward that uses it (block.cpp). dL/dF goes over F,
 // dead once the gate pass has read it, but for the multiplicative form, whose gate
-// LayerNorm's backward reads F again, and where F is held in bf16 (dF is a float; the
-// forward's float F, the spatial products' output, uses the same buffer); dL/dG over
-// dS for the split form (ops.h: only the other forms read dS again).
+// LayerNorm's backward reads F again; where F is held in bf16, dL/dF is held in bf16
+// too (ops.h's Bf16Store) and as floats only for aMLP's attention. dL/dG over dS for
+// the split form (ops.h: only the other forms read dS again).
 inline bool sgu_needs_dF(const ModelConfig& c, bool bf16_store = false) {
-  return c.has_sgu() && (bf16_store || c.sgu == Sgu::multiplicative);
+  if (!c.has_sgu()) return false;
+  return bf16_store ? c.d_attn > 0 : c.sgu == Sgu::multiplicative;
 }
 inline bool sgu_needs_dG(const ModelConfig& c) { return c.has_sgu() && c.sgu != Sgu::split; }
 

@@ -164,7 +164,7 @@ void Model::zero_grad() {
 
 void Model::ensure_arena(int B, int T, bool grad) {
   // Training an SGU model on a backend that holds U and F in bf16 (a GPU under bf16),
-  // each layer keeps them in half the bytes, and one float U and F serve every layer.
+  // each layer keeps them in half the bytes, and no float U or F is kept.
   // A training arena follows the precision set now; a forward without gradients takes
   // any arena that is large enough (Arena::layer gives it floats).
   const bool bf16 = grad && cfg_.has_sgu() && be_->stores_bf16();
@@ -251,7 +251,9 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->dh = f32(M * d);
     a->dx = f32(M * d);
     if (!bf16) a->dS = f32(M * s);
-    if (sgu_needs_dF(cfg_, bf16)) a->dF = f32(M * g);
+    // A bf16 arena's forward without gradients takes its float F in F16's bytes (below),
+    // or in dF for a single layer.
+    if (sgu_needs_dF(cfg_, bf16) || (bf16 && L < 2)) a->dF = f32(M * g);
     if (sgu_needs_dG(cfg_) && !bf16) a->dG = f32(M * g);
     if (da > 0) {
       a->dO = f32(M * da);
@@ -295,7 +297,10 @@ BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
       s.u = reinterpret_cast<float*>(u16.data());  // device memory: only kernels read it, as floats
     else
       s.u = z.data();
-    s.F = bf16 ? dF.data() : at(F, k * M * g);
+    if (!bf16)
+      s.F = at(F, k * M * g);
+    else
+      s.F = dF.empty() ? reinterpret_cast<float*>(F16.data()) : dF.data();  // as U above
   }
   s.g_mean = at(g_mean, k * M);
   s.g_rstd = at(g_rstd, k * M);

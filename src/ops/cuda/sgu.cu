@@ -74,16 +74,16 @@ struct DzGate {
   }
 };
 
-// Fs = F + bias (+ extra), held as Fs holds it (Fs may be F); S = combine(Z, Fs), held
-// as U is. S may be the gate buffer (dead by now).
+// F += bias (+ extra), in place, held as F holds it; S = combine(Z, F), held as U is. S
+// may be the gate buffer (dead by now).
 template <typename TU, typename TF>
-__global__ void k_bias_combine(Sgu kind, ZIn<TU> z, const float* F, TF* Fs, int M, int B, int g, int gh,
-                               const float* bias, int n, const float* extra, TU* S) {
+__global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, int M, int B, int g, int gh, const float* bias, int n,
+                               const float* extra, TU* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g), t = int(r / B), bi = min(t, n - 1);
-  const float fr = hold(Fs + i, F[i] + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f));
+  const float fr = hold(F + i, value(F[i]) + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f));
   hold(S + i, combine(kind, z(r, c), fr));
 }
 
@@ -153,10 +153,13 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
 }
 
 // The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
-// G, dS, dF, dG and dU are held as U is.
+// G, dS, dF, dG and dU are held as U is. The spatial products write F as it is held
+// (under bf16 their float sums rounded once), and the bias pass adds the bias (and aMLP's
+// attention) to it in place, holding the sum as F is held: under bf16 F is rounded
+// twice, as autocast's bf16 product and bias add round it.
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
-                float* F, TF* Fs, TU* G, const float* extra) {
+                TF* F, TU* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn<TU>{U, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps,
@@ -166,7 +169,7 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
   for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g);
   });
-  GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, Fs, M, B, d.g,
+  GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, M, B, d.g,
                                                                       d.gh, p.bias, p.n, extra, S);
   check_launch("sgu bias + combine");
 }
@@ -211,10 +214,10 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
 void sgu_forward(const ops::SguParams& p, const float* Z, int T, int B, int f, float* S, float* gmean, float* grstd,
                  float* F, float* G, const float* extra) {
   if (int64_t(T) * B <= 0) return;  // no launch of an empty grid
-  if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, F, G, extra);
+  if (!p.store.on()) return forward_as(p, Z, T, B, f, S, gmean, grstd, F, G, extra);
   // U as the in-projection's bf16 product wrote it (ops.h): the forward computes from
   // what the backward will read.
-  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, p.store.S, gmean, grstd, F, p.store.F, p.store.G,
+  forward_as(p, static_cast<const uint16_t*>(p.store.u), T, B, f, p.store.S, gmean, grstd, p.store.F, p.store.G,
              extra);
 }
 

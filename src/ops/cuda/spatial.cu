@@ -111,7 +111,7 @@ __global__ void k_toeplitz_fold(const float* dW, int T, int n, bool causal, floa
 
 namespace {
 template <typename E>
-void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, int ld, float* F, int count,
+void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, int ld, E* F, int count,
                     int stride) {
   const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0);
   if (!causal) {
@@ -169,7 +169,7 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
                          int count, int stride) {
   mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride);
 }
-void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, float* F,
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
                          int count, int stride) {
   mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride);
 }
