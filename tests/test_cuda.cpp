@@ -1163,7 +1163,7 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     Vec Fh(S.size());
     for (size_t i = 0; i < Fh.size(); ++i) Fh[i] = ops::from_bf16(Fh16[i]);
     // F is rounded twice, as its products write it and again with its bias (and the
-    // attention) added, as autocast rounds a bf16 product and its bias: each rounding
+    // attention) added: each rounding
     // moves it by at most half a bf16 step of what it rounds (2^-9 relative; 2^-8 allowed).
     {
       const int gh = g / k.heads;
@@ -1551,14 +1551,14 @@ void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::strin
   }
 }
 
-// Under bf16 a GPU training step holds each layer's U and F in bf16 and one float F for
-// the layer at hand (block.h; a forward without gradients takes its float U in the
-// bf16 U's bytes, model.cpp),
-// and for the bf16 products the LayerNorm's output, S (and G), dF and dS (and, split,
-// dG) in bf16 ([M, d], [M, s], [M, g], [M, s]) where fp32 holds dS in float, and each
-// layer's proj_in and proj_out weights in bf16: of the memory a model holds after a
-// forward and backward, M f 2 L + M g 2 (L - 2) - 2 M (d + g) - 2 L (f d + d s)
-// bytes fewer than in fp32 (s = g, the branch channels), everything else the same.
+// Under bf16 a GPU training step holds each layer's U and F in bf16 and no float U or F
+// (block.h; a forward without gradients takes its float U and F in the bf16 ones'
+// bytes, model.cpp), and for the bf16 products the LayerNorm's output, S (and G), dF
+// and dS (and, split, dG) in bf16 ([M, d], [M, s], [M, g], [M, s]) where fp32 holds dS
+// in float, and each layer's proj_in and proj_out weights in bf16: of the memory a
+// model holds after a forward and backward, M f 2 L + M g 2 (L - 2) - 2 M (d + g) +
+// 4 M g - 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch channels),
+// everything else the same.
 TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   REQUIRE_GPU();
   ModelConfig c = tiny(Task::causal_lm);
@@ -1644,36 +1644,43 @@ TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
   REQUIRE_GPU();
   ScopedEnv fast("GMLP_CUDA_BF16_GEMM", nullptr);
   Fp32Again restore;
-  const ModelConfig c = config_of(variants()[0]);
-  Backend& be = backend_for(Device::cuda);
-  TestBatch tb(c, 3, 25);
-  use_precision(Device::cuda, Precision::bf16);
-  auto a = make(c, be), b = make(c, be);
-  a->zero_grad();
-  a->forward(tb.batch);
-  a->backward();  // a's arena now holds U and F in bf16
-  double la = 0, lb = 0;
-  {
-    NoGrad no_grad(*a);
-    la = a->forward(tb.batch);
+  // Two layers (the float U and F in the bf16 ones' bytes), aMLP (F in its float dF) and
+  // one layer (U and F in slots of their own).
+  ModelConfig amlp = config_of(variants()[0]), one = amlp;
+  amlp.d_attn = 8;
+  one.n_layers = 1;
+  for (const ModelConfig& c : {config_of(variants()[0]), amlp, one}) {
+    SCOPED_TRACE("d_attn " + std::to_string(c.d_attn) + ", " + std::to_string(c.n_layers) + " layers");
+    Backend& be = backend_for(Device::cuda);
+    TestBatch tb(c, 3, 25);
+    use_precision(Device::cuda, Precision::bf16);
+    auto a = make(c, be), b = make(c, be);
+    a->zero_grad();
+    a->forward(tb.batch);
+    a->backward();  // a's arena now holds U and F in bf16
+    double la = 0, lb = 0;
+    {
+      NoGrad no_grad(*a);
+      la = a->forward(tb.batch);
+    }
+    {
+      NoGrad no_grad(*b);
+      lb = b->forward(tb.batch);
+    }
+    EXPECT_EQ(la, lb) << "a forward without gradients in a training arena";
+    use_precision(Device::cuda, Precision::fp32);
+    auto p = make(c, be);
+    p->zero_grad();
+    p->forward(tb.batch);
+    p->backward();  // an arena of floats
+    use_precision(Device::cuda, Precision::bf16);
+    for (Model* m : {p.get(), b.get()}) {
+      m->zero_grad();
+      m->forward(tb.batch);
+      m->backward();
+    }
+    EXPECT_TRUE(test::all_close(p->grads(), b->grads(), b->num_params(), 1e-6f, 1e-5f, "after fp32, under bf16"));
   }
-  {
-    NoGrad no_grad(*b);
-    lb = b->forward(tb.batch);
-  }
-  EXPECT_EQ(la, lb) << "a forward without gradients in a training arena";
-  use_precision(Device::cuda, Precision::fp32);
-  auto p = make(c, be);
-  p->zero_grad();
-  p->forward(tb.batch);
-  p->backward();  // an arena of floats
-  use_precision(Device::cuda, Precision::bf16);
-  for (Model* m : {p.get(), b.get()}) {
-    m->zero_grad();
-    m->forward(tb.batch);
-    m->backward();
-  }
-  EXPECT_TRUE(test::all_close(p->grads(), b->grads(), b->num_params(), 1e-6f, 1e-5f, "after fp32, under bf16"));
 }
 
 // Holding U and F in bf16 moves a model's numbers by their rounding alone. Against the

@@ -163,9 +163,9 @@ struct ZInput {
 // CPU ops refuse it. The forward reads U from u (the in-projection's product wrote it
 // in bf16; the Z argument is unused), writes the normalised gate into G (its G
 // argument unused) for the spatial products, which read it and a bf16 copy of W, and
-// writes F (bias and extra added) rounded into F, and S, from that F, rounded into S
-// ([M, g], for the out-projection's bf16 products; the S argument unused); the float
-// F it is given is only the spatial products' output. G may be S (G is dead before S
+// writes F into F, the products' sums rounded and then, with bias and extra added,
+// rounded again, and S, from that F, rounded into S ([M, g], for the out-projection's
+// bf16 products; the S and float F arguments unused). G may be S (G is dead before S
 // is written). The backward reads U and F from here (its Z and F arguments unused),
 // rebuilds S into S (when its S argument is not null), writes dL/dF into dF (and into
 // its float dF argument as well where that is not null: aMLP's attention reads it),

@@ -121,7 +121,7 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
                           int ld, float* dG, float* dW, int count = 1, int stride = 0);
 // The same over G, F, dF and dG in bf16 (training under bf16), with W rounded into a
-// copy: F is the products' float sums rounded once, as autocast's bf16 products give it.
+// copy: F is the products' float sums rounded once.
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
                          int count = 1, int stride = 0);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,

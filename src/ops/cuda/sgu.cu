@@ -156,7 +156,7 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
 // G, dS, dF, dG and dU are held as U is. The spatial products write F as it is held
 // (under bf16 their float sums rounded once), and the bias pass adds the bias (and aMLP's
 // attention) to it in place, holding the sum as F is held: under bf16 F is rounded
-// twice, as autocast's bf16 product and bias add round it.
+// twice (autocast would keep the float sum of a bf16 product and a float bias).
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
                 TF* F, TU* G, const float* extra) {
