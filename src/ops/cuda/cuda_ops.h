@@ -46,36 +46,6 @@ void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
                   const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count);
 
-// count products C_i = alpha op(A_i) op(B_i) + beta C_i, each operand stride elements
-// after the last (0: the same A or B for every product; the C_i must not overlap), in
-// one cuBLAS call.
-void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, int64_t sa,
-                  const float* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
-
-// The same over operands held as bf16 bits (Backend::gemm_bf16), summed in float, into
-// float C, or into bf16 C rounded once.
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
-          int ldb, float beta, float* C, int ldc);
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, const uint16_t* B,
-          int ldb, float beta, uint16_t* C, int ldc);
-void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
-                  const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc, int count);
-void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda, int64_t sa,
-                  const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc, int64_t sc, int count);
-
-// Products over operands held as bf16 bits (Backend::gemm_bf16): C = alpha op(A) op(B) +
-// beta C in float; or, into bf16 bits, C = op(A) op(B) summed in float and rounded.
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-               const uint16_t* B, int ldb, float beta, float* C, int ldc);
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
-               uint16_t* C, int ldc);
-void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, float* C, int ldc, int64_t sc,
-                       int count);
-void gemm_batched_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const uint16_t* A, int lda,
-                       int64_t sa, const uint16_t* B, int ldb, int64_t sb, float beta, uint16_t* C, int ldc,
-                       int64_t sc, int count);
-
 // rows x cols of X (rows ld apart), count of them stride apart (stride 0: one, shared),
 // rounded to bf16 bits (ops/bf16.h) into out, rows ldo apart and each copy size after
 // the last: the bf16 products' operand copies and the SGU's held U.
