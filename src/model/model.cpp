@@ -444,10 +444,9 @@ void Model::embed_forward(const Batch& in, float* x) {
   } else {
     const float* images = in.images;
     if (!be_->host_memory() && !in.images_on_backend) {
-      const size_t count = size_t(a.B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width;
-      if (a.images.size() < count) a.images = DeviceBuffer<float>(*be_, count);
-      be_->upload(a.images.data(), in.images,
-                  sizeof(float) * size_t(B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width);
+      const size_t per_image = size_t(cfg_.image_channels) * cfg_.image_height * cfg_.image_width;
+      if (a.images.size() < size_t(a.B) * per_image) a.images = DeviceBuffer<float>(*be_, size_t(a.B) * per_image);
+      be_->upload(a.images.data(), in.images, sizeof(float) * size_t(B) * per_image);
       images = a.images.data();
     }
     be_->extract_patches(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,

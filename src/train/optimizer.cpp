@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "gmlp/error.h"
+#include "ops/step_guard.h"
 
 namespace gmlp {
 
@@ -145,12 +146,13 @@ StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_no
   clip_grad_norm_queued(model, max_norm);
   // Several processes each have a loss of their own but the same reduced gradient: only
   // the gradient decides there, so that every rank updates or none does.
-  const double* scalars = model.step_scalars();
-  opt.step(model, lr, local_loss ? scalars + 1 : scalars, local_loss ? 1 : 2);
+  const int first = local_loss ? 1 : 0, guards = 2 - first;
+  opt.step(model, lr, model.step_scalars() + first, guards);
   if (after_update) after_update();
   const Model::StepScalars s = model.read_step();
-  const bool updated = std::isfinite(s.sum_squares) && (local_loss || std::isfinite(s.loss));
-  if (!updated) opt.set_steps_taken(opt.steps_taken() - 1);  // the device skipped it
+  const double read[2] = {s.loss, s.sum_squares};
+  // The device's decision, made again over the values read back.
+  if (!ops::step_may_update(read + first, guards)) opt.set_steps_taken(opt.steps_taken() - 1);
   return {s.loss, std::sqrt(s.sum_squares)};
 }
 
