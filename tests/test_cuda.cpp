@@ -789,6 +789,18 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
   uint16_t* dx16 = up16(U16(x.size()));
   d.be.to_bf16(dx, x.size(), dx16);
   EXPECT_EQ(down16(dx16, x.size()), bits(x));
+  {  // and summing columns as it rounds: rows in three chunks, columns in two tiles
+    const int M = 700, N = 45;
+    const Vec v = randn(size_t(M) * N, 17, 3.f), sums0 = randn(N, 18);
+    Vec sums = sums0;
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) sums[size_t(c)] += v[size_t(r) * N + c];
+    uint16_t* v16 = up16(U16(v.size()));
+    float* gs = d.up(sums0);
+    d.be.to_bf16_summing_columns(d.up(v), M, N, v16, gs);
+    EXPECT_EQ(down16(v16, v.size()), bits(v));
+    EXPECT_TRUE(test::all_close(d.down(gs, N).data(), sums.data(), N, 1e-4f, 1e-4f, "column sums of the floats"));
+  }
   // The LayerNorm writing bf16, rows ld apart, with and without the floats.
   const int M = 45, C = 300, ld = 310;
   const Vec xs = randn(size_t(M) * ld, 4, 2.f), w = randn(C, 5), b = randn(C, 6);
@@ -817,9 +829,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
   }
 }
 
-TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
-  REQUIRE_GPU();
-  const int M = 45, C = 300, ld = 310;
+void layernorm_against_the_cpu(int M, int C, int ld) {
   const Vec x = randn(size_t(M) * ld, 4, 2.f), w = randn(C, 5), b = randn(C, 6), dy = randn(size_t(M) * C, 7);
   Vec y(size_t(M) * C), mean(M), rstd(M), dx(size_t(M) * ld, 0.5f), dw(C, 0.1f), db(C, 0.2f), ya(y.size());
   Backend& cb = cpu_backend();
@@ -839,6 +849,16 @@ TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
   EXPECT_TRUE(test::all_close(d.down(dDx, dx.size()).data(), dx.data(), dx.size(), kAtol, 1e-4f, "dx"));
   EXPECT_TRUE(test::all_close(d.down(dDw, C).data(), dw.data(), C, 1e-4f, 1e-4f, "dw"));
   EXPECT_TRUE(test::all_close(d.down(dDb, C).data(), db.data(), C, 1e-4f, 1e-4f, "db"));
+}
+
+// Three widths: the backward fused (12; on a GPU 300 too) and not (2100; on the
+// emulator 300 too), the fused one over six chunks of rows, the last partial.
+TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
+  REQUIRE_GPU();
+  for (const int C : {12, 300, 2100}) {
+    SCOPED_TRACE("C " + std::to_string(C));
+    layernorm_against_the_cpu(45, C, C + 10);
+  }
 }
 
 // The projections: bias-seeded forward; backward's dx (overwritten or added to), dW

@@ -79,6 +79,11 @@ class Backend {
     no_bf16("gemm_bf16");
   }
   virtual void to_bf16(const float*, size_t, uint16_t*) { no_bf16("to_bf16"); }
+  // M rows of N floats rounded into y, their column sums added to sums as they are read:
+  // dY rounded for the out-projection's products, its bias gradient in the same pass.
+  virtual void to_bf16_summing_columns(const float*, int, int, uint16_t*, float*) {
+    no_bf16("to_bf16_summing_columns");
+  }
   // linear_forward and linear_backward over x, dy and W in bf16 (the bias's gradient
   // from dy, the same gradient in float).
   virtual void linear_forward_bf16(const uint16_t*, int, int, const uint16_t*, const float*, int, float*) {

@@ -135,7 +135,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     // U (nothing reads U after this layer's backward). Under bf16 the products read dY
     // rounded once into h16's buffer (h is rebuilt below) and S in bf16.
     if (bf16) {
-      be.to_bf16(dY, size_t(M) * d, s.h16);
+      be.to_bf16_summing_columns(dY, M, d, s.h16, gp.proj_out_b);  // the bias's gradient as dY is read
       be.gemm_bf16(false, false, M, nb, d, s.h16, d, call.proj_out_w16, nb, s.dS16, nb);
     } else {
       be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
@@ -144,7 +144,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, bf16 && c.d_attn == 0 ? nullptr : dF, dU);
     if (bf16)
       be.linear_backward_bf16(s.h16, dY, s.S16, M, nb, call.proj_out_w16, d, nullptr, false, gp.proj_out_w,
-                              gp.proj_out_b);
+                              nullptr);
     else
       be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);
     if (toeplitz) be.zero(s.dWd, sizeof(float) * size_t(c.sgu_heads) * T * T);

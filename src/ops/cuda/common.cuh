@@ -53,7 +53,9 @@ inline dim3 column_sum_block() { return dim3(kColTile, kRowLanes); }
 
 // K sums per column over the block's chunk of rows [blockIdx.y * rows_per, + rows_per)
 // of M: term(r, c, s) adds row r's terms of column c to s[0, K); the chunk's sums go to
-// part[(blockIdx.y * K + k) * N + c]. Every thread reaches the barrier.
+// part[(blockIdx.y * K + k) * N + c], where part is given (a pass that needs the sums
+// only sometimes: the SGU's gate). Every (r, c) is one thread's, once. Every thread
+// reaches the barrier.
 template <int K, typename Term>
 __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term& term, float* part) {
   __shared__ float lanes[K][kRowLanes][kColTile];
@@ -65,13 +67,18 @@ __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term&
     for (int r = r0 + int(threadIdx.y); r < r1; r += kRowLanes) term(r, c, s);
   for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = s[k];
   __syncthreads();
-  if (threadIdx.y != 0 || c >= N) return;
+  if (threadIdx.y != 0 || c >= N || !part) return;
   for (int k = 0; k < K; ++k) {
     float t = 0.f;
     for (int j = 0; j < kRowLanes; ++j) t += lanes[k][j][threadIdx.x];
     part[(int64_t(blockIdx.y) * K + k) * N + c] = t;
   }
 }
+
+// The second stage: o_k[c] += the sum over the chunks, in order, of
+// part[(chunk * K + k) * N + c], for k < K (at most 3: o_1 and o_2 only where K asks).
+// A thread per column (linear.cu).
+__global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2);
 
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread
 // gets the result. `shared` holds 32 values.

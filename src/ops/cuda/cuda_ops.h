@@ -60,6 +60,9 @@ void linear_backward(const float* dy, const float* x, int M, int in, const float
                      bool accumulate_dx, float* dW, float* db);
 void colsum_add(const float* x, int M, int N, int ld, float* out);  // out[c] += sum_r x[r * ld + c]
 void colsum_add(const uint16_t* x, int M, int N, int ld, float* out);  // over bf16 bits
+// M rows of N of x rounded into y, and x's column sums added to sums, in one pass
+// (Backend::to_bf16_summing_columns).
+void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums);
 // The same over bf16 x, dy16 and W (Backend::linear_forward_bf16); db from the float dy.
 void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out, float* y);
 void linear_backward_bf16(const uint16_t* dy16, const float* dy, const uint16_t* x, int M, int in, const uint16_t* W,

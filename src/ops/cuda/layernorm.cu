@@ -1,20 +1,9 @@
-// LayerNorm on the device: a block per row for the statistics and dx; dw and db as
-// column sums (partial sums over row chunks, then a fixed-order finish).
+// LayerNorm on the device: a block per row for the statistics; the backward a block
+// per chunk of rows, dw and db as partial sums per chunk, then a fixed-order finish
+// (layernorm.cuh).
 #include "ops/cuda/layernorm.cuh"
 
 namespace gmlp::cuda {
-
-__global__ void ln_backward_dwdb_finish_k(const float* part, int chunks, int C, float* dw, float* db) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.f, sb = 0.f;
-  for (int k = 0; k < chunks; ++k) {
-    sw += part[(int64_t(k) * 2) * C + c];
-    sb += part[(int64_t(k) * 2 + 1) * C + c];
-  }
-  dw[c] += sw;
-  db[c] += sb;
-}
 
 namespace {
 
@@ -23,10 +12,11 @@ struct DxPlain {
   float* dx;
   int ld;
   bool accumulate;
-  __device__ void operator()(int64_t r, int c, float d) const {
+  __device__ float operator()(int64_t r, int c, float d) const {
     float* p = dx + r * ld + c;
-    *p = accumulate ? *p + d : d;
+    return *p = accumulate ? *p + d : d;
   }
+  void column_sums(int M, int C, float* sum) const { colsum_add(dx, M, C, ld, sum); }
 };
 
 }  // namespace

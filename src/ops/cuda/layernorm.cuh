@@ -93,7 +93,8 @@ __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b
 
 // Each thread owns the same channels in both passes, so out may overwrite x: a
 // channel's x is read (pass 2) by the thread that then writes its dx. dy is floats, or
-// bf16 bits (the SGU's gate under bf16).
+// bf16 bits (the SGU's gate under bf16). out(r, c, d) stores d and gives back what it
+// holds (d rounded, or added to what was there).
 template <typename XIn, typename Out, typename TY>
 __global__ void ln_backward_dx_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                  const float* w, int C, Out out) {
@@ -138,20 +139,83 @@ __global__ void ln_backward_dwdb_partial_k(const TY* dy, int lddy, XIn xin, cons
   column_chunk_sums<2>(M, C, rows_per, DwDbTerms<XIn, TY>{dy, lddy, xin, mean, rstd}, part);
 }
 
-__global__ void ln_backward_dwdb_finish_k(const float* part, int chunks, int C, float* dw, float* db);
+// The backward in one pass over the rows, for rows of up to kFusedColumns channels: a
+// block per chunk of rows, taking them one after another as ln_backward_dx_k takes its
+// row, with each channel's dw and db terms (and, K = 3, what out holds: the SGU's gate
+// sums dU into the in-projection's bias) added up by the thread that owns the channel,
+// in shared memory; the chunk's sums go to part[(chunk * K + k) * C + c]. The unfused
+// backward (below) reads dy and x twice: once for dw and db, once for dx. On the CUDA
+// emulator 16 channels, so that the tests take both (the variants' d 16 and split gate
+// fused, their other gates of 32 not).
+#if defined(GMLP_CUDA_EMULATED)
+constexpr int kFusedColumns = 16;
+#else
+constexpr int kFusedColumns = 2048;
+#endif
+// About 512 chunks whatever M, at least 8 rows each: a guess for a profile to tune
+// (more chunks, more blocks to hide a row's latency; fewer, fewer partial sums).
+inline int fused_rows_per(int M) { return M > 8 * 512 ? (M + 511) / 512 : 8; }
 
-// The whole backward: dw and db first (they read x, which out may overwrite), then dx.
+template <int K, typename XIn, typename Out, typename TY>
+__global__ void ln_backward_fused_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+                                    const float* w, int M, int C, int rows_per, Out out, float* part) {
+  __shared__ float sh[32];
+  __shared__ float xhat[kFusedColumns];
+  __shared__ float acc[K][kFusedColumns];
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    for (int k = 0; k < K; ++k) acc[k][c] = 0.f;
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
+  for (int64_t r = r0; r < r1; ++r) {  // the same rows for every thread: each reaches the barriers
+    const TY* dyr = dy + r * lddy;
+    const float mu = mean[r], rs = rstd[r];
+    float sg = 0.f, sgx = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float xh = (xin(r, c) - mu) * rs, d = value(dyr[c]), g = d * w[c];
+      xhat[c] = xh;
+      acc[0][c] += d * xh;
+      acc[1][c] += d;
+      sg += g;
+      sgx += g * xh;
+    }
+    const float mg = block_sum(sg, sh) / float(C);
+    const float mgx = block_sum(sgx, sh) / float(C);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float held = out(r, c, rs * (value(dyr[c]) * w[c] - mg - xhat[c] * mgx));
+      if constexpr (K == 3) acc[2][c] += held;
+    }
+  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    for (int k = 0; k < K; ++k) part[(int64_t(blockIdx.x) * K + k) * C + c] = acc[k][c];
+}
+
+// The whole backward; where dsum is given, the column sums of what out holds after it
+// are added to dsum too. Fused where the rows fit; else dw and db first (they read x,
+// which out may overwrite), then dx, then the sums of what out wrote (out.column_sums).
 template <typename XIn, typename Out, typename TY>
 void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
-                             int M, int C, Out out, float* dw, float* db) {
+                             int M, int C, Out out, float* dw, float* db, float* dsum = nullptr) {
   if (M <= 0) return;
+  if (C <= kFusedColumns) {
+    const int rows_per = fused_rows_per(M), chunks = (M + rows_per - 1) / rows_per, K = dsum ? 3 : 2;
+    float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
+    if (dsum)
+      GMLP_LAUNCH(ln_backward_fused_k<3>, unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w, M, C, rows_per,
+                                                                         out, part);
+    else
+      GMLP_LAUNCH(ln_backward_fused_k<2>, unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w, M, C, rows_per,
+                                                                         out, part);
+    GMLP_LAUNCH(finish_column_sums_k, blocks_for(C), kThreads)(part, chunks, K, C, dw, db, dsum);
+    check_launch("layernorm backward (fused)");
+    return;
+  }
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * 2 * size_t(chunks) * C));
   GMLP_LAUNCH(ln_backward_dwdb_partial_k, column_sum_grid(C, chunks), column_sum_block())(dy, lddy, xin, mean, rstd, M,
                                                                                           C, rows_per, part);
-  GMLP_LAUNCH(ln_backward_dwdb_finish_k, blocks_for(C), kThreads)(part, chunks, C, dw, db);
+  GMLP_LAUNCH(finish_column_sums_k, blocks_for(C), kThreads)(part, chunks, 2, C, dw, db, nullptr);
   GMLP_LAUNCH(ln_backward_dx_k, unsigned(M), kRowThreads)(dy, lddy, xin, mean, rstd, w, C, out);
   check_launch("layernorm backward");
+  if (dsum) out.column_sums(M, C, dsum);
 }
 
 }  // namespace gmlp::cuda

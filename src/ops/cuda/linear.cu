@@ -1,7 +1,20 @@
 // y = x W^T + b on the device: the bias seeds y, then the GEMM adds (as linear.cpp).
+#include "ops/bf16.h"
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
+
+__global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= N) return;
+  float* const o[3] = {o0, o1, o2};
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+    for (int j = 0; j < chunks; ++j) s += part[(int64_t(j) * K + k) * N + c];
+    o[k][c] += s;
+  }
+}
+
 namespace {
 
 __global__ void seed_rows(float* y, const float* b, int M, int out) {
@@ -11,33 +24,34 @@ __global__ void seed_rows(float* y, const float* b, int M, int out) {
 }
 
 // out[c] += sum over rows of x[r, c] (floats, or bf16 bits widened): partial sums per
-// chunk of rows (common.cuh), then the chunks' in order.
+// chunk of rows (common.cuh), then the chunks' in order. Where y16 is given, x is
+// rounded into it as it is read (rows ld apart too): dY for the bf16 products, its
+// float sums the out-projection's bias gradient, in one pass over it.
 template <typename T>
 struct ColumnOf {
   const T* x;
   int ld;
-  __device__ void operator()(int r, int c, float* s) const { s[0] += value(x[int64_t(r) * ld + c]); }
+  uint16_t* y16;
+  __device__ void operator()(int r, int c, float* s) const {
+    const int64_t i = int64_t(r) * ld + c;
+    const float v = value(x[i]);
+    if (y16) y16[i] = ops::to_bf16(v);
+    s[0] += v;
+  }
 };
 template <typename T>
-__global__ void colsum_partial(const T* x, int M, int N, int ld, int rows_per, float* part) {
-  column_chunk_sums<1>(M, N, rows_per, ColumnOf<T>{x, ld}, part);
-}
-
-__global__ void colsum_finish(const float* part, int chunks, int N, float* out) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= N) return;
-  float s = 0.f;
-  for (int k = 0; k < chunks; ++k) s += part[int64_t(k) * N + c];
-  out[c] += s;
+__global__ void colsum_partial(ColumnOf<T> col, int M, int N, int rows_per, float* part) {
+  column_chunk_sums<1>(M, N, rows_per, col, part);
 }
 
 template <typename T>
-void colsum_add_as(const T* x, int M, int N, int ld, float* out) {
+void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 = nullptr) {
   if (M <= 0 || N <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
-  GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(x, M, N, ld, rows_per, part);
-  GMLP_LAUNCH(colsum_finish, blocks_for(N), kThreads)(part, chunks, N, out);
+  GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(ColumnOf<T>{x, ld, y16}, M, N,
+                                                                              rows_per, part);
+  GMLP_LAUNCH(finish_column_sums_k, blocks_for(N), kThreads)(part, chunks, 1, N, out, nullptr, nullptr);
   check_launch("colsum");
 }
 
@@ -45,6 +59,9 @@ void colsum_add_as(const T* x, int M, int N, int ld, float* out) {
 
 void colsum_add(const float* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
 void colsum_add(const uint16_t* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
+void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums) {
+  colsum_add_as(x, M, N, N, sums, y);
+}
 
 namespace {
 // The ops over float or bf16 operands (gemm's overloads).

@@ -3,7 +3,8 @@
 // then bias, aMLP's attention and the combine in one elementwise pass. Given U
 // (ops.h's ZInput), every kernel takes Z = GELU(U + bias) as it reads U, and the
 // backward writes dU, GELU's derivative folded in, and sums its columns into the bias's
-// gradient (a column-sum kernel after each part: the CPU adds them as it writes).
+// gradient as it writes them (the gate's columns in the LayerNorm's backward, the split
+// form's others in the pass that writes them), as the CPU does.
 //
 // Under --precision bf16 the block hands the ops a Bf16Store (ops.h): U and F saved
 // for the backward as bf16, half the bytes of the two largest per-layer tensors. Every
@@ -67,11 +68,13 @@ struct DzGate {
   int direct;  // 0: none, 1: + dS (additive), 2: + dS * F (multiplicative)
   const TU* dS;
   const TF* F;
-  __device__ void operator()(int64_t r, int c, float d) const {
+  __device__ float operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
     if (direct) d += direct == 2 ? value(dS[i]) * value(F[i]) : value(dS[i]);
-    hold(dz + r * ld + off + c, zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
+    return hold(dz + r * ld + off + c,
+                zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
   }
+  void column_sums(int M, int C, float* sum) const { colsum_add(dz + off, M, C, ld, sum); }
 };
 
 // F += bias (+ extra), in place, held as F holds it; S = combine(Z, F), held as U is. S
@@ -95,22 +98,34 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
 
 // S = combine(Z, F) again (when S is given); dF = dS * Z1 (split, multiplicative) or dS,
 // into dF32 as floats too when given (aMLP's attention under bf16); split: dZ1 = dS * F
-// (times GELU'(U1) when given U); dS, S, dF and dZ held as U is. Each element is read,
-// then written, by one thread: dZ may be U, and dF may be F (when they are floats).
+// (times GELU'(U1) when given U), added to s[0] as held (the in-projection's bias
+// gradient: a column sum over the pass, column_chunk_sums); dS, S, dF and dZ held as U
+// is. Each element is read, then written, by one thread: dZ may be U, and dF may be F
+// (when they are floats).
 template <typename TU, typename TF>
-__global__ void k_back_gate(Sgu kind, const TU* dS, ZIn<TU> z, const TF* F, int M, int g, TU* S, TU* dZ, TU* dF,
-                            float* dF32) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(M) * g) return;
-  const int64_t r = i / g;
-  const int c = int(i % g);
-  const float ds = value(dS[i]), fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
-  if (S) hold(S + i, combine(kind, zv, fv));
-  const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
-  hold(dF + i, df);
-  if (dF32) dF32[i] = df;
-  if (kind == Sgu::split)
-    hold(dZ + r * z.ld + c, z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv);
+struct BackGate {
+  Sgu kind;
+  const TU* dS;
+  ZIn<TU> z;
+  const TF* F;
+  int g;
+  TU *S, *dZ, *dF;
+  float* dF32;
+  __device__ void operator()(int r, int c, float* s) const {
+    const int64_t i = int64_t(r) * g + c;
+    const float ds = value(dS[i]), fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
+    if (S) hold(S + i, combine(kind, zv, fv));
+    const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
+    hold(dF + i, df);
+    if (dF32) dF32[i] = df;
+    if (kind == Sgu::split)
+      s[0] += hold(dZ + int64_t(r) * z.ld + c, z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv);
+  }
+};
+
+template <typename TU, typename TF>
+__global__ void k_back_gate(BackGate<TU, TF> pass, int M, int rows_per, float* part) {
+  column_chunk_sums<1>(M, pass.g, rows_per, pass, part);
 }
 
 // Bias gradient, in two fixed-order stages in double. First a block per (position t,
@@ -179,10 +194,14 @@ void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T,
                       TU* S, TU* dF, float* dF32, TU* dZ) {
   const Dims d = dims(p, f);
   const int M = T * B;
-  GMLP_LAUNCH(k_back_gate, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, M, d.g, S, dZ,
-                                                                   dF, dF32);
+  const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
+  const bool dbias = p.kind == Sgu::split && p.z.dbias;  // dZ1's columns
+  float* part = dbias ? static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * d.g)) : nullptr;
+  GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks), column_sum_block())(
+      BackGate<TU, TF>{p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, d.g, S, dZ, dF, dF32}, M, rows_per, part);
+  if (dbias) GMLP_LAUNCH(finish_column_sums_k, blocks_for(d.g), kThreads)(part, chunks, 1, d.g, p.z.dbias, nullptr,
+                                                                          nullptr);
   check_launch("sgu backward (gate)");
-  if (p.kind == Sgu::split && p.z.dbias) colsum_add(dZ, M, d.g, f, p.z.dbias);  // dZ1's columns
 }
 
 template <typename TU, typename TF>
@@ -204,9 +223,10 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   GMLP_LAUNCH(k_bias_grad_finish, blocks_for(p.heads * p.n), kThreads)(part, T, p.heads, p.n, g.bias);
   check_launch("sgu bias gradient");
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
+  // The gate's columns of dU summed into the in-projection's bias as they are written.
   layernorm_backward_with(dG, d.g, gate, gmean, grstd, p.norm_w, M, d.g,
-                          DzGate<TU, TF>{dZ, U, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b);
-  if (p.z.dbias) colsum_add(dZ + d.goff, M, d.g, f, p.z.dbias + d.goff);  // the gate's columns
+                          DzGate<TU, TF>{dZ, U, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b,
+                          p.z.dbias ? p.z.dbias + d.goff : nullptr);
 }
 
 }  // namespace
