@@ -1599,9 +1599,10 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   };
   held(Precision::fp32);  // the ops' scratch area grows to its size here, once
   const int64_t fp32 = held(Precision::fp32), bf16 = held(Precision::bf16);
+  // bf16 keeps each layer's h and G in bf16 besides (block.h): 2 L M (d + g) bytes.
   EXPECT_EQ(fp32 - bf16,
             int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + g) + int64_t(4) * M * g -
-                int64_t(2) * L * (f + g) * d)
+                int64_t(2) * L * (f + g) * d - int64_t(2) * L * M * (d + g))
       << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }
 

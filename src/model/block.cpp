@@ -2,7 +2,9 @@
 //
 // The forward keeps only what block.h's BlockSaved lists; the backward rebuilds the
 // rest (LayerNorm outputs, the normalised gate, S) from it: elementwise work that is
-// cheap next to the GEMMs and saves several [M, d_ffn] buffers per layer. Z = GELU(U)
+// cheap next to the GEMMs on a CPU and saves several [M, d_ffn] buffers per layer. On
+// a GPU under bf16, where a step is bound by memory, the forward's bf16 h and G are
+// kept per layer (BlockSaved::h16, G16) and only S is rebuilt. Z = GELU(U)
 // is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
 // as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
 // gate G lives in S's buffer, dU is computed in place over U and dF over F. Where U and
@@ -24,8 +26,9 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
                           const BlockSaved& saved, const BlockScratch& s) {
   float* Wd = s.Wd;
   ops::SguParams sp;
-  if (saved.u16)  // G in S's buffer, dG over dS where block.h says (ops.h)
-    sp.store = {saved.u16, saved.F16, s.S16, s.S16, s.dF16, s.dS16, sgu_needs_dG(c) ? s.dG16 : s.dS16};
+  if (saved.u16)  // G the layer's own or in S's buffer, dG over dS where block.h says (ops.h)
+    sp.store = {saved.u16, saved.F16, s.S16,  saved.G16 ? saved.G16 : s.S16,
+                s.dF16,    s.dS16,    sgu_needs_dG(c) ? s.dG16 : s.dS16, saved.G16 != nullptr};
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;
@@ -65,9 +68,10 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   const float* x = saved.x;
   const bool bf16 = saved.u16 != nullptr;
   if (bf16) {  // h in bf16 (and as floats for the attention alone), U = h W^T rounded
-    be.layernorm_forward_bf16(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, c.d_attn > 0 ? s.h : nullptr, s.h16, d,
+    uint16_t* h16 = saved.h16 ? saved.h16 : s.h16;
+    be.layernorm_forward_bf16(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, c.d_attn > 0 ? s.h : nullptr, h16, d,
                               saved.ln_mean, saved.ln_rstd);
-    be.gemm_bf16(false, true, M, f, d, s.h16, d, call.proj_in_w16, d, saved.u16, f);
+    be.gemm_bf16(false, true, M, f, d, h16, d, call.proj_in_w16, d, saved.u16, f);
   } else {
     be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
     be.gemm(false, true, M, f, d, 1.f, s.h, d, p.proj_in_w, d, 0.f, saved.u, f);
@@ -162,10 +166,15 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     be.gelu_backward(saved.u, s.dS, saved.u, int64_t(M) * f, tanh_gelu);  // dU over U
   }
   if (bf16) {  // dh = dU W and dW += dU^T h over bf16 operands (the SGU summed dU)
-    be.layernorm_apply_bf16(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd,
-                            c.d_attn > 0 ? s.h : nullptr, s.h16, d);
+    // h as the forward kept it, or rebuilt; aMLP's attention reads it as floats, rebuilt.
+    uint16_t* h16 = saved.h16 ? saved.h16 : s.h16;
+    if (!saved.h16)
+      be.layernorm_apply_bf16(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd,
+                              c.d_attn > 0 ? s.h : nullptr, h16, d);
+    else if (c.d_attn > 0)
+      be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
     be.gemm_bf16(false, false, M, d, f, 1.f, saved.u16, f, call.proj_in_w16, d, 0.f, s.dh, d);
-    be.gemm_bf16(true, false, f, d, M, 1.f, saved.u16, f, s.h16, d, 1.f, gp.proj_in_w, d);
+    be.gemm_bf16(true, false, f, d, M, 1.f, saved.u16, f, h16, d, 1.f, gp.proj_in_w, d);
   } else {
     be.layernorm_apply(x, d, M, d, p.norm_w, p.norm_b, saved.ln_mean, saved.ln_rstd, s.h, d);
     be.linear_backward(dU, s.h, M, d, p.proj_in_w, f, s.dh, false, gp.proj_in_w,

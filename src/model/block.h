@@ -35,6 +35,11 @@ struct BlockSaved {
   // BlockScratch's *16 buffers and BlockCall's weight copies; F is written in bf16 by
   // the spatial products.
   uint16_t *u16 = nullptr, *F16 = nullptr;     // [M, f], [M, g]
+  // With them, where given, the block LayerNorm's output h and the normalised gate G in
+  // bf16 as the forward wrote them for its products, so that the backward's products
+  // read them rather than rebuild them (a pass over x, and one over U with GELU, per
+  // layer: on a GPU the step is bound by memory; block.cpp).
+  uint16_t *h16 = nullptr, *G16 = nullptr;     // [M, d], [M, g]
   float *qkv = nullptr, *P = nullptr, *O = nullptr;  // aMLP: [M, 3da], [B, T, T], [M, da]
 };
 
@@ -46,9 +51,11 @@ struct BlockScratch {
   float* att = nullptr;  // [M, g] aMLP: the attention's output
   float* Wd = nullptr;   // Toeplitz: dense [heads, T, T]
   // Where BlockSaved holds U in bf16:
-  uint16_t* h16 = nullptr;  // [M, d] the LayerNorm output in bf16 (h holds it as floats too for aMLP's
-                            //   attention alone); in the backward first dL/d(branch) in bf16
-  uint16_t* S16 = nullptr;  // [M, s] S in bf16, and before it the gate G (scratch.S then unused)
+  uint16_t* h16 = nullptr;  // [M, d] the LayerNorm output in bf16 where BlockSaved keeps none (h holds
+                            //   it as floats too for aMLP's attention alone); in the backward
+                            //   first dL/d(branch) in bf16
+  uint16_t* S16 = nullptr;  // [M, s] S in bf16, and before it the gate G where BlockSaved keeps none
+                            //   (scratch.S then unused)
   uint16_t* dF16 = nullptr; // [M, g] dL/dF in bf16 (scratch.dF then holds dL/dF as floats too,
                             //   for aMLP's attention alone)
   uint16_t *dS16 = nullptr, *dG16 = nullptr;  // [M, s], [M, g]: dL/dS and dL/dG in bf16 (dG16 where

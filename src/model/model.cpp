@@ -48,6 +48,8 @@ struct Model::Arena {
   DeviceBuffer<uint16_t> h16, S16, dF16;     // with them, in bf16: [M, d] the LayerNorm output, [M, s] S
                                              //   (and G), [M, g] dL/dF
   DeviceBuffer<uint16_t> dS16, dG16;         // and [M, s] dL/dS, [M, g] dL/dG, for dS and dG
+  DeviceBuffer<uint16_t> kept_h16, kept_G16; // and L x [M, d], L x [M, g]: each layer's h and G as its
+                                             //   forward wrote them, for its backward (block.h)
   DeviceBuffer<uint16_t> w16;                // L x ([d_ffn, d], [d, s]): proj_in_w and proj_out_w in bf16,
                                              //   rounded at each training forward
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
@@ -221,6 +223,8 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->dF16 = DeviceBuffer<uint16_t>(be, M * g);
     a->dS16 = DeviceBuffer<uint16_t>(be, M * s);
     if (sgu_needs_dG(cfg_)) a->dG16 = DeviceBuffer<uint16_t>(be, M * g);
+    a->kept_h16 = DeviceBuffer<uint16_t>(be, L * M * d);
+    a->kept_G16 = DeviceBuffer<uint16_t>(be, L * M * g);
     a->w16 = DeviceBuffer<uint16_t>(be, L * (f * d + d * s));
   }
   if (grad && !bf16) a->u = f32(L * M * f);
@@ -290,6 +294,8 @@ BlockSaved Model::Arena::layer(int l, bool grad, int B, int T) {
   if (bf16 && grad) {
     s.u16 = at(u16, k * M * f);
     s.F16 = at(F16, k * M * g);
+    s.h16 = at(kept_h16, k * M * d);
+    s.G16 = at(kept_G16, k * M * g);
   } else {  // in a bf16 arena a forward without gradients takes floats, as any inference
     if (!u.empty())
       s.u = at(u, k * M * f);

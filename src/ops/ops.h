@@ -169,7 +169,8 @@ struct ZInput {
 // is written). The backward reads U and F from here (its Z and F arguments unused),
 // rebuilds S into S (when its S argument is not null), writes dL/dF into dF (and into
 // its float dF argument as well where that is not null: aMLP's attention reads it),
-// rebuilds G into G, and writes dU over u, in bf16, as the float path writes dZ over U
+// rebuilds G into G (unless G_kept: G is a layer's own, as the forward left it), and
+// writes dU over u, in bf16, as the float path writes dZ over U
 // (its dZ argument unused; the bias gradients are sums of the rounded dU and dF). It
 // reads dL/dS from dS and writes dL/dG into dG, both bf16 (its dS and dG arguments
 // unused; dG may be dS for the split form, as in the float path).
@@ -181,6 +182,7 @@ struct Bf16Store {
   uint16_t* dF = nullptr;  // [M, g]
   uint16_t* dS = nullptr;  // [M, g]
   uint16_t* dG = nullptr;  // [M, g]
+  bool G_kept = false;
   bool on() const { return u != nullptr; }
 };
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:

@@ -75,10 +75,12 @@ __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term&
   }
 }
 
-// The second stage: o_k[c] += the sum over the chunks, in order, of
-// part[(chunk * K + k) * N + c], for k < K (at most 3: o_1 and o_2 only where K asks).
-// A thread per column (linear.cu).
-__global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2);
+// The second stage: o_k[c] += the sum over the chunks of part[(chunk * K + k) * N + c],
+// for k < K (at most 3: o_1 and o_2 only where K asks); part read as chunks rows of
+// K x N columns, summed as the first stage sums its rows (a block per 32 of those
+// columns, each row lane every 8th chunk, then the lanes in order: a fixed order, and
+// not one thread per column adding hundreds of chunks in a chain). Launched (linear.cu).
+void finish_column_sums(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2);
 
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread
 // gets the result. `shared` holds 32 values.

@@ -204,7 +204,7 @@ void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean,
     else
       GMLP_LAUNCH(ln_backward_fused_k<2>, unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w, M, C, rows_per,
                                                                          out, part);
-    GMLP_LAUNCH(finish_column_sums_k, blocks_for(C), kThreads)(part, chunks, K, C, dw, db, dsum);
+    finish_column_sums(part, chunks, K, C, dw, db, dsum);
     check_launch("layernorm backward (fused)");
     return;
   }
@@ -212,7 +212,7 @@ void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean,
   float* part = static_cast<float*>(scratch(sizeof(float) * 2 * size_t(chunks) * C));
   GMLP_LAUNCH(ln_backward_dwdb_partial_k, column_sum_grid(C, chunks), column_sum_block())(dy, lddy, xin, mean, rstd, M,
                                                                                           C, rows_per, part);
-  GMLP_LAUNCH(finish_column_sums_k, blocks_for(C), kThreads)(part, chunks, 2, C, dw, db, nullptr);
+  finish_column_sums(part, chunks, 2, C, dw, db, nullptr);
   GMLP_LAUNCH(ln_backward_dx_k, unsigned(M), kRowThreads)(dy, lddy, xin, mean, rstd, w, C, out);
   check_launch("layernorm backward");
   if (dsum) out.column_sums(M, C, dsum);

@@ -3,16 +3,28 @@
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
+namespace {
 
 __global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= N) return;
-  float* const o[3] = {o0, o1, o2};
-  for (int k = 0; k < K; ++k) {
-    float s = 0.f;
-    for (int j = 0; j < chunks; ++j) s += part[(int64_t(j) * K + k) * N + c];
-    o[k][c] += s;
-  }
+  __shared__ float lanes[kRowLanes][kColTile];
+  const int width = K * N, col = int(blockIdx.x) * kColTile + int(threadIdx.x);  // col = k * N + c
+  float s = 0.f;
+  if (col < width)
+    for (int j = int(threadIdx.y); j < chunks; j += kRowLanes) s += part[int64_t(j) * width + col];
+  lanes[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= width) return;
+  float t = 0.f;
+  for (int j = 0; j < kRowLanes; ++j) t += lanes[j][threadIdx.x];
+  const int k = col / N;
+  (k == 0 ? o0 : k == 1 ? o1 : o2)[col - k * N] += t;
+}
+
+}  // namespace
+
+void finish_column_sums(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
+  GMLP_LAUNCH(finish_column_sums_k, blocks_for(int64_t(K) * N, kColTile), column_sum_block())(part, chunks, K, N, o0,
+                                                                                              o1, o2);
 }
 
 namespace {
@@ -24,7 +36,7 @@ __global__ void seed_rows(float* y, const float* b, int M, int out) {
 }
 
 // out[c] += sum over rows of x[r, c] (floats, or bf16 bits widened): partial sums per
-// chunk of rows (common.cuh), then the chunks' in order. Where y16 is given, x is
+// chunk of rows, then the chunks' sums (common.cuh). Where y16 is given, x is
 // rounded into it as it is read (rows ld apart too): dY for the bf16 products, its
 // float sums the out-projection's bias gradient, in one pass over it.
 template <typename T>
@@ -51,7 +63,7 @@ void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 =
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
   GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(ColumnOf<T>{x, ld, y16}, M, N,
                                                                               rows_per, part);
-  GMLP_LAUNCH(finish_column_sums_k, blocks_for(N), kThreads)(part, chunks, 1, N, out, nullptr, nullptr);
+  finish_column_sums(part, chunks, 1, N, out, nullptr, nullptr);
   check_launch("colsum");
 }
 

@@ -199,8 +199,7 @@ void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T,
   float* part = dbias ? static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * d.g)) : nullptr;
   GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks), column_sum_block())(
       BackGate<TU, TF>{p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, d.g, S, dZ, dF, dF32}, M, rows_per, part);
-  if (dbias) GMLP_LAUNCH(finish_column_sums_k, blocks_for(d.g), kThreads)(part, chunks, 1, d.g, p.z.dbias, nullptr,
-                                                                          nullptr);
+  if (dbias) finish_column_sums(part, chunks, 1, d.g, p.z.dbias, nullptr, nullptr);
   check_launch("sgu backward (gate)");
 }
 
@@ -210,10 +209,12 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
   const ZIn<TU> gate{U, f, d.goff, p.z};
-  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd,
-                                                                  rows_out(G, d.g));
-  check_launch("sgu gate recomputed");
-  zero_padding(p.lengths, T, B, d.g, G);
+  if (!p.store.G_kept) {
+    GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd,
+                                                                    rows_out(G, d.g));
+    check_launch("sgu gate recomputed");
+    zero_padding(p.lengths, T, B, d.g, G);
+  }
   for_each_head(p, g.W, B, d, [&](const float* W, float* dW, int off, int cols, int count) {
     spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW, count, d.g);
   });
