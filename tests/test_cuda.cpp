@@ -778,6 +778,24 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
     EXPECT_TRUE(test::all_close(d.down(gdx, dx.size()).data(), dx.data(), dx.size(), 1e-5f, 1e-4f, "dx"));
     EXPECT_TRUE(test::all_close(d.down(gdW, dW.size()).data(), dW.data(), dW.size(), 1e-5f, 1e-4f, "dW"));
     EXPECT_TRUE(test::all_close(d.down(gdb, out).data(), db.data(), out, 1e-5f, 1e-4f, "db from the float dy"));
+    // The forward with a residual, y = r + x W^T + b in one op, and without: through
+    // cuBLASLt, the bias in the product, and (GMLP_CUDA_LT=off) seeded, then multiplied.
+    const Vec r = randn(y.size(), 19);
+    Vec yr = y;
+    for (size_t i = 0; i < yr.size(); ++i) yr[i] += r[i];
+    Fp32Again restore;
+    for (const char* how : {"on", "off"}) {
+      ScopedEnv lt("GMLP_CUDA_LT", how);
+      use_precision(Device::cuda, Precision::bf16);
+      const std::string name = std::string(" (GMLP_CUDA_LT=") + how + ")";
+      float *gr = d.up(r), *gyr = d.up(Vec(y.size())), *gy2 = d.up(Vec(y.size()));
+      d.be.linear_residual_bf16(gx, M, in, gW, d.up(b), out, gr, gyr);
+      d.be.linear_forward_bf16(gx, M, in, gW, d.up(b), out, gy2);
+      EXPECT_TRUE(test::all_close(d.down(gyr, y.size()).data(), yr.data(), y.size(), 1e-5f, 1e-4f,
+                                  "linear with a residual" + name));
+      EXPECT_TRUE(test::all_close(d.down(gy2, y.size()).data(), y.data(), y.size(), 1e-5f, 1e-4f, "linear" + name));
+      EXPECT_EQ(d.down(gr, r.size()), r) << "the residual read, not written" << name;
+    }
   }
   // The rounding op, past a power of two and with infinities and NaN.
   Vec x = randn(1000, 9, 3.f);
@@ -1616,13 +1634,16 @@ TEST(CudaBf16, TenAdamWStepsOfEveryVariantStayNearTheFloat32Run) {
 TEST(CudaBf16, ABadProductChoiceIsNamedAndWritesNothing) {
   REQUIRE_GPU();
   test::TempDir dir("bf16gemm");
-  const auto r = test::run_command("GMLP_CUDA_BF16_GEMM=bogus " + test::gmlp_exe() +
-                                   " train --device cuda --precision bf16 --steps 1 --data " + test::kGplText +
-                                   " --out " + dir.file("run") + " 2>&1");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("gmlp: error: GMLP_CUDA_BF16_GEMM: 'bogus' is not one of fast, native"), std::string::npos)
-      << r.output;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
+  const std::pair<std::string, std::string> bad[] = {
+      {"GMLP_CUDA_BF16_GEMM=bogus", "GMLP_CUDA_BF16_GEMM: 'bogus' is not one of fast, native"},
+      {"GMLP_CUDA_LT=maybe", "GMLP_CUDA_LT: 'maybe' is not on or off"}};
+  for (const auto& [env, message] : bad) {
+    const auto r = test::run_command(env + " " + test::gmlp_exe() + " train --device cuda --precision bf16 --steps 1 " +
+                                     "--data " + test::kGplText + " --out " + dir.file("run") + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("gmlp: error: " + message), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
+  }
 }
 
 // The in-projection's bf16 products read a copy of its weight rounded at each training

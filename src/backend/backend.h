@@ -89,6 +89,12 @@ class Backend {
   virtual void linear_forward_bf16(const uint16_t*, int, int, const uint16_t*, const float*, int, float*) {
     no_bf16("linear_forward_bf16");
   }
+  // y = r + x W^T + b (the block's output: residual, projection and bias, with no pass
+  // seeding y where the device can add them in the product).
+  virtual void linear_residual_bf16(const uint16_t*, int, int, const uint16_t*, const float*, int, const float*,
+                                    float*) {
+    no_bf16("linear_residual_bf16");
+  }
   virtual void linear_backward_bf16(const uint16_t*, const float*, const uint16_t*, int, int, const uint16_t*, int,
                                     float*, bool, float*, float*) {
     no_bf16("linear_backward_bf16");

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cublasLt.h"
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 
@@ -658,4 +659,161 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   return gemm_batched(transa, transb, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
                       strideA, static_cast<const float*>(B), ldb, strideB, *static_cast<const float*>(beta),
                       static_cast<float*>(C), ldc, strideC, batchCount, computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
+}
+
+// ---- cuBLASLt: D = alpha op(A) op(B) + beta C (+ bias[i] for row i of D under
+// CUBLASLT_EPILOGUE_BIAS), column-major, fp32 accumulation; A and B floats or bf16
+// bits, C and D floats with the same shape (they may be apart). One heuristic result.
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque {
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct cublasLtMatmulPreferenceOpaque {
+  size_t workspace = 0;
+};
+
+namespace {
+cublasLtContext g_lt;
+
+// The product's m x n x k from the layouts, or false where they disagree or cuBLASLt
+// would refuse them (here: C and D other than floats of one shape, A and B of two types).
+bool lt_shape(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayoutOpaque& a,
+              const cublasLtMatrixLayoutOpaque& b, const cublasLtMatrixLayoutOpaque& c,
+              const cublasLtMatrixLayoutOpaque& o, int* m, int* n, int* k) {
+  *m = int(d.ta == CUBLAS_OP_N ? a.rows : a.cols);
+  *k = int(d.ta == CUBLAS_OP_N ? a.cols : a.rows);
+  *n = int(d.tb == CUBLAS_OP_N ? b.cols : b.rows);
+  const uint64_t bk = d.tb == CUBLAS_OP_N ? b.rows : b.cols;
+  return a.type == b.type && (a.type == CUDA_R_32F || a.type == CUDA_R_16BF) && c.type == CUDA_R_32F &&
+         o.type == CUDA_R_32F && c.rows == o.rows && c.cols == o.cols && c.ld == o.ld && bk == uint64_t(*k) &&
+         o.rows == uint64_t(*m) && o.cols == uint64_t(*n) && a.ld >= int64_t(a.rows) && b.ld >= int64_t(b.rows) &&
+         o.ld >= int64_t(o.rows);
+}
+
+template <typename T>
+void lt_product(const cublasLtMatmulDescOpaque& d, int m, int n, int k, float alpha, const T* A, int lda, const T* B,
+                int ldb, float beta, const float* C, float* D, int ldc) {
+  const int a_rows = d.ta == CUBLAS_OP_N ? m : k, a_cols = d.ta == CUBLAS_OP_N ? k : m;
+  const int b_rows = d.tb == CUBLAS_OP_N ? k : n, b_cols = d.tb == CUBLAS_OP_N ? n : k;
+  if (!device_matrix(A, lda, a_rows, a_cols) || !device_matrix(B, ldb, b_rows, b_cols) ||
+      (beta != 0.f && !device_matrix(C, ldc, m, n)) || !device_matrix(D, ldc, m, n) ||
+      (d.epilogue == CUBLASLT_EPILOGUE_BIAS && !gmlp::emu::on_device(d.bias, sizeof(float) * size_t(m))))
+    gmlp::emu::fail("a cuBLASLt product given memory that is not the device's, or past the end of an allocation");
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.f;
+      for (int l = 0; l < k; ++l) acc += op_at(A, lda, d.ta, i, l) * op_at(B, ldb, d.tb, l, j);
+      const size_t at = i + size_t(j) * ldc;
+      float v = alpha * acc + (beta == 0.f ? 0.f : beta * C[at]);  // beta 0: C is not read
+      if (d.epilogue == CUBLASLT_EPILOGUE_BIAS) v += d.bias[i];
+      D[at] = v;
+    }
+}
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  *handle = &g_lt;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *desc = new cublasLtMatmulDescOpaque;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+      int32_t op;  // cuBLASLt's attribute is an int32_t
+      if (size != sizeof(op)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&op, buf, sizeof(op));
+      (attr == CUBLASLT_MATMUL_DESC_TRANSA ? desc->ta : desc->tb) = cublasOperation_t(op);
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      uint32_t e;
+      if (size != sizeof(e)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&e, buf, sizeof(e));
+      if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
+      desc->epilogue = cublasLtEpilogue_t(e);
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      if (size != sizeof(desc->bias)) return CUBLAS_STATUS_INVALID_VALUE;
+      std::memcpy(&desc->bias, buf, sizeof(desc->bias));
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  *layout = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  *pref = new cublasLtMatmulPreferenceOpaque;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+  if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  uint64_t w;
+  std::memcpy(&w, buf, sizeof(w));
+  pref->workspace = size_t(w);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (requested <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+  int m, n, k;
+  *returned = 0;
+  if (!lt_shape(*desc, *Adesc, *Bdesc, *Cdesc, *Ddesc, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  results[0] = {};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void*, size_t,
+                              cudaStream_t) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  int m, n, k;
+  if (!lt_shape(*desc, *Adesc, *Bdesc, *Cdesc, *Ddesc, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  const int lda = int(Adesc->ld), ldb = int(Bdesc->ld), ldc = int(Ddesc->ld);
+  if (Adesc->type == CUDA_R_16BF)
+    lt_product(*desc, m, n, k, a, static_cast<const uint16_t*>(A), lda, static_cast<const uint16_t*>(B), ldb, b,
+               static_cast<const float*>(C), static_cast<float*>(D), ldc);
+  else
+    lt_product(*desc, m, n, k, a, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, b,
+               static_cast<const float*>(C), static_cast<float*>(D), ldc);
+  return CUBLAS_STATUS_SUCCESS;
 }

@@ -162,6 +162,11 @@ class CudaBackend final : public Backend {
     const Entry entry("linear_forward");
     cuda::linear_forward_bf16(x, M, in, W, b, out, y);
   }
+  void linear_residual_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out,
+                            const float* r, float* y) override {
+    const Entry entry("linear_residual");
+    cuda::linear_residual_bf16(x, M, in, W, b, out, r, y);
+  }
   void linear_backward_bf16(const uint16_t* dy16, const float* dy, const uint16_t* x, int M, int in,
                             const uint16_t* W, int out, float* dx, bool acc, float* dW, float* db) override {
     const Entry entry("linear_backward");

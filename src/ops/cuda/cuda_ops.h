@@ -53,6 +53,12 @@ void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, in
                   uint16_t* out);
 // n values of x rounded into y (Backend::to_bf16: the weights' copies, dY).
 void to_bf16(const float* x, size_t n, uint16_t* y);
+// y [M, N] = r + x W^T + b over bf16 x [M, K] and W [N, K] (r null: x W^T + b) in one
+// cuBLASLt product, the bias in its epilogue and r read as its C; false where
+// GMLP_CUDA_LT=off or cuBLASLt offers no algorithm for the shape (the caller seeds y
+// and multiplies instead).
+bool lt_linear_bf16(const uint16_t* x, int M, int K, const uint16_t* W, const float* b, int N, const float* r,
+                    float* y);
 
 // linear.cu
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y);
@@ -65,6 +71,9 @@ void colsum_add(const uint16_t* x, int M, int N, int ld, float* out);  // over b
 void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums);
 // The same over bf16 x, dy16 and W (Backend::linear_forward_bf16); db from the float dy.
 void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out, float* y);
+// y = r + x W^T + b over bf16 x and W (Backend::linear_residual_bf16).
+void linear_residual_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out,
+                          const float* r, float* y);
 void linear_backward_bf16(const uint16_t* dy16, const float* dy, const uint16_t* x, int M, int in, const uint16_t* W,
                           int out, float* dx, bool accumulate_dx, float* dW, float* db);
 

@@ -1,10 +1,13 @@
 // Every matrix product of the CUDA backend, through cuBLAS. The engine's matrices are
 // row-major; cuBLAS's are column-major, and a row-major X is the column-major X^T, so
 // C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with the operands swapped.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "gmlp/error.h"
 #include "ops/bf16.h"
@@ -173,7 +176,17 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const ui
   gemm_batched(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
+namespace {
+// Whether bf16 projections go through cuBLASLt with the bias (and a residual) in the
+// product (GMLP_CUDA_LT, read whenever the precision is set): on unless `off`.
+bool g_lt = true;
+}  // namespace
+
 void set_bf16_products(bool on) {
+  const char* l = std::getenv("GMLP_CUDA_LT");
+  const std::string lt = l && *l ? l : "on";
+  if (lt != "on" && lt != "off") throw Error("GMLP_CUDA_LT: '" + lt + "' is not on or off");
+  g_lt = lt == "on";
   if (!on) {
     g_bf16 = Bf16Gemm::off;
     return;
@@ -183,6 +196,93 @@ void set_bf16_products(bool on) {
   if (how != "fast" && how != "native")
     throw Error("GMLP_CUDA_BF16_GEMM: '" + how + "' is not one of fast, native");
   g_bf16 = how == "native" ? Bf16Gemm::native : Bf16Gemm::fast;
+}
+
+namespace {
+// cuBLASLt's side: a handle, a workspace, and per shape (and the operands' alignments,
+// on which an algorithm's validity depends) a descriptor, layouts and the heuristic's
+// first algorithm, found once. No algorithm: remembered too, and the caller's fallback
+// runs.
+constexpr size_t kLtWorkspace = size_t(32) << 20;
+
+cublasLtHandle_t lt() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x = nullptr;
+    if (cublasLtCreate(&x) != CUBLAS_STATUS_SUCCESS) throw Error("CUDA: cublasLtCreate failed");
+    return x;
+  }();
+  return h;
+}
+
+int alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int n = 1;
+  while (n < 16 && a % (2 * n) == 0) n *= 2;
+  return p ? n : 0;
+}
+
+struct LtPlan {
+  bool ok = false;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+using LtKey = std::tuple<int, int, int, bool, int, int, int, int, int>;
+
+const LtPlan& lt_plan(int M, int N, int K, const uint16_t* x, const uint16_t* W, const float* b, const float* r,
+                      float* y) {
+  static std::map<LtKey, LtPlan> plans;  // the host side is single-threaded (cuda_backend.cpp)
+  const LtKey key{M, N, K, r != nullptr, alignment(x), alignment(W), alignment(b), alignment(r), alignment(y)};
+  auto [it, fresh] = plans.try_emplace(key);
+  LtPlan& p = it->second;
+  if (!fresh) return p;
+  // Column-major: y^T [N, M] = W [K, N]^T x^T [K, M], the bias one value per row of y^T.
+  const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtMatmulPreference_t pref = nullptr;
+  const uint64_t ws = kLtWorkspace;
+  cublasLtMatmulHeuristicResult_t found{};
+  int count = 0;
+  const bool made =
+      cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, uint64_t(K), uint64_t(N), K) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, uint64_t(K), uint64_t(M), K) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(N), uint64_t(M), N) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulAlgoGetHeuristic(lt(), p.desc, p.a, p.b, p.c, p.c, pref, 1, &found, &count) ==
+          CUBLAS_STATUS_SUCCESS;
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = made && count > 0 && found.state == CUBLAS_STATUS_SUCCESS && found.workspaceSize <= kLtWorkspace;
+  p.algo = found.algo;
+  p.workspace = found.workspaceSize;
+  return p;
+}
+}  // namespace
+
+bool lt_linear_bf16(const uint16_t* x, int M, int K, const uint16_t* W, const float* b, int N, const float* r,
+                    float* y) {
+  if (!g_lt || M <= 0 || N <= 0 || K <= 0 || !b) return false;
+  const LtPlan& p = lt_plan(M, N, K, x, W, b, r, y);
+  if (!p.ok) return false;
+  static Growing area{"cuBLASLt workspace"};
+  void* ws = p.workspace ? area.at_least(p.workspace) : nullptr;
+  check_blas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)),
+             "cuBLASLt bias");
+  const float alpha = 1.f, beta = r ? 1.f : 0.f;
+  check_blas(cublasLtMatmul(lt(), p.desc, &alpha, W, p.a, x, p.b, &beta, r ? r : y, p.c, y, p.c, &p.algo, ws,
+                            p.workspace, 0),
+             "cuBLASLt product (bias, residual)");
+  return true;
 }
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

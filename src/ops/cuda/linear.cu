@@ -96,8 +96,16 @@ void linear_backward_as(const T* dy, const float* dyf, const T* x, int M, int in
 void linear_forward(const float* x, int M, int in, const float* W, const float* b, int out, float* y) {
   linear_forward_as(x, M, in, W, b, out, y);
 }
+// Over bf16 operands the bias goes into the product's epilogue where cuBLASLt can:
+// no pass seeds y.
 void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out, float* y) {
-  linear_forward_as(x, M, in, W, b, out, y);
+  if (!lt_linear_bf16(x, M, in, W, b, out, nullptr, y)) linear_forward_as(x, M, in, W, b, out, y);
+}
+void linear_residual_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out,
+                          const float* r, float* y) {
+  if (lt_linear_bf16(x, M, in, W, b, out, r, y)) return;
+  residual_bias(r, b, M, out, y);  // y = r + b, then the product adds
+  gemm(false, true, M, out, in, 1.f, x, in, W, in, 1.f, y, out);
 }
 
 void linear_backward(const float* dy, const float* x, int M, int in, const float* W, int out, float* dx,
