@@ -1137,14 +1137,17 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     Sgu kind;
     int heads;
     bool causal, padded, extra;
+    bool unbiased = false;  // F held without its bias (Bf16Store::F_unbiased)
   };
   const Case cases[] = {{Sgu::split, 1, true, false, false},         {Sgu::split, 2, false, true, true},
                         {Sgu::multiplicative, 2, true, false, false}, {Sgu::multiplicative, 1, false, true, false},
-                        {Sgu::additive, 1, false, true, true},        {Sgu::linear, 2, true, false, false}};
+                        {Sgu::additive, 1, false, true, true},        {Sgu::linear, 2, true, false, false},
+                        {Sgu::split, 2, true, true, false, true},     {Sgu::multiplicative, 1, false, true, false, true},
+                        {Sgu::additive, 2, true, false, false, true}};
   Backend& cb = cpu_backend();
   for (const Case& k : cases) {
-    const std::string name = name_of(k.kind) + (k.heads > 1 ? " heads" : "") +
-                             (k.causal ? " causal" : "") + (k.padded ? " padded" : "");
+    const std::string name = name_of(k.kind) + (k.heads > 1 ? " heads" : "") + (k.causal ? " causal" : "") +
+                             (k.padded ? " padded" : "") + (k.unbiased ? " F unbiased" : "");
     const int T = 20, B = 3, f = 16, n = 24, M = T * B, g = k.kind == Sgu::split ? f / 2 : f;
     const Vec U = randn(size_t(M) * f, 1), ub = randn(f, 2, 0.3f), nw = randn(g, 3), nb = randn(g, 4),
               W = randn(size_t(k.heads) * n * n, 5, 0.3f), sb = randn(size_t(k.heads) * n, 6),
@@ -1186,6 +1189,7 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     pg.lengths = k.padded ? d.up(lengths) : nullptr;
     pg.z.bias = d.up(ub);
     pg.store = {u16.data(), F16.data(), S16.data(), G16.data(), dF16.data(), dS16.data(), dG16.data()};
+    pg.store.F_unbiased = k.unbiased;
     float *dGg = d.up(Vec(S.size())), *dFg = d.up(Vec(S.size())), *dgm = d.up(Vec(M)), *dgr = d.up(Vec(M));
     d.be.sgu_forward(pg, nullptr, T, B, f, nullptr, dgm, dgr, dFg, dGg, k.extra ? d.up(extra) : nullptr);
     // What the store holds, widened.
@@ -1203,6 +1207,9 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     // F is rounded twice, as its products write it and again with its bias (and the
     // attention) added: each rounding
     // moves it by at most half a bf16 step of what it rounds (2^-9 relative; 2^-8 allowed).
+    // Held without its bias, F is the products rounded once, and its value (Fe, what the
+    // GPU's combine and backward read) the held products plus the bias, in float.
+    Vec Fe = Fh;
     {
       const int gh = g / k.heads;
       size_t off = 0;
@@ -1210,15 +1217,20 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
         for (int c = 0; c < g; ++c) {
           const size_t i = size_t(r) * g + c;
           const float b = sb[size_t(c / gh) * n + size_t(std::min(r / B, n - 1))] + (k.extra ? extra[i] : 0.f);
-          const double tol = 1e-5 + (std::fabs(double(F[i]) - b) + std::fabs(F[i])) / 256;
-          off += std::fabs(double(Fh[i]) - F[i]) > tol;
+          if (k.unbiased) {
+            Fe[i] = Fh[i] + b;
+            off += std::fabs(double(Fh[i]) - (double(F[i]) - b)) > 1e-5 + std::fabs(double(F[i]) - b) / 256;
+          } else {
+            const double tol = 1e-5 + (std::fabs(double(F[i]) - b) + std::fabs(F[i])) / 256;
+            off += std::fabs(double(Fh[i]) - F[i]) > tol;
+          }
         }
       EXPECT_EQ(off, 0u) << name << ": F held, of " << F.size();
     }
     // S from the held F: Z = GELU(U + b) on the host, combined with it.
     Vec Z = Ur, Sw(S.size());
     cb.bias_gelu_forward(Z.data(), ub.data(), M, f, Z.data(), false);
-    cb.sgu_combine(k.kind, Z.data(), f, Fh.data(), M, g, Sw.data());
+    cb.sgu_combine(k.kind, Z.data(), f, Fe.data(), M, g, Sw.data());
     EXPECT_TRUE(test::all_close(held_S().data(), Sw.data(), S.size(), kAtol, 1.f / 128, name + " S held"));
     EXPECT_TRUE(test::all_close(held(G16).data(), G.data(), G.size(), kAtol, 1.f / 128, name + " gate"));
     EXPECT_TRUE(test::all_close(d.down(dgr, M).data(), gr.data(), M, kAtol, kRtol, name + " rstd"));
@@ -1237,8 +1249,8 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
       dSr[i] = ops::from_bf16(dSh[i]);
     }
     d.be.upload(dS16.data(), dSh.data(), dSh.size() * sizeof(uint16_t));
-    cb.sgu_backward_gate(pc, dSr.data(), Ur.data(), T, B, f, Fh.data(), S2.data(), dF.data(), dZ.data());
-    cb.sgu_backward_mix(pc, gc, dSr.data(), Ur.data(), T, B, f, gm.data(), gr.data(), Fh.data(), dZ.data(), G.data(),
+    cb.sgu_backward_gate(pc, dSr.data(), Ur.data(), T, B, f, Fe.data(), S2.data(), dF.data(), dZ.data());
+    cb.sgu_backward_mix(pc, gc, dSr.data(), Ur.data(), T, B, f, gm.data(), gr.data(), Fe.data(), dZ.data(), G.data(),
                         dF.data(), dG.data());
     float *dFb = d.up(Vec(S.size())), *dGb = d.up(Vec(S.size())), *S2g = d.up(Vec(S.size())), *dS_ = d.up(dS);
     d.be.zero(S16.data(), S.size() * sizeof(uint16_t));  // the backward's S and G must be its own
@@ -1269,7 +1281,7 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     for (int r = 0; r < M; ++r)
       for (int c = 0; c < g; ++c) {
         const size_t i = size_t(r) * g + c;
-        if (k.kind == Sgu::multiplicative) dzg[i] += dSr[i] * Fh[i];
+        if (k.kind == Sgu::multiplicative) dzg[i] += dSr[i] * Fe[i];
         if (k.kind == Sgu::additive) dzg[i] += dSr[i];
         ug[i] = Ur[size_t(r) * f + goff + c] + ub[size_t(goff + c)];
       }

@@ -26,9 +26,11 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
                           const BlockSaved& saved, const BlockScratch& s) {
   float* Wd = s.Wd;
   ops::SguParams sp;
-  if (saved.u16)  // G the layer's own or in S's buffer, dG over dS where block.h says (ops.h)
+  if (saved.u16) {  // G the layer's own or in S's buffer, dG over dS where block.h says (ops.h)
     sp.store = {saved.u16, saved.F16, s.S16,  saved.G16 ? saved.G16 : s.S16,
                 s.dF16,    s.dS16,    sgu_needs_dG(c) ? s.dG16 : s.dS16, saved.G16 != nullptr};
+    sp.store.F_unbiased = c.d_attn == 0;  // F's bias added as F is read: one pass and one rounding less
+  }
   sp.kind = c.sgu;
   sp.norm_w = p.sgu_norm_w;
   sp.norm_b = p.sgu_norm_b;

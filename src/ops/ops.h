@@ -164,7 +164,8 @@ struct ZInput {
 // in bf16; the Z argument is unused), writes the normalised gate into G (its G
 // argument unused) for the spatial products, which read it and a bf16 copy of W, and
 // writes F into F, the products' sums rounded and then, with bias and extra added,
-// rounded again, and S, from that F, rounded into S ([M, g], for the out-projection's
+// rounded again (F_unbiased: the sums rounded alone), and S, from that F (plus the
+// bias), rounded into S ([M, g], for the out-projection's
 // bf16 products; the S and float F arguments unused). G may be S (G is dead before S
 // is written). The backward reads U and F from here (its Z and F arguments unused),
 // rebuilds S into S (when its S argument is not null), writes dL/dF into dF (and into
@@ -183,6 +184,10 @@ struct Bf16Store {
   uint16_t* dS = nullptr;  // [M, g]
   uint16_t* dG = nullptr;  // [M, g]
   bool G_kept = false;
+  // F holds the spatial products alone, rounded once, and the bias is added (in float)
+  // wherever F is read: S's combine and the backward's. Not with aMLP's attention,
+  // which adds to F and is not kept.
+  bool F_unbiased = false;
   bool on() const { return u != nullptr; }
 };
 // One row's S from its Z row (Z1 for split, all of Z otherwise) and F row, g channels:

@@ -12,6 +12,7 @@
 // values are widened to float as they are read, and all arithmetic stays float.
 #include <algorithm>
 
+#include "gmlp/error.h"
 #include "ops/bf16.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gelu.cuh"
@@ -57,6 +58,20 @@ struct ZIn {
   __device__ float operator()(int64_t r, int c) const { return z_from(zin, u_at(zin, u, r, ld, off + c)); }
 };
 
+// F's value at element i (row r, channel c): as held, plus the spatial bias of r's
+// position where F is held without it (ops.h's Bf16Store::F_unbiased; bias null
+// otherwise).
+template <typename TF>
+struct FIn {
+  const TF* F;
+  const float* bias;
+  int B, gh, n;
+  __device__ float operator()(int64_t i, int64_t r, int c) const {
+    const float v = value(F[i]);
+    return bias ? v + bias[(c / gh) * n + min(int(r / B), n - 1)] : v;
+  }
+};
+
 // The gate's dL/dZ into dZ (over U when they alias, and held as U is): the LayerNorm's,
 // plus the direct path of S = Z + F or Z * F, times GELU'(U) when given U.
 template <typename TU, typename TF>
@@ -67,27 +82,28 @@ struct DzGate {
   ops::ZInput zin;
   int direct;  // 0: none, 1: + dS (additive), 2: + dS * F (multiplicative)
   const TU* dS;
-  const TF* F;
+  FIn<TF> F;
   __device__ float operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
-    if (direct) d += direct == 2 ? value(dS[i]) * value(F[i]) : value(dS[i]);
+    if (direct) d += direct == 2 ? value(dS[i]) * F(i, r, c) : value(dS[i]);
     return hold(dz + r * ld + off + c,
                 zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
   }
   void column_sums(int M, int C, float* sum) const { colsum_add(dz + off, M, C, ld, sum); }
 };
 
-// F += bias (+ extra), in place, held as F holds it; S = combine(Z, F), held as U is. S
+// F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
+// products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
 // may be the gate buffer (dead by now).
 template <typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, int M, int B, int g, int gh, const float* bias, int n,
-                               const float* extra, TU* S) {
+                               const float* extra, bool keep, TU* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
   const int c = int(i % g), t = int(r / B), bi = min(t, n - 1);
-  const float fr = hold(F + i, value(F[i]) + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f));
-  hold(S + i, combine(kind, z(r, c), fr));
+  const float sum = value(F[i]) + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f);
+  hold(S + i, combine(kind, z(r, c), keep ? hold(F + i, sum) : sum));
 }
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
@@ -107,13 +123,13 @@ struct BackGate {
   Sgu kind;
   const TU* dS;
   ZIn<TU> z;
-  const TF* F;
+  FIn<TF> F;
   int g;
   TU *S, *dZ, *dF;
   float* dF32;
   __device__ void operator()(int r, int c, float* s) const {
     const int64_t i = int64_t(r) * g + c;
-    const float ds = value(dS[i]), fv = value(F[i]), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
+    const float ds = value(dS[i]), fv = F(i, r, c), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
     if (S) hold(S + i, combine(kind, zv, fv));
     const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
     hold(dF + i, df);
@@ -155,6 +171,12 @@ __global__ void k_bias_grad_finish(const double* part, int T, int heads, int n, 
   db[k * n + i] += float(s);
 }
 
+// How the backward reads F (FIn): with the bias added where F is held without it.
+template <typename TF>
+FIn<TF> f_in(const ops::SguParams& p, int B, const Dims& d, const TF* F) {
+  return {F, p.store.F_unbiased ? p.bias : nullptr, B, d.gh, p.n};
+}
+
 // The spatial products: one over every row's gate channels, or per head one batched
 // over the B rows (the head's gh columns of each, g apart), with that head's W.
 template <typename Fn>
@@ -184,8 +206,10 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
   for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g);
   });
+  if (p.store.F_unbiased && extra) throw Error("sgu_forward: F held without its bias takes no attention");
   GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, M, B, d.g,
-                                                                      d.gh, p.bias, p.n, extra, S);
+                                                                      d.gh, p.bias, p.n, extra,
+                                                                      !p.store.F_unbiased, S);
   check_launch("sgu bias + combine");
 }
 
@@ -198,7 +222,8 @@ void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T,
   const bool dbias = p.kind == Sgu::split && p.z.dbias;  // dZ1's columns
   float* part = dbias ? static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * d.g)) : nullptr;
   GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks), column_sum_block())(
-      BackGate<TU, TF>{p.kind, dS, ZIn<TU>{U, f, 0, p.z}, F, d.g, S, dZ, dF, dF32}, M, rows_per, part);
+      BackGate<TU, TF>{p.kind, dS, ZIn<TU>{U, f, 0, p.z}, f_in(p, B, d, F), d.g, S, dZ, dF, dF32}, M, rows_per,
+      part);
   if (dbias) finish_column_sums(part, chunks, 1, d.g, p.z.dbias, nullptr, nullptr);
   check_launch("sgu backward (gate)");
 }
@@ -226,7 +251,8 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
   // The gate's columns of dU summed into the in-projection's bias as they are written.
   layernorm_backward_with(dG, d.g, gate, gmean, grstd, p.norm_w, M, d.g,
-                          DzGate<TU, TF>{dZ, U, f, d.goff, d.g, p.z, direct, dS, F}, g.norm_w, g.norm_b,
+                          DzGate<TU, TF>{dZ, U, f, d.goff, d.g, p.z, direct, dS, f_in(p, B, d, F)}, g.norm_w,
+                          g.norm_b,
                           p.z.dbias ? p.z.dbias + d.goff : nullptr);
 }
 
