@@ -7,12 +7,12 @@
 // kept per layer (BlockSaved::h16, G16) and only S is rebuilt. Z = GELU(U)
 // is never stored: the SGU's ops take U and apply GELU (and, backward, its derivative)
 // as they read each row. Scratch buffers whose lifetimes do not overlap are shared: the
-// gate G lives in S's buffer, dU is computed in place over U and dF over F. Where U and
-// F are held in bf16 (BlockSaved::u16), every product's operands are bf16 too: h
-// (scratch.h16), U written by its product and dU over it, S and, before it, the gate
-// (scratch.S16), dL/dF (scratch.dF16), dY rounded into h16's buffer and the weights'
-// copies (BlockCall), so the products read half the bytes; F is written in bf16 by its
-// products (saved.F16) and no float F exists; aMLP's float dF is scratch.dF.
+// gate G lives in S's buffer (where not kept), dU is computed in place over U and dF
+// over F. Where U and F are held in bf16 (BlockSaved::u16), every product's operands
+// are bf16 too: h (saved.h16), U written by its product and dU over it, S (scratch.S16)
+// and the gate (saved.G16), dL/dF (scratch.dF16), dY rounded into scratch.h16 and the
+// weights' copies (BlockCall), so the products read half the bytes; F is written in
+// bf16 by its products (saved.F16) and no float F exists; aMLP's float dF is scratch.dF.
 #include "model/block.h"
 
 #include "backend/backend.h"
@@ -141,7 +141,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     // linear_backward would), then the pass that forms dF and dU1 rebuilds S from U and F
     // (the forward kept neither S nor Z = GELU(U)), then dV = dY^T S and dv. dU goes over
     // U (nothing reads U after this layer's backward). Under bf16 the products read dY
-    // rounded once into h16's buffer (h is rebuilt below) and S in bf16.
+    // rounded once into h16's scratch (the in-projection's read the h the forward kept,
+    // or rebuilt there below) and S in bf16.
     if (bf16) {
       be.to_bf16_summing_columns(dY, M, d, s.h16, gp.proj_out_b);  // the bias's gradient as dY is read
       be.gemm_bf16(false, false, M, nb, d, s.h16, d, call.proj_out_w16, nb, s.dS16, nb);
