@@ -52,12 +52,11 @@ inline dim3 column_sum_grid(int N, int chunks) { return dim3(blocks_for(N, kColT
 inline dim3 column_sum_block() { return dim3(kColTile, kRowLanes); }
 
 // K sums per column over the block's chunk of rows [blockIdx.y * rows_per, + rows_per)
-// of M: term(r, c, s) adds row r's terms of column c to s[0, K); the chunk's sums go to
-// part[(blockIdx.y * K + k) * N + c], where part is given (a pass that needs the sums
-// only sometimes: the SGU's gate). Every (r, c) is one thread's, once. Every thread
-// reaches the barrier.
-template <int K, typename Term>
-__device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term& term, float* part) {
+// of M: term(r, c, s) adds row r's terms of column c to s[0, K); each lane's sums are
+// added in lane order and handed to sink(k, c, sum). Every (r, c) is one thread's,
+// once. Every thread reaches the barrier.
+template <int K, typename Term, typename Sink>
+__device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Term& term, const Sink& sink) {
   __shared__ float lanes[K][kRowLanes][kColTile];
   const int c = int(blockIdx.x) * kColTile + int(threadIdx.x);
   const int r0 = int(blockIdx.y) * rows_per, r1 = min(M, r0 + rows_per);
@@ -67,12 +66,21 @@ __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term&
     for (int r = r0 + int(threadIdx.y); r < r1; r += kRowLanes) term(r, c, s);
   for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = s[k];
   __syncthreads();
-  if (threadIdx.y != 0 || c >= N || !part) return;
+  if (threadIdx.y != 0 || c >= N) return;
   for (int k = 0; k < K; ++k) {
     float t = 0.f;
     for (int j = 0; j < kRowLanes; ++j) t += lanes[k][j][threadIdx.x];
-    part[(int64_t(blockIdx.y) * K + k) * N + c] = t;
+    sink(k, c, t);
   }
+}
+
+// The first stage: the chunk's sums go to part[(blockIdx.y * K + k) * N + c], where
+// part is given (a pass that needs the sums only sometimes: the SGU's gate).
+template <int K, typename Term>
+__device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term& term, float* part) {
+  column_sums_in_lanes<K>(M, N, rows_per, term, [&](int k, int c, float t) {
+    if (part) part[(int64_t(blockIdx.y) * K + k) * N + c] = t;
+  });
 }
 
 // The second stage: o_k[c] += the sum over the chunks of part[(chunk * K + k) * N + c],

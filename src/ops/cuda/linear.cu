@@ -5,19 +5,16 @@
 namespace gmlp::cuda {
 namespace {
 
+// The partials as a matrix of chunks rows and K x N columns (col = k * N + c), summed
+// down its columns in one chunk of rows (gridDim.y 1).
 __global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
-  __shared__ float lanes[kRowLanes][kColTile];
-  const int width = K * N, col = int(blockIdx.x) * kColTile + int(threadIdx.x);  // col = k * N + c
-  float s = 0.f;
-  if (col < width)
-    for (int j = int(threadIdx.y); j < chunks; j += kRowLanes) s += part[int64_t(j) * width + col];
-  lanes[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y != 0 || col >= width) return;
-  float t = 0.f;
-  for (int j = 0; j < kRowLanes; ++j) t += lanes[j][threadIdx.x];
-  const int k = col / N;
-  (k == 0 ? o0 : k == 1 ? o1 : o2)[col - k * N] += t;
+  const int width = K * N;
+  column_sums_in_lanes<1>(
+      chunks, width, chunks, [&](int j, int col, float* s) { s[0] += part[int64_t(j) * width + col]; },
+      [&](int, int col, float t) {
+        const int k = col / N;
+        (k == 0 ? o0 : k == 1 ? o1 : o2)[col - k * N] += t;
+      });
 }
 
 }  // namespace
