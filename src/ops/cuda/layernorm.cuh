@@ -91,32 +91,41 @@ __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b
   out(r, c, (xin(r, c) - mean[r]) * rstd[r] * w[c] + b[c]);
 }
 
+// Row r's dx, by the whole block: xhat and dy w summed over the row, then dx to out.
 // Each thread owns the same channels in both passes, so out may overwrite x: a
 // channel's x is read (pass 2) by the thread that then writes its dx. dy is floats, or
 // bf16 bits (the SGU's gate under bf16). out(r, c, d) stores d and gives back what it
-// holds (d rounded, or added to what was there).
-template <typename XIn, typename Out, typename TY>
-__global__ void ln_backward_dx_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
-                                 const float* w, int C, Out out) {
-  __shared__ float sh[32];
-  __shared__ float xhat[kRowCache];
-  const int64_t r = blockIdx.x;
-  const TY* dyr = dy + r * lddy;
-  const float mu = mean[r], rs = rstd[r];
-  const bool cached = C <= kRowCache;
+// holds (d rounded, or added to what was there). xhat keeps the row's xhat where given
+// (C channels of shared memory), else pass 2 computes it again; read(c, dy, xhat) sees
+// each channel as pass 1 reads it, wrote(c, held) as pass 2 writes it.
+template <typename XIn, typename Out, typename TY, typename Read, typename Wrote>
+__device__ inline void ln_backward_row(const TY* dyr, XIn xin, int64_t r, float mu, float rs, const float* w, int C,
+                                       float* xhat, const Out& out, float* sh, const Read& read, const Wrote& wrote) {
   float sg = 0.f, sgx = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float xh = (xin(r, c) - mu) * rs, g = value(dyr[c]) * w[c];
-    if (cached) xhat[c] = xh;
+    const float xh = (xin(r, c) - mu) * rs, d = value(dyr[c]), g = d * w[c];
+    if (xhat) xhat[c] = xh;
+    read(c, d, xh);
     sg += g;
     sgx += g * xh;
   }
   const float mg = block_sum(sg, sh) / float(C);
   const float mgx = block_sum(sgx, sh) / float(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float xh = cached ? xhat[c] : (xin(r, c) - mu) * rs;
-    out(r, c, rs * (value(dyr[c]) * w[c] - mg - xh * mgx));
+    const float xh = xhat ? xhat[c] : (xin(r, c) - mu) * rs;
+    wrote(c, out(r, c, rs * (value(dyr[c]) * w[c] - mg - xh * mgx)));
   }
+}
+
+// A block per row.
+template <typename XIn, typename Out, typename TY>
+__global__ void ln_backward_dx_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+                                 const float* w, int C, Out out) {
+  __shared__ float sh[32];
+  __shared__ float xhat[kRowCache];
+  const int64_t r = blockIdx.x;
+  ln_backward_row(dy + r * lddy, xin, r, mean[r], rstd[r], w, C, C <= kRowCache ? xhat : nullptr, out, sh,
+                  [](int, float, float) {}, [](int, float) {});
 }
 
 // dw's and db's terms of row r, column c: dy * xhat and dy.
@@ -165,25 +174,16 @@ __global__ void ln_backward_fused_k(const TY* dy, int lddy, XIn xin, const float
   for (int c = threadIdx.x; c < C; c += blockDim.x)
     for (int k = 0; k < K; ++k) acc[k][c] = 0.f;
   const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
-  for (int64_t r = r0; r < r1; ++r) {  // the same rows for every thread: each reaches the barriers
-    const TY* dyr = dy + r * lddy;
-    const float mu = mean[r], rs = rstd[r];
-    float sg = 0.f, sgx = 0.f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      const float xh = (xin(r, c) - mu) * rs, d = value(dyr[c]), g = d * w[c];
-      xhat[c] = xh;
-      acc[0][c] += d * xh;
-      acc[1][c] += d;
-      sg += g;
-      sgx += g * xh;
-    }
-    const float mg = block_sum(sg, sh) / float(C);
-    const float mgx = block_sum(sgx, sh) / float(C);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      const float held = out(r, c, rs * (value(dyr[c]) * w[c] - mg - xhat[c] * mgx));
-      if constexpr (K == 3) acc[2][c] += held;
-    }
-  }
+  for (int64_t r = r0; r < r1; ++r)  // the same rows for every thread: each reaches the barriers
+    ln_backward_row(
+        dy + r * lddy, xin, r, mean[r], rstd[r], w, C, xhat, out, sh,
+        [&](int c, float d, float xh) {
+          acc[0][c] += d * xh;
+          acc[1][c] += d;
+        },
+        [&](int c, float held) {
+          if constexpr (K == 3) acc[2][c] += held;
+        });
   for (int c = threadIdx.x; c < C; c += blockDim.x)
     for (int k = 0; k < K; ++k) part[(int64_t(blockIdx.x) * K + k) * C + c] = acc[k][c];
 }
