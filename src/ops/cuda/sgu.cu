@@ -101,8 +101,8 @@ __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, int M, int B, int g, 
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(M) * g) return;
   const int64_t r = i / g;
-  const int c = int(i % g), t = int(r / B), bi = min(t, n - 1);
-  const float sum = value(F[i]) + bias[(c / gh) * n + bi] + (extra ? extra[i] : 0.f);
+  const int c = int(i % g);
+  const float sum = FIn<TF>{F, bias, B, gh, n}(i, r, c) + (extra ? extra[i] : 0.f);
   hold(S + i, combine(kind, z(r, c), keep ? hold(F + i, sum) : sum));
 }
 
@@ -192,8 +192,9 @@ void for_each_head(const ops::SguParams& p, float* dW, int B, const Dims& d, Fn 
 // The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
 // G, dS, dF, dG and dU are held as U is. The spatial products write F as it is held
 // (under bf16 their float sums rounded once), and the bias pass adds the bias (and aMLP's
-// attention) to it in place, holding the sum as F is held: under bf16 F is rounded
-// twice (autocast would keep the float sum of a bf16 product and a float bias).
+// attention) to it in place, holding the sum as F is held (under bf16 F is then rounded
+// twice), or, where F is held without its bias (Bf16Store::F_unbiased), leaves F as the
+// products and every reader adds the bias in float (FIn), as autocast's sum would be.
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
                 TF* F, TU* G, const float* extra) {
