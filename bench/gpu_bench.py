@@ -7,6 +7,8 @@ one GPU (docs/gpu.md, results in docs/bench-gpu.md).
   python3 bench/gpu_bench.py --workloads lm --repeats 5
   python3 bench/gpu_bench.py --smoke              # tiny shapes on the CPU: checks the script runs
   python3 bench/gpu_bench.py --profile out.txt    # where the time goes: gmlp per op, PyTorch per kernel
+  python3 bench/gpu_bench.py --impls compile --repeats 1   # only the implementations whose label matches
+  python3 bench/gpu_bench.py --passes 2           # every implementation timed twice, one pass after the other
 
 Workloads (training steps: forward, loss, backward, clipping, AdamW):
   lm      the annotated LM: d 512, d_ffn 2048, 6 layers, n 256, batch 32 (configs/annotated.json)
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -136,7 +139,8 @@ def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16, p
     return {"step_s": statistics.median(times), "peak_mb": mem}
 
 
-def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "") -> dict:
+def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "",
+             extra_env: dict | None = None) -> dict:
     cmd = [str(ROOT / "build" / "gmlp"), "bench", "--device", "cpu" if args.smoke else "cuda", "--precision",
            precision, "--config", str(ROOT / w["config"]), "--mode", "train", "--batch-size", str(B), "--warmup",
            str(args.warmup), "--repeats", str(args.repeats), "--json"]
@@ -148,6 +152,7 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     env = dict(os.environ)
     if bf16_gemm:  # how bf16 products are issued (docs/gpu.md): fast or native
         env["GMLP_CUDA_BF16_GEMM"] = bf16_gemm
+    env.update(extra_env or {})
     if args.profile and not args.smoke:  # the backend's device time per op, printed at exit
         env["GMLP_CUDA_PROFILE"] = "1"
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -162,6 +167,43 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     return {"step_s": rec["median_s"], "peak_mb": rec["peak_rss_mb"] if args.smoke else rec["device_peak_mb"]}
 
 
+def workload_plan(name: str, args, device: str):
+    """One workload's batch, FLOPs and implementations: label -> a function that times it."""
+    w = WORKLOADS[name]
+    mc = model_config(w, args.smoke)
+    B = 2 if args.smoke else w["batch"]
+    flops = flops_per_step(mc, B)
+    units = B if mc.get("task") == "vision" else B * mc["seq_len"]
+    impls = {"gmlp fp32": lambda: run_gmlp(w, mc, B, args)}
+    if not args.smoke:
+        impls["gmlp bf16"] = lambda: run_gmlp(w, mc, B, args, "bf16", "fast")
+        impls["gmlp bf16 (products over bf16 copies)"] = lambda: run_gmlp(w, mc, B, args, "bf16", "native")
+        impls["gmlp bf16 (out-projection without cuBLASLt)"] = lambda: run_gmlp(
+            w, mc, B, args, "bf16", "fast", {"GMLP_CUDA_LT": "off"})
+    torch.manual_seed(0)
+    inputs, targets = batch_for(mc, B, device)
+    variants = [("torch eager fp32", False, False)]
+    if not args.smoke:
+        variants += [("torch.compile fp32", True, False), ("torch eager bf16", False, True),
+                     ("torch.compile bf16", True, True)]
+    for label, compiled, bf16 in variants:
+        def run(compiled=compiled, bf16=bf16):
+            model = gmlp_ref.GMLP(mc).to(device)
+            m = torch.compile(model) if compiled else model
+            return time_torch(m, gmlp_ref.GMLP.loss, inputs, targets, device, args.warmup, args.repeats, bf16,
+                              args.profile)
+        impls[label] = run
+    if name == "vision" and not args.smoke:
+        def run_timm():
+            import timm
+            model = timm.create_model("gmlp_s16_224", num_classes=1000).to(device)
+            m = torch.compile(model)
+            return time_torch(m, torch.nn.functional.cross_entropy, {"x": inputs["images"]}, targets, device,
+                              args.warmup, args.repeats, True, args.profile)
+        impls["timm gmlp_s16_224 compile bf16"] = run_timm
+    return name, B, flops, units, {k: v for k, v in impls.items() if re.search(args.impls, k)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="lm,bert,vision")
@@ -170,6 +212,10 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of the GPU")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU, eager fp32 only")
     ap.add_argument("--json", default="", help="also write the records here")
+    ap.add_argument("--impls", default="", metavar="REGEX",
+                    help="only the implementations whose label matches (re.search), e.g. 'compile' or '^gmlp'")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="time every implementation this many times, each pass after the whole previous one")
     ap.add_argument("--profile", default="", metavar="FILE",
                     help="instead of timing: where each step's device time goes, per op for gmlp (GMLP_CUDA_PROFILE) "
                          "and per kernel for PyTorch (torch.profiler), over --repeats steps, written to FILE")
@@ -179,63 +225,46 @@ def main() -> None:
     if unknown:
         ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(WORKLOADS)}")
     records, profiles = [], []
-    for name in args.workloads.split(","):
-        w = WORKLOADS[name]
-        mc = model_config(w, args.smoke)
-        B = 2 if args.smoke else w["batch"]
-        flops = flops_per_step(mc, B)
-        units = B if mc.get("task") == "vision" else B * mc["seq_len"]
-        impls = {"gmlp fp32": lambda: run_gmlp(w, mc, B, args)}
-        if not args.smoke:
-            impls["gmlp bf16"] = lambda: run_gmlp(w, mc, B, args, "bf16", "fast")
-            impls["gmlp bf16 (products over bf16 copies)"] = lambda: run_gmlp(w, mc, B, args, "bf16", "native")
-        torch.manual_seed(0)
-        inputs, targets = batch_for(mc, B, device)
-        variants = [("torch eager fp32", False, False)]
-        if not args.smoke:
-            variants += [("torch.compile fp32", True, False), ("torch eager bf16", False, True),
-                         ("torch.compile bf16", True, True)]
-        for label, compiled, bf16 in variants:
-            def run(compiled=compiled, bf16=bf16):
-                model = gmlp_ref.GMLP(mc).to(device)
-                m = torch.compile(model) if compiled else model
-                return time_torch(m, gmlp_ref.GMLP.loss, inputs, targets, device, args.warmup, args.repeats, bf16,
-                                  args.profile)
-            impls[label] = run
-        if name == "vision" and not args.smoke:
-            def run_timm():
-                import timm
-                model = timm.create_model("gmlp_s16_224", num_classes=1000).to(device)
-                m = torch.compile(model)
-                return time_torch(m, torch.nn.functional.cross_entropy, {"x": inputs["images"]}, targets, device,
-                                  args.warmup, args.repeats, True, args.profile)
-            impls["timm gmlp_s16_224 compile bf16"] = run_timm
-        for label, fn in impls.items():
-            try:
-                r = fn()
-            except Exception as e:  # one failing peer must not hide the others' figures
-                r = {"error": f"{type(e).__name__}: {e}"}
-            if args.profile:
-                profiles.append(f"## {name}: {label} (batch {B}, {args.repeats} steps after {args.warmup})\n\n"
-                                + r.get("profile", f"failed: {r.get('error')}") + "\n")
-                print(profiles[-1], file=sys.stderr, flush=True)
-                continue
-            if "step_s" in r:
-                r["units_per_s"] = units / r["step_s"]
-                r["mfu"] = flops / r["step_s"] / (args.peak_tflops * 1e12)
-            records.append({"workload": name, "impl": label, "batch": B, **r})
-            print(json.dumps(records[-1]), file=sys.stderr, flush=True)
+    plans = [workload_plan(name, args, device) for name in args.workloads.split(",")]
+    # Pass after pass over every workload: a run cut short keeps a whole first pass.
+    for pass_no in range(1, (1 if args.profile else args.passes) + 1):
+        for name, B, flops, units, impls in plans:
+            for label, fn in impls.items():
+                try:
+                    r = fn()
+                except Exception as e:  # one failing peer must not hide the others' figures
+                    r = {"error": f"{type(e).__name__}: {e}"}
+                if device == "cuda":  # the next implementation's peak starts from an empty cache
+                    torch.cuda.empty_cache()
+                if args.profile:
+                    profiles.append(f"## {name}: {label} (batch {B}, {args.repeats} steps after {args.warmup})\n\n"
+                                    + r.get("profile", f"failed: {r.get('error')}") + "\n")
+                    print(profiles[-1], file=sys.stderr, flush=True)
+                    continue
+                if "step_s" in r:
+                    r["units_per_s"] = units / r["step_s"]
+                    r["mfu"] = flops / r["step_s"] / (args.peak_tflops * 1e12)
+                records.append({"workload": name, "impl": label, "batch": B, "pass": pass_no, **r})
+                print(json.dumps(records[-1]), file=sys.stderr, flush=True)
     if args.profile:
         pathlib.Path(args.profile).write_text("\n".join(profiles))
         return
-    print("| workload | implementation | step (ms) | tokens or images/s | MFU | peak memory (MiB) |")
-    print("|---|---|---:|---:|---:|---:|")
+    # One row per implementation: each pass's median step, and the rates of the slower pass.
+    passes = max([r["pass"] for r in records] + [1])
+    print("| workload | implementation | " + " | ".join(f"step (ms), run {i}" for i in range(1, passes + 1))
+          + " | tokens or images/s | MFU | peak memory (MiB) |")
+    print("|---|---|" + "---:|" * passes + "---:|---:|---:|")
+    rows: dict = {}
     for r in records:
-        if "error" in r:
-            print(f"| {r['workload']} | {r['impl']} | failed: {r['error']} | | | |")
-        else:
-            print(f"| {r['workload']} | {r['impl']} | {r['step_s'] * 1e3:.1f} | {r['units_per_s']:.0f} | "
-                  f"{r['mfu'] * 100:.1f}% | {r['peak_mb']:.0f} |")
+        rows.setdefault((r["workload"], r["impl"]), []).append(r)
+    for (wl, impl), rs in rows.items():
+        bad = [r for r in rs if "error" in r]
+        if bad:
+            print(f"| {wl} | {impl} | failed: {bad[0]['error']} |" + " |" * (passes + 2))
+            continue
+        slow = max(rs, key=lambda r: r["step_s"])
+        print(f"| {wl} | {impl} | " + " | ".join(f"{r['step_s'] * 1e3:.2f}" for r in rs)
+              + f" | {slow['units_per_s']:.0f} | {slow['mfu'] * 100:.1f}% | {max(r['peak_mb'] for r in rs):.0f} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
 
