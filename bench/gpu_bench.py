@@ -9,6 +9,7 @@ one GPU (docs/gpu.md, results in docs/bench-gpu.md).
   python3 bench/gpu_bench.py --profile out.txt    # where the time goes: gmlp per op, PyTorch per kernel
   python3 bench/gpu_bench.py --impls compile --repeats 1   # only the implementations whose label matches
   python3 bench/gpu_bench.py --passes 2           # every implementation timed twice, one pass after the other
+  python3 bench/gpu_bench.py --print-gmlp-command bf16 --workloads vision   # the gmlp side's command line
 
 Workloads (training steps: forward, loss, backward, clipping, AdamW):
   lm      the annotated LM: d 512, d_ffn 2048, 6 layers, n 256, batch 32 (configs/annotated.json)
@@ -30,6 +31,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -139,8 +141,7 @@ def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16, p
     return {"step_s": statistics.median(times), "peak_mb": mem}
 
 
-def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "",
-             extra_env: dict | None = None) -> dict:
+def gmlp_command(w: dict, mc: dict, B: int, args, precision: str) -> list:
     cmd = [str(ROOT / "build" / "gmlp"), "bench", "--device", "cpu" if args.smoke else "cuda", "--precision",
            precision, "--config", str(ROOT / w["config"]), "--mode", "train", "--batch-size", str(B), "--warmup",
            str(args.warmup), "--repeats", str(args.repeats), "--json"]
@@ -148,9 +149,17 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
               "patch_height", "patch_width"):
         if k in mc:
             cmd += ["--set", f"model.{k}={json.dumps(mc[k])}"]
+    return cmd
+
+
+def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "",
+             extra_env: dict | None = None) -> dict:
+    cmd = gmlp_command(w, mc, B, args, precision)
     print("  $", " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ)
-    if bf16_gemm:  # how bf16 products are issued (docs/gpu.md): fast or native
+    env.pop("GMLP_CUDA_BF16_GEMM", None)  # the default unless a row names one
+    env.pop("GMLP_CUDA_LT", None)
+    if bf16_gemm:  # how bf16 products over float operands are issued (docs/gpu.md): native or fast
         env["GMLP_CUDA_BF16_GEMM"] = bf16_gemm
     env.update(extra_env or {})
     if args.profile and not args.smoke:  # the backend's device time per op, printed at exit
@@ -176,10 +185,10 @@ def workload_plan(name: str, args, device: str):
     units = B if mc.get("task") == "vision" else B * mc["seq_len"]
     impls = {"gmlp fp32": lambda: run_gmlp(w, mc, B, args)}
     if not args.smoke:
-        impls["gmlp bf16"] = lambda: run_gmlp(w, mc, B, args, "bf16", "fast")
-        impls["gmlp bf16 (products over bf16 copies)"] = lambda: run_gmlp(w, mc, B, args, "bf16", "native")
+        impls["gmlp bf16"] = lambda: run_gmlp(w, mc, B, args, "bf16")
+        impls["gmlp bf16 (float operands rounded by cuBLAS: fast)"] = lambda: run_gmlp(w, mc, B, args, "bf16", "fast")
         impls["gmlp bf16 (out-projection without cuBLASLt)"] = lambda: run_gmlp(
-            w, mc, B, args, "bf16", "fast", {"GMLP_CUDA_LT": "off"})
+            w, mc, B, args, "bf16", "", {"GMLP_CUDA_LT": "off"})
     torch.manual_seed(0)
     inputs, targets = batch_for(mc, B, device)
     variants = [("torch eager fp32", False, False)]
@@ -219,7 +228,15 @@ def main() -> None:
     ap.add_argument("--profile", default="", metavar="FILE",
                     help="instead of timing: where each step's device time goes, per op for gmlp (GMLP_CUDA_PROFILE) "
                          "and per kernel for PyTorch (torch.profiler), over --repeats steps, written to FILE")
+    ap.add_argument("--print-gmlp-command", metavar="PRECISION", default="",
+                    help="only print, a line a workload, the gmlp bench command of that precision (for ncu)")
     args = ap.parse_args()
+    if args.print_gmlp_command:
+        for name in args.workloads.split(","):
+            w = WORKLOADS[name]
+            mc = model_config(w, args.smoke)
+            print(shlex.join(gmlp_command(w, mc, 2 if args.smoke else w["batch"], args, args.print_gmlp_command)))
+        return
     device = "cpu" if args.smoke else "cuda"
     unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
     if unknown:

@@ -23,12 +23,12 @@ print(f"{torch.cuda.get_device_name()}: {p.multi_processor_count} SMs, {p.total_
 x = torch.randn(2**28, device="cuda")  # 1 GiB, far beyond L2
 y = torch.empty_like(x)
 t = ms(lambda: y.copy_(x))
-print(f"ceiling: copy {2 * x.numel() * 4 / t / 1e9:.0f} GB/s (read + written)")
+print(f"ceiling: copy {2 * x.numel() * 4 / (t / 1e3) / 1e12:.2f} TB/s (read + written)")
 del x, y
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 b = torch.randn_like(a)
 t = ms(lambda: a @ b)
-print(f"ceiling: bf16 product 8192^3 {2 * 8192**3 / t / 1e9:.0f} TFLOP/s")
+print(f"ceiling: bf16 product 8192^3 {2 * 8192**3 / (t / 1e3) / 1e12:.0f} TFLOP/s")
 a, b = a.float(), b.float()
 t = ms(lambda: a @ b, 3)
-print(f"ceiling: fp32 product 8192^3 {2 * 8192**3 / t / 1e9:.0f} TFLOP/s (TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})")
+print(f"ceiling: fp32 product 8192^3 {2 * 8192**3 / (t / 1e3) / 1e12:.0f} TFLOP/s (TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})")

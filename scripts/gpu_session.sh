@@ -7,6 +7,7 @@
 #   tests            the CUDA tests against the CPU engine
 #   train            the default LM in fp32 and bf16, and the 2% check
 #   bench            bench/gpu_bench.py, two passes, on an idle GPU
+#   ncu              every kernel's device time in one bf16 step of each workload
 #   profile          gmlp's device time per op for the three workloads
 #   sanitizer        compute-sanitizer memcheck, in two parts: while torch.compile warms
 #                    its cache (below), stopped when that is done, then with the time left,
@@ -67,17 +68,19 @@ sanitize_rest() { # seconds, part: the sanitizer over the tests no earlier part 
 }
 
 # Part 1 while the compilations run, stopped when they end (or when the bench's slot nears).
-bench_slot=320
+bench_slot=260
 sanitize_rest $(($(left) - bench_slot)) 1 &
 san=$!
 while kill -0 "${warm[@]}" 2>/dev/null && (($(left) > bench_slot)); do sleep 2; done
-pkill -TERM -f "^timeout -k 10 [0-9]+ env .*compute-sanitizer" 2>/dev/null
+pkill -TERM -f "^timeout -k 10 [0-9]+ bash -c export LD_LIBRARY_PATH=.*compute-sanitizer" 2>/dev/null
 pkill -TERM -f "^timeout -k 10 300 python3 bench/gpu_bench.py" 2>/dev/null
 wait
 for w in lm bert vision; do tail -n 3 "$work/warm-$w.log" | sed "s/^/warm $w: /"; done
 
-GMLP_BENCH_ARGS="--passes 2" checks $(($(left) - 60 < 270 ? $(left) - 60 : 270)) bench
-GMLP_BENCH_ARGS="--impls ^gmlp.(fp32|bf16)$" checks $(($(left) - 20 < 40 ? $(left) - 20 : 40)) profile=lm,bert,vision
+min() { echo $(($1 < $2 ? $1 : $2)); }
+GMLP_BENCH_ARGS="--passes 2" checks "$(min $(($(left) - 100)) 200)" bench
+checks "$(min $((($(left) - 40) / 3)) 45)" ncu
+GMLP_BENCH_ARGS="--impls ^gmlp.(fp32|bf16)$" checks "$(min $(($(left) - 20)) 40)" profile=lm,bert,vision
 sanitize_rest $(($(left) - 10)) 2
 
 echo "===== summary ($((SECONDS - t0)) s of $budget)"
@@ -87,4 +90,5 @@ grep -hE '^train' "$work"/train-check.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
 grep -hE '^ceiling|SMs' "$work"/ceilings.log
+for w in lm bert vision; do head -n 12 "$work/ncu-$w.log" 2>/dev/null | grep -E '^(\||/)'; done
 sed -n '/^| workload/,$p' "$work"/bench-*.log

@@ -4,6 +4,7 @@
 // so the ops still queue ahead of the GPU as they do unprofiled.
 #include "ops/cuda/op_profile.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -136,6 +137,9 @@ bool start_op_profile() {
 }
 
 void profile_ops(bool on) {
+  // The same window for an attached profiler (ncu --profile-from-start off, in
+  // scripts/gpu_checks.sh's ncu step): the timed steps alone. Without one, nothing.
+  if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) cudaGetLastError();
   if (!g_profile) return;
   if (on) g_profile->restart();
   g_profile->on = on;
