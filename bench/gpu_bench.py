@@ -10,6 +10,7 @@ one GPU (docs/gpu.md, results in docs/bench-gpu.md).
   python3 bench/gpu_bench.py --impls compile --repeats 1   # only the implementations whose label matches
   python3 bench/gpu_bench.py --passes 2           # every implementation timed twice, one pass after the other
   python3 bench/gpu_bench.py --print-gmlp-command bf16 --workloads vision   # the gmlp side's command line
+  python3 bench/gpu_bench.py --from-json bench/gpu_results/*.json   # the tables again, from saved results
 
 Workloads (training steps: forward, loss, backward, clipping, AdamW):
   lm      the annotated LM: d 512, d_ffn 2048, 6 layers, n 256, batch 32 (configs/annotated.json)
@@ -213,6 +214,45 @@ def workload_plan(name: str, args, device: str):
     return name, B, flops, units, {k: v for k, v in impls.items() if re.search(args.impls, k)}
 
 
+# The comparisons the issue's targets name, as gmlp's throughput over PyTorch's (its
+# step time over gmlp's), one figure per pass: defaults against defaults, best against best.
+RATIOS = [("defaults: gmlp fp32 / torch eager fp32", "gmlp fp32", "torch eager fp32"),
+          ("best: gmlp bf16 / torch.compile bf16", "gmlp bf16", "torch.compile bf16"),
+          ("gmlp bf16 / timm gmlp_s16_224 compile bf16", "gmlp bf16", "timm gmlp_s16_224 compile bf16")]
+
+
+def print_tables(records: list) -> None:
+    """The side-by-side table (one row per implementation: each pass's median step, the
+    rates and MFU of its slower pass, its highest peak), then the ratios."""
+    passes = max([r["pass"] for r in records] + [1])
+    print("| workload | implementation | " + " | ".join(f"step (ms), run {i}" for i in range(1, passes + 1))
+          + " | tokens or images/s | MFU | peak memory (MiB) |")
+    print("|---|---|" + "---:|" * passes + "---:|---:|---:|")
+    rows: dict = {}
+    for r in records:
+        rows.setdefault((r["workload"], r["impl"]), []).append(r)
+    for (wl, impl), rs in rows.items():
+        bad = [r for r in rs if "error" in r]
+        if bad:
+            print(f"| {wl} | {impl} | failed: {bad[0]['error']} |" + " |" * (passes + 2))
+            continue
+        slow = max(rs, key=lambda r: r["step_s"])
+        print(f"| {wl} | {impl} | " + " | ".join(f"{r['step_s'] * 1e3:.2f}" for r in rs)
+              + f" | {slow['units_per_s']:.0f} | {slow['mfu'] * 100:.1f}% | {max(r['peak_mb'] for r in rs):.0f} |")
+    print()
+    print("| workload | comparison (throughput ratio) | " + " | ".join(f"run {i}" for i in range(1, passes + 1))
+          + " | peak memory, gmlp / PyTorch |")
+    print("|---|---|" + "---:|" * passes + "---:|")
+    for wl in dict.fromkeys(r["workload"] for r in records):
+        for label, ours, theirs in RATIOS:
+            a, b = rows.get((wl, ours), []), rows.get((wl, theirs), [])
+            if not a or not b or any("error" in r for r in a + b):
+                continue
+            cells = [f"{y['step_s'] / x['step_s']:.2f}x" for x, y in zip(a, b)]
+            mem = max(r["peak_mb"] for r in a) / max(r["peak_mb"] for r in b)
+            print(f"| {wl} | {label} | " + " | ".join(cells) + f" | {mem:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="lm,bert,vision")
@@ -230,7 +270,19 @@ def main() -> None:
                          "and per kernel for PyTorch (torch.profiler), over --repeats steps, written to FILE")
     ap.add_argument("--print-gmlp-command", metavar="PRECISION", default="",
                     help="only print, a line a workload, the gmlp bench command of that precision (for ncu)")
+    ap.add_argument("--from-json", nargs="+", default=[], metavar="FILE",
+                    help="print the tables of results written by --json (several files: their runs side by side)")
     args = ap.parse_args()
+    if args.from_json:
+        records = []
+        for f in args.from_json:
+            base = max([r["pass"] for r in records] + [0])
+            records += [{**r, "pass": base + r["pass"]} for r in json.loads(pathlib.Path(f).read_text())]
+        print_tables(records)
+        return
+    unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
+    if unknown:
+        ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(WORKLOADS)}")
     if args.print_gmlp_command:
         for name in args.workloads.split(","):
             w = WORKLOADS[name]
@@ -238,9 +290,6 @@ def main() -> None:
             print(shlex.join(gmlp_command(w, mc, 2 if args.smoke else w["batch"], args, args.print_gmlp_command)))
         return
     device = "cpu" if args.smoke else "cuda"
-    unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
-    if unknown:
-        ap.error(f"--workloads: {', '.join(unknown)} not among {', '.join(WORKLOADS)}")
     records, profiles = [], []
     plans = [workload_plan(name, args, device) for name in args.workloads.split(",")]
     # Pass after pass over every workload: a run cut short keeps a whole first pass.
@@ -266,22 +315,7 @@ def main() -> None:
     if args.profile:
         pathlib.Path(args.profile).write_text("\n".join(profiles))
         return
-    # One row per implementation: each pass's median step, and the rates of the slower pass.
-    passes = max([r["pass"] for r in records] + [1])
-    print("| workload | implementation | " + " | ".join(f"step (ms), run {i}" for i in range(1, passes + 1))
-          + " | tokens or images/s | MFU | peak memory (MiB) |")
-    print("|---|---|" + "---:|" * passes + "---:|---:|---:|")
-    rows: dict = {}
-    for r in records:
-        rows.setdefault((r["workload"], r["impl"]), []).append(r)
-    for (wl, impl), rs in rows.items():
-        bad = [r for r in rs if "error" in r]
-        if bad:
-            print(f"| {wl} | {impl} | failed: {bad[0]['error']} |" + " |" * (passes + 2))
-            continue
-        slow = max(rs, key=lambda r: r["step_s"])
-        print(f"| {wl} | {impl} | " + " | ".join(f"{r['step_s'] * 1e3:.2f}" for r in rs)
-              + f" | {slow['units_per_s']:.0f} | {slow['mfu'] * 100:.1f}% | {max(r['peak_mb'] for r in rs):.0f} |")
+    print_tables(records)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
 
