@@ -59,27 +59,6 @@ int parts_at_once(int T) {
 #endif
 }
 
-// How many pieces dW = dF G^T's sum over its cols (K) is cut into when one product
-// covers the whole batch (a single head: K = B x g, 98,304 for gMLP-S/16 at batch 128):
-// its T x T output is a handful of 128 x 128 tiles (four at T = 196 or 256), so one
-// product leaves most of the GPU's 132 multiprocessors idle. The pieces are products of
-// their own, batched, their partial dW summed in order (k_add_parts), as the
-// multi-head path sums its members'. Enough pieces for about two tiles a multiprocessor,
-// each at least kMinPiece long and a divisor of K; one where none is. On the CUDA
-// emulator pieces of 8, so that the tests' small models take this path.
-#if defined(GMLP_CUDA_EMULATED)
-constexpr int kMinPiece = 8, kTilesWanted = 4;
-#else
-constexpr int kMinPiece = 256, kTilesWanted = 264;
-#endif
-int k_pieces(int T, int cols) {
-  const int tiles = ((T + 127) / 128) * ((T + 127) / 128);
-  const int want = std::min(cols / kMinPiece, (kTilesWanted + tiles - 1) / tiles);
-  for (int p = want; p > 1; --p)
-    if (cols % p == 0) return p;
-  return 1;
-}
-
 // The scratch of one call: for a batch of products whose dW are summed, `parts`
 // partial dW; then the W the products read: W itself (floats, not causal), or a dense
 // copy held as the operands are, its lower triangle alone when causal.
@@ -150,12 +129,8 @@ template <typename E>
 void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, const E* dF, int ld,
                      E* dG, float* dW, int count, int stride) {
   const int64_t TT = int64_t(T) * T;
-  // dW's products: the members', or one product's long sum cut into pieces (k_pieces).
-  const int pieces = count == 1 ? k_pieces(T, cols) : 1;
-  const int wcount = count * pieces, wcols = cols / pieces;
-  const int wstride = pieces > 1 ? wcols : stride;
   // A batch's dW are partial products summed in order, a chunk of the members at a time.
-  const int chunk = wcount > 1 ? std::min(wcount, parts_at_once(T)) : 0;
+  const int chunk = count > 1 ? std::min(count, parts_at_once(T)) : 0;
   const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, chunk);
   // dG = W^T dF for every member; causal: dG[j] = sum over i >= j of W[i, j] dF[i], the
   // block's columns of the lower triangle from row j0 on.
@@ -163,9 +138,6 @@ void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, cons
   for (int j0 = 0; causal && j0 < T; j0 += kBlock)
     gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.W + int64_t(j0) * T + j0, T, 0,
                  dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
-  count = wcount;
-  cols = wcols;
-  stride = wstride;
   // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal block's strict
   // upper part cleared after (one product) or never added (partials).
   if (count == 1) {
