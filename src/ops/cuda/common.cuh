@@ -18,6 +18,14 @@ namespace gmlp::cuda {
 #define GMLP_LAUNCH(kernel, grid, block) kernel<<<grid, block>>>
 #endif
 
+// A loop the compiler should unroll (nvcc), so that arrays indexed by its counter stay
+// in registers; nothing to g++ under the emulator.
+#if defined(GMLP_CUDA_EMULATED)
+#define GMLP_UNROLL
+#else
+#define GMLP_UNROLL _Pragma("unroll")
+#endif
+
 constexpr int kThreads = 256;
 
 // A value held as a float or as bf16 bits (ops/bf16.h), widened to a float; and v
@@ -101,6 +109,25 @@ __device__ inline T block_sum(T v, T* shared) {
   __syncthreads();
   v = lane < warps ? shared[lane] : T(0);
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Two sums over the block at once, each added in block_sum's order (the same bits as two
+// calls) with half the barriers: a LayerNorm backward's row takes one, not two.
+__device__ inline float2 block_sum2(float2 v, float2* shared) {
+  for (int o = 16; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : float2{0.f, 0.f};
+  for (int o = 16; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+  }
   return v;
 }
 

@@ -23,24 +23,17 @@ struct DxPlain {
 
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd) {
-  if (M <= 0) return;
-  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, YPlain{y, ldy}, mean, rstd);
-  check_launch("layernorm forward");
+  layernorm_forward_with(XPlain{x, ldx}, M, C, w, b, eps, YPlain{y, ldy}, mean, rstd);
 }
 
 void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps,
                             float* y, uint16_t* y16, int ldy, float* mean, float* rstd) {
-  if (M <= 0) return;
-  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, YBf16{y16, y, ldy}, mean, rstd);
-  check_launch("layernorm forward (bf16)");
+  layernorm_forward_with(XPlain{x, ldx}, M, C, w, b, eps, YBf16{y16, y, ldy}, mean, rstd);
 }
 
 void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,
                       int ldy, const int32_t* rows) {
-  if (R <= 0) return;
-  GMLP_LAUNCH(ln_forward_k, unsigned(R), kRowThreads)(XPlain{x, ldx}, C, w, b, eps, YPlain{y, ldy, rows}, nullptr,
-                                                      nullptr);
-  check_launch("decode layernorm");
+  layernorm_forward_with(XPlain{x, ldx}, R, C, w, b, eps, YPlain{y, ldy, rows}, nullptr, nullptr);
 }
 
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,

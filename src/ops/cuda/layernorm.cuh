@@ -4,6 +4,8 @@
 // (sgu.cu) normalises GELU(U), recomputed as it reads U, and folds GELU's derivative
 // (and the non-split forms' direct path) into dU, so Z and dZ are never stored. Row r,
 // channel c of x is xin(r, c); the backward's dL/dx goes to out(r, c, d).
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -52,6 +54,69 @@ struct YBf16 {
 inline YPlain rows_out(float* y, int ld) { return {y, ld}; }
 inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
 
+// Rows of up to kWarpColumns channels take a warp each, four rows to a block of
+// kRowThreads, a lane holding its channels (c = lane, lane + 32, ...) in registers: the
+// sums are shuffles within the warp, with no barrier between rows, and a block's four
+// rows go at their own pace. The block-per-row kernels below (every row's sums two
+// block-wide reductions, four barriers) were the slowest of a bf16 step on an H200
+// (docs/bench-gpu.md: the gate LayerNorm's backward 421 µs where its bytes take 27).
+// Wider rows take the block kernels. PerLane, a lane's channels, is a compile-time 8,
+// 16, 24 or 32, so the arrays stay in registers. On the CUDA emulator 16 channels,
+// so that the tests' rows take every path (d 16 here, gates of 32 and 64 below).
+#if defined(GMLP_CUDA_EMULATED)
+constexpr int kWarpColumns = 16;
+#else
+constexpr int kWarpColumns = 1024;
+#endif
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// f(std::integral_constant<int, PerLane>) for the smallest PerLane of 8, 16, 24, 32
+// whose 32 lanes hold C channels (C <= kWarpColumns).
+template <typename F>
+void with_per_lane(int C, F&& f) {
+  if (C <= 8 * 32) return f(std::integral_constant<int, 8>{});
+  if (C <= 16 * 32) return f(std::integral_constant<int, 16>{});
+  if (C <= 24 * 32) return f(std::integral_constant<int, 24>{});
+  f(std::integral_constant<int, 32>{});
+}
+
+// A warp per row: mean and variance in two passes over the lane's registers, as the CPU
+// op takes them.
+template <int PerLane, typename XIn, typename YOut>
+__global__ void ln_forward_warp_k(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out,
+                                  float* mean, float* rstd) {
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= M) return;  // the whole warp: no barrier follows
+  float v[PerLane];
+  float s = 0.f;
+  GMLP_UNROLL
+  for (int j = 0; j < PerLane; ++j) {
+    const int c = lane + 32 * j;
+    v[j] = c < C ? xin(r, c) : 0.f;
+    s += v[j];
+  }
+  const float mu = warp_sum(s) / float(C);
+  float q = 0.f;
+  GMLP_UNROLL
+  for (int j = 0; j < PerLane; ++j)
+    if (lane + 32 * j < C) q += (v[j] - mu) * (v[j] - mu);
+  const float rs = rsqrtf(warp_sum(q) / float(C) + eps);
+  GMLP_UNROLL
+  for (int j = 0; j < PerLane; ++j) {
+    const int c = lane + 32 * j;
+    if (c < C) out(r, c, (v[j] - mu) * rs * w[c] + b[c]);
+  }
+  if (lane == 0) {
+    if (mean) mean[r] = mu;
+    if (rstd) rstd[r] = rs;
+  }
+}
+
 // A block per row.
 template <typename XIn, typename YOut>
 __global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, float eps, YOut out, float* mean,
@@ -81,6 +146,24 @@ __global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, flo
   }
 }
 
+// The forward over M rows (mean and rstd kept where given): a warp per row where the
+// rows fit kWarpColumns, else a block per row.
+template <typename XIn, typename YOut>
+void layernorm_forward_with(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out, float* mean,
+                            float* rstd) {
+  if (M <= 0) return;
+  if (C <= kWarpColumns) {
+    with_per_lane(C, [&](auto per_lane) {
+      constexpr int kRows = kRowThreads / 32;
+      GMLP_LAUNCH(ln_forward_warp_k<decltype(per_lane)::value>, blocks_for(M, kRows), kRowThreads)(
+          xin, M, C, w, b, eps, out, mean, rstd);
+    });
+  } else {
+    GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(xin, C, w, b, eps, out, mean, rstd);
+  }
+  check_launch("layernorm forward");
+}
+
 template <typename XIn, typename YOut>
 __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b, const float* mean, const float* rstd,
                            YOut out) {
@@ -100,7 +183,7 @@ __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b
 // each channel as pass 1 reads it, wrote(c, held) as pass 2 writes it.
 template <typename XIn, typename Out, typename TY, typename Read, typename Wrote>
 __device__ inline void ln_backward_row(const TY* dyr, XIn xin, int64_t r, float mu, float rs, const float* w, int C,
-                                       float* xhat, const Out& out, float* sh, const Read& read, const Wrote& wrote) {
+                                       float* xhat, const Out& out, float2* sh, const Read& read, const Wrote& wrote) {
   float sg = 0.f, sgx = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xh = (xin(r, c) - mu) * rs, d = value(dyr[c]), g = d * w[c];
@@ -109,8 +192,8 @@ __device__ inline void ln_backward_row(const TY* dyr, XIn xin, int64_t r, float 
     sg += g;
     sgx += g * xh;
   }
-  const float mg = block_sum(sg, sh) / float(C);
-  const float mgx = block_sum(sgx, sh) / float(C);
+  const float2 sums = block_sum2({sg, sgx}, sh);
+  const float mg = sums.x / float(C), mgx = sums.y / float(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xh = xhat ? xhat[c] : (xin(r, c) - mu) * rs;
     wrote(c, out(r, c, rs * (value(dyr[c]) * w[c] - mg - xh * mgx)));
@@ -121,7 +204,7 @@ __device__ inline void ln_backward_row(const TY* dyr, XIn xin, int64_t r, float 
 template <typename XIn, typename Out, typename TY>
 __global__ void ln_backward_dx_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                  const float* w, int C, Out out) {
-  __shared__ float sh[32];
+  __shared__ float2 sh[32];
   __shared__ float xhat[kRowCache];
   const int64_t r = blockIdx.x;
   ln_backward_row(dy + r * lddy, xin, r, mean[r], rstd[r], w, C, C <= kRowCache ? xhat : nullptr, out, sh,
@@ -148,16 +231,80 @@ __global__ void ln_backward_dwdb_partial_k(const TY* dy, int lddy, XIn xin, cons
   column_chunk_sums<2>(M, C, rows_per, DwDbTerms<XIn, TY>{dy, lddy, xin, mean, rstd}, part);
 }
 
+// The backward in one pass over the rows of up to kWarpColumns channels, a warp per row:
+// a block takes a chunk of rows, its warps every fourth row each, a lane's channels of
+// the row (xhat, dy) in registers, the row's two sums shuffles within the warp; each
+// lane adds its channels' dw and db terms (and, K = 3, what out holds) over its warp's
+// rows in registers, and the block's warps add theirs into shared memory one warp after
+// another, in warp order; the chunk's sums go to part[(chunk * K + k) * C + c]. Every
+// (row, channel) is one lane's: out may overwrite x, as in ln_backward_row.
+template <int K, int PerLane, typename XIn, typename Out, typename TY>
+__global__ void ln_backward_warp_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+                                   const float* w, int M, int C, int rows_per, Out out, float* part) {
+  __shared__ float sums[K][PerLane * 32];
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, warps = int(blockDim.x) >> 5;
+  float acc[K][PerLane];
+  GMLP_UNROLL
+  for (int k = 0; k < K; ++k)
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) acc[k][j] = 0.f;
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
+  for (int64_t r = r0 + warp; r < r1; r += warps) {
+    const float mu = mean[r], rs = rstd[r];
+    const TY* dyr = dy + r * lddy;
+    float xh[PerLane], d[PerLane];
+    float sg = 0.f, sgx = 0.f;
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) {
+      const int c = lane + 32 * j;
+      xh[j] = d[j] = 0.f;
+      if (c < C) {
+        xh[j] = (xin(r, c) - mu) * rs;
+        d[j] = value(dyr[c]);
+        const float g = d[j] * w[c];
+        sg += g;
+        sgx += g * xh[j];
+        acc[0][j] += d[j] * xh[j];
+        acc[1][j] += d[j];
+      }
+    }
+    const float mg = warp_sum(sg) / float(C), mgx = warp_sum(sgx) / float(C);
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) {
+      const int c = lane + 32 * j;
+      if (c < C) {
+        const float held = out(r, c, rs * (d[j] * w[c] - mg - xh[j] * mgx));
+        if constexpr (K == 3) acc[2][j] += held;
+      }
+    }
+  }
+  for (int v = 0; v < warps; ++v) {  // the warps' sums, in warp order
+    if (warp == v) {
+      GMLP_UNROLL
+      for (int j = 0; j < PerLane; ++j) {
+        const int c = lane + 32 * j;
+        if (c >= C) continue;
+        GMLP_UNROLL
+        for (int k = 0; k < K; ++k) sums[k][c] = (v == 0 ? 0.f : sums[k][c]) + acc[k][j];
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))
+    for (int k = 0; k < K; ++k) part[(int64_t(blockIdx.x) * K + k) * C + c] = sums[k][c];
+}
+
 // The backward in one pass over the rows, for rows of up to kFusedColumns channels: a
 // block per chunk of rows, taking them one after another as ln_backward_dx_k takes its
 // row, with each channel's dw and db terms (and, K = 3, what out holds: the SGU's gate
 // sums dU into the in-projection's bias) added up by the thread that owns the channel,
 // in shared memory; the chunk's sums go to part[(chunk * K + k) * C + c]. The unfused
-// backward (below) reads dy and x twice: once for dw and db, once for dx. On the CUDA
-// emulator 16 channels, so that the tests take both (the variants' d 16 and split gate
-// fused, their other gates of 32 not).
+// backward (below) reads dy and x twice: once for dw and db, once for dx. Rows of up to
+// kWarpColumns take the warp kernel above instead. On the CUDA emulator 32 channels, so
+// that the tests take all three (the variants' d 16 and split gates of 16 a warp per
+// row, their other gates of 32 this kernel, CudaOps' rows of 300 and more neither).
 #if defined(GMLP_CUDA_EMULATED)
-constexpr int kFusedColumns = 16;
+constexpr int kFusedColumns = 32;
 #else
 constexpr int kFusedColumns = 2048;
 #endif
@@ -168,7 +315,7 @@ inline int fused_rows_per(int M) { return M > 8 * 512 ? (M + 511) / 512 : 8; }
 template <int K, typename XIn, typename Out, typename TY>
 __global__ void ln_backward_fused_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                     const float* w, int M, int C, int rows_per, Out out, float* part) {
-  __shared__ float sh[32];
+  __shared__ float2 sh[32];
   __shared__ float xhat[kFusedColumns];
   __shared__ float acc[K][kFusedColumns];
   for (int c = threadIdx.x; c < C; c += blockDim.x)
@@ -195,6 +342,22 @@ template <typename XIn, typename Out, typename TY>
 void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
                              int M, int C, Out out, float* dw, float* db, float* dsum = nullptr) {
   if (M <= 0) return;
+  if (C <= kWarpColumns) {
+    const int rows_per = fused_rows_per(M), chunks = (M + rows_per - 1) / rows_per, K = dsum ? 3 : 2;
+    float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
+    with_per_lane(C, [&](auto per_lane) {
+      using P = decltype(per_lane);
+      if (dsum)
+        GMLP_LAUNCH((ln_backward_warp_k<3, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
+                                                                                      M, C, rows_per, out, part);
+      else
+        GMLP_LAUNCH((ln_backward_warp_k<2, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
+                                                                                      M, C, rows_per, out, part);
+    });
+    finish_column_sums(part, chunks, K, C, dw, db, dsum);
+    check_launch("layernorm backward (a warp per row)");
+    return;
+  }
   if (C <= kFusedColumns) {
     const int rows_per = fused_rows_per(M), chunks = (M + rows_per - 1) / rows_per, K = dsum ? 3 : 2;
     float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));

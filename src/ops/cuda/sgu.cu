@@ -66,9 +66,9 @@ struct FIn {
   const TF* F;
   const float* bias;
   int B, gh, n;
-  __device__ float operator()(int64_t i, int64_t r, int c) const {
+  __device__ float operator()(int64_t i, int r, int c) const {  // r < M, an int: 32-bit division
     const float v = value(F[i]);
-    return bias ? v + bias[(c / gh) * n + min(int(r / B), n - 1)] : v;
+    return bias ? v + bias[(c / gh) * n + min(r / B, n - 1)] : v;
   }
 };
 
@@ -85,7 +85,7 @@ struct DzGate {
   FIn<TF> F;
   __device__ float operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
-    if (direct) d += direct == 2 ? value(dS[i]) * F(i, r, c) : value(dS[i]);
+    if (direct) d += direct == 2 ? value(dS[i]) * F(i, int(r), c) : value(dS[i]);
     return hold(dz + r * ld + off + c,
                 zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
   }
@@ -94,17 +94,32 @@ struct DzGate {
 
 // F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
 // products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
-// may be the gate buffer (dead by now).
+// may be the gate buffer (dead by now). A thread per channel c of blockIdx.y's rows
+// (rows gridDim.y apart): no index division per value (a thread per value and its
+// row and channel divided out of a 64-bit index took 151 µs of an H200's gMLP-S/16 step
+// where the bytes take 27, docs/bench-gpu.md).
 template <typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, int M, int B, int g, int gh, const float* bias, int n,
                                const float* extra, bool keep, TU* S) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(M) * g) return;
-  const int64_t r = i / g;
-  const int c = int(i % g);
-  const float sum = FIn<TF>{F, bias, B, gh, n}(i, r, c) + (extra ? extra[i] : 0.f);
-  hold(S + i, combine(kind, z(r, c), keep ? hold(F + i, sum) : sum));
+  const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (c >= g) return;
+  const FIn<TF> fin{F, bias, B, gh, n};
+  for (int r = int(blockIdx.y); r < M; r += int(gridDim.y)) {
+    const int64_t i = int64_t(r) * g + c;
+    const float sum = fin(i, r, c) + (extra ? extra[i] : 0.f);
+    hold(S + i, combine(kind, z(r, c), keep ? hold(F + i, sum) : sum));
+  }
 }
+
+// The grid of a kernel taking a thread per channel of each row: the channels' blocks
+// by the rows, as many as gridDim.y holds (the kernel takes every gridDim.y-th row). On
+// the CUDA emulator three, so that the tests' rows take the stride.
+#if defined(GMLP_CUDA_EMULATED)
+constexpr int kRowBlocks = 3;
+#else
+constexpr int kRowBlocks = 65535;
+#endif
+inline dim3 channels_by_rows(int g, int M) { return dim3(blocks_for(g), unsigned(std::clamp(M, 1, kRowBlocks))); }
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -145,30 +160,40 @@ __global__ void k_back_gate(BackGate<TU, TF> pass, int M, int rows_per, float* p
 }
 
 // Bias gradient, in two fixed-order stages in double. First a block per (position t,
-// head k): the sum of dF over the B rows of t and the head's gh columns. Then a thread
-// per (head k, entry i): the sums of its positions, t = i, or t >= n - 1 for the last
-// entry (a Toeplitz model run past its window). One thread per entry summing all its
-// B x gh x positions values (B x g = 32 x 1024 at the annotated size) left a single block
-// of 256 threads reading the whole of dF.
+// head k, piece z): the sum of dF over the piece's rows of t (b = z, z + pieces, ...
+// of the B) and the head's gh columns, a row's columns read by adjacent threads. Then a
+// thread per (head k, entry i): the sums of its positions, t = i, or t >= n - 1 for the
+// last entry (a Toeplitz model run past its window), each position's pieces in order.
+// A block per position alone (196 blocks for gMLP-S/16, each thread a long chain of
+// loads) took 170 µs of an H200's step where the bytes take 9 (docs/bench-gpu.md).
 template <typename E>
 __global__ void k_bias_grad_rows(const E* dF, int B, int g, int gh, double* part) {
   __shared__ double sh[32];
-  const int t = blockIdx.x, k = blockIdx.y;
+  const int t = int(blockIdx.x), k = int(blockIdx.y), z = int(blockIdx.z), pieces = int(gridDim.z);
   double s = 0.0;
-  for (int i = threadIdx.x; i < B * gh; i += blockDim.x)
-    s += value(dF[(int64_t(t) * B + i / gh) * g + k * gh + i % gh]);
+  for (int b = z; b < B; b += pieces) {
+    const E* row = dF + (int64_t(t) * B + b) * g + int64_t(k) * gh;
+    for (int c = int(threadIdx.x); c < gh; c += int(blockDim.x)) s += value(row[c]);
+  }
   s = block_sum(s, sh);
-  if (threadIdx.x == 0) part[int64_t(k) * gridDim.x + t] = s;
+  if (threadIdx.x == 0) part[(int64_t(k) * gridDim.x + t) * pieces + z] = s;
 }
 
-__global__ void k_bias_grad_finish(const double* part, int T, int heads, int n, float* db) {
+__global__ void k_bias_grad_finish(const double* part, int T, int heads, int n, int pieces, float* db) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= heads * n) return;
   const int k = idx / n, i = idx % n;
   const int t1 = i == n - 1 ? T : min(T, i + 1);
   double s = 0.0;
-  for (int t = i; t < t1; ++t) s += part[int64_t(k) * T + t];
+  for (int t = i; t < t1; ++t)
+    for (int z = 0; z < pieces; ++z) s += part[(int64_t(k) * T + t) * pieces + z];
   db[k * n + i] += float(s);
+}
+
+// Pieces per position of the bias gradient's first stage: about 1,024 blocks in all
+// (eight per multiprocessor of an H100 or H200), at most one per row of the batch.
+inline int bias_grad_pieces(int T, int heads, int B) {
+  return std::max(1, std::min(B, (1024 + T * heads - 1) / (T * heads)));
 }
 
 // How the backward reads F (FIn): with the bias added where F is held without it.
@@ -200,15 +225,14 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
                 TF* F, TU* G, const float* extra) {
   const Dims d = dims(p, f);
   const int M = T * B, ld = B * d.g;
-  GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(ZIn<TU>{U, f, d.goff, p.z}, d.g, p.norm_w, p.norm_b, p.eps,
-                                                      rows_out(G, d.g), gmean, grstd);
-  check_launch("sgu gate layernorm");
+  layernorm_forward_with(ZIn<TU>{U, f, d.goff, p.z}, M, d.g, p.norm_w, p.norm_b, p.eps, rows_out(G, d.g), gmean,
+                         grstd);
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, nullptr, B, d, [&](const float* W, float*, int off, int cols, int count) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g);
   });
   if (p.store.F_unbiased && extra) throw Error("sgu_forward: F held without its bias takes no attention");
-  GMLP_LAUNCH(k_bias_combine, blocks_for(int64_t(M) * d.g), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, M, B, d.g,
+  GMLP_LAUNCH(k_bias_combine, channels_by_rows(d.g, M), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, M, B, d.g,
                                                                       d.gh, p.bias, p.n, extra,
                                                                       !p.store.F_unbiased, S);
   check_launch("sgu bias + combine");
@@ -245,9 +269,11 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
     spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW, count, d.g);
   });
   zero_padding(p.lengths, T, B, d.g, dG);
-  double* part = static_cast<double*>(scratch(sizeof(double) * size_t(T) * p.heads));
-  GMLP_LAUNCH(k_bias_grad_rows, dim3(unsigned(T), unsigned(p.heads)), kThreads)(dF, B, d.g, d.gh, part);
-  GMLP_LAUNCH(k_bias_grad_finish, blocks_for(p.heads * p.n), kThreads)(part, T, p.heads, p.n, g.bias);
+  const int pieces = bias_grad_pieces(T, p.heads, B);
+  double* part = static_cast<double*>(scratch(sizeof(double) * size_t(T) * p.heads * pieces));
+  GMLP_LAUNCH(k_bias_grad_rows, dim3(unsigned(T), unsigned(p.heads), unsigned(pieces)), kThreads)(dF, B, d.g, d.gh,
+                                                                                                  part);
+  GMLP_LAUNCH(k_bias_grad_finish, blocks_for(p.heads * p.n), kThreads)(part, T, p.heads, p.n, pieces, g.bias);
   check_launch("sgu bias gradient");
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
   // The gate's columns of dU summed into the in-projection's bias as they are written.
