@@ -177,11 +177,15 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     return {"step_s": rec["median_s"], "peak_mb": rec["peak_rss_mb"] if args.smoke else rec["device_peak_mb"]}
 
 
+def batch_size(w: dict, args) -> int:
+    return 2 if args.smoke else w["batch"]
+
+
 def workload_plan(name: str, args, device: str):
     """One workload's batch, FLOPs and implementations: label -> a function that times it."""
     w = WORKLOADS[name]
     mc = model_config(w, args.smoke)
-    B = 2 if args.smoke else w["batch"]
+    B = batch_size(w, args)
     flops = flops_per_step(mc, B)
     units = B if mc.get("task") == "vision" else B * mc["seq_len"]
     impls = {"gmlp fp32": lambda: run_gmlp(w, mc, B, args)}
@@ -287,7 +291,7 @@ def main() -> None:
         for name in args.workloads.split(","):
             w = WORKLOADS[name]
             mc = model_config(w, args.smoke)
-            print(shlex.join(gmlp_command(w, mc, 2 if args.smoke else w["batch"], args, args.print_gmlp_command)))
+            print(shlex.join(gmlp_command(w, mc, batch_size(w, args), args, args.print_gmlp_command)))
         return
     device = "cpu" if args.smoke else "cuda"
     records, profiles = [], []

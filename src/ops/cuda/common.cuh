@@ -98,37 +98,33 @@ __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term&
 // not one thread per column adding hundreds of chunks in a chain). Launched (linear.cu).
 void finish_column_sums(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2);
 
-// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread
-// gets the result. `shared` holds 32 values.
+// One lane's value from lane ^ o, for the sums below: a number, or a float2 (two sums
+// taken at once).
 template <typename T>
-__device__ inline T block_sum(T v, T* shared) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  __syncthreads();  // shared may still be read by a previous call
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < warps ? shared[lane] : T(0);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+__device__ inline T shfl_xor(T v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+__device__ inline float2 shfl_xor(float2 v, int o) { return {shfl_xor(v.x, o), shfl_xor(v.y, o)}; }
+__device__ inline float2 operator+(float2 a, float2 b) { return {a.x + b.x, a.y + b.y}; }
+
+// Sum of v over the warp; every lane gets it.
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = v + shfl_xor(v, o);
   return v;
 }
 
-// Two sums over the block at once, each added in block_sum's order (the same bits as two
-// calls) with half the barriers: a LayerNorm backward's row takes one, not two.
-__device__ inline float2 block_sum2(float2 v, float2* shared) {
-  for (int o = 16; o > 0; o >>= 1) {
-    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
-    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
-  }
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread
+// gets the result. `shared` holds 32 values. T float2 takes two sums with the barriers of
+// one, each added in the order a single sum is (a LayerNorm backward's row).
+template <typename T>
+__device__ inline T block_sum(T v, T* shared) {
+  v = warp_sum(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   __syncthreads();  // shared may still be read by a previous call
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = lane < warps ? shared[lane] : float2{0.f, 0.f};
-  for (int o = 16; o > 0; o >>= 1) {
-    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
-    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
-  }
-  return v;
+  return warp_sum(lane < warps ? shared[lane] : T{});
 }
 
 __device__ inline float block_max(float v, float* shared) {

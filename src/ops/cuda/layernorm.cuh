@@ -62,17 +62,13 @@ inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
 // (docs/bench-gpu.md: the gate LayerNorm's backward 421 µs where its bytes take 27).
 // Wider rows take the block kernels. PerLane, a lane's channels, is a compile-time 8,
 // 16, 24 or 32, so the arrays stay in registers. On the CUDA emulator 16 channels,
-// so that the tests' rows take every path (d 16 here, gates of 32 and 64 below).
+// so that the tests' rows take every path (the variants' d 16 and split gates of 16
+// here, their other gates of 32 the block kernels below).
 #if defined(GMLP_CUDA_EMULATED)
 constexpr int kWarpColumns = 16;
 #else
 constexpr int kWarpColumns = 1024;
 #endif
-
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // f(std::integral_constant<int, PerLane>) for the smallest PerLane of 8, 16, 24, 32
 // whose 32 lanes hold C channels (C <= kWarpColumns).
@@ -192,7 +188,7 @@ __device__ inline void ln_backward_row(const TY* dyr, XIn xin, int64_t r, float 
     sg += g;
     sgx += g * xh;
   }
-  const float2 sums = block_sum2({sg, sgx}, sh);
+  const float2 sums = block_sum(float2{sg, sgx}, sh);
   const float mg = sums.x / float(C), mgx = sums.y / float(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xh = xhat ? xhat[c] : (xin(r, c) - mu) * rs;
@@ -308,6 +304,7 @@ constexpr int kFusedColumns = 32;
 #else
 constexpr int kFusedColumns = 2048;
 #endif
+static_assert(kWarpColumns <= kFusedColumns, "the warp kernel's rows are a fused backward's too");
 // About 512 chunks whatever M, at least 8 rows each: a guess for a profile to tune
 // (more chunks, more blocks to hide a row's latency; fewer, fewer partial sums).
 inline int fused_rows_per(int M) { return M > 8 * 512 ? (M + 511) / 512 : 8; }
@@ -342,31 +339,26 @@ template <typename XIn, typename Out, typename TY>
 void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
                              int M, int C, Out out, float* dw, float* db, float* dsum = nullptr) {
   if (M <= 0) return;
-  if (C <= kWarpColumns) {
+  if (C <= kFusedColumns) {  // a warp per row, or a block per chunk of rows
     const int rows_per = fused_rows_per(M), chunks = (M + rows_per - 1) / rows_per, K = dsum ? 3 : 2;
     float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
-    with_per_lane(C, [&](auto per_lane) {
-      using P = decltype(per_lane);
-      if (dsum)
-        GMLP_LAUNCH((ln_backward_warp_k<3, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
-                                                                                      M, C, rows_per, out, part);
-      else
-        GMLP_LAUNCH((ln_backward_warp_k<2, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
-                                                                                      M, C, rows_per, out, part);
-    });
-    finish_column_sums(part, chunks, K, C, dw, db, dsum);
-    check_launch("layernorm backward (a warp per row)");
-    return;
-  }
-  if (C <= kFusedColumns) {
-    const int rows_per = fused_rows_per(M), chunks = (M + rows_per - 1) / rows_per, K = dsum ? 3 : 2;
-    float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
-    if (dsum)
+    if (C <= kWarpColumns) {
+      with_per_lane(C, [&](auto per_lane) {
+        using P = decltype(per_lane);
+        if (dsum)
+          GMLP_LAUNCH((ln_backward_warp_k<3, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
+                                                                                        M, C, rows_per, out, part);
+        else
+          GMLP_LAUNCH((ln_backward_warp_k<2, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
+                                                                                        M, C, rows_per, out, part);
+      });
+    } else if (dsum) {
       GMLP_LAUNCH(ln_backward_fused_k<3>, unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w, M, C, rows_per,
                                                                          out, part);
-    else
+    } else {
       GMLP_LAUNCH(ln_backward_fused_k<2>, unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w, M, C, rows_per,
                                                                          out, part);
+    }
     finish_column_sums(part, chunks, K, C, dw, db, dsum);
     check_launch("layernorm backward (fused)");
     return;
