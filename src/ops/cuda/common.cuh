@@ -26,6 +26,15 @@ namespace gmlp::cuda {
 #define GMLP_UNROLL _Pragma("unroll")
 #endif
 
+// A kernel's most threads a block and fewest blocks a multiprocessor (nvcc's
+// __launch_bounds__), so that the compiler keeps its registers within what that
+// occupancy allows; nothing under the emulator.
+#if defined(GMLP_CUDA_EMULATED)
+#define GMLP_BOUNDS(threads, blocks)
+#else
+#define GMLP_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#endif
+
 constexpr int kThreads = 256;
 
 // A value held as a float or as bf16 bits (ops/bf16.h), widened to a float; and v
@@ -70,8 +79,24 @@ __device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Te
   const int r0 = int(blockIdx.y) * rows_per, r1 = min(M, r0 + rows_per);
   float s[K];
   for (int k = 0; k < K; ++k) s[k] = 0.f;
-  if (c < N)
-    for (int r = r0 + int(threadIdx.y); r < r1; r += kRowLanes) term(r, c, s);
+  if (c < N) {
+    int r = r0 + int(threadIdx.y);
+    if constexpr (requires(const Term& t, int i) { t.apply(t.load(i, i), i, i, s); }) {
+      // A term that loads, then applies (the SGU's gate pass): 4 rows' loads in flight
+      // at once (sgu.cu's kRowBatch says why), then the 4 applied in order.
+      constexpr int kBatch = 4;
+      for (; r + (kBatch - 1) * kRowLanes < r1; r += kBatch * kRowLanes) {
+        decltype(term.load(r, c)) pre[kBatch];
+        GMLP_UNROLL
+        for (int b = 0; b < kBatch; ++b) pre[b] = term.load(r + b * kRowLanes, c);
+        GMLP_UNROLL
+        for (int b = 0; b < kBatch; ++b) term.apply(pre[b], r + b * kRowLanes, c, s);
+      }
+      for (; r < r1; r += kRowLanes) term.apply(term.load(r, c), r, c, s);
+    } else {
+      for (; r < r1; r += kRowLanes) term(r, c, s);
+    }
+  }
   for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = s[k];
   __syncthreads();
   if (threadIdx.y != 0 || c >= N) return;

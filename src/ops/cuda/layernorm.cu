@@ -12,6 +12,15 @@ struct DxPlain {
   float* dx;
   int ld;
   bool accumulate;
+  using Pre = float;  // what dx held, when added to
+  template <int PerLane>
+  __device__ void load_row(int64_t r, int lane, int C, Pre (&pre)[PerLane]) const {
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) pre[j] = accumulate ? dx[r * ld + lane_channel(lane, j, C)] : 0.f;
+  }
+  __device__ float store(Pre held, int64_t r, int c, float d) const {
+    return dx[r * ld + c] = accumulate ? held + d : d;
+  }
   __device__ float operator()(int64_t r, int c, float d) const {
     float* p = dx + r * ld + c;
     return *p = accumulate ? *p + d : d;

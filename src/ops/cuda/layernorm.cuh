@@ -22,9 +22,26 @@ constexpr int kRowCache = 4096;
 #endif
 
 // x as it is in memory, rows ld apart.
+// The warp kernels take each input in two steps, load (every memory read of a row's
+// channels, issued together) and value (the arithmetic on what was loaded): with the
+// loads of a row behind the arithmetic of the channel before (the SGU's gate: GELU
+// between them, and its branches), the warp waited on each load in turn, and the gate
+// LayerNorm's backward took 790 µs of an H100's gMLP-S/16 step where its bytes take 50
+// (docs/bench-gpu.md). operator() is the two at once.
+// Lane lane's channel j of a row of C, as the warp kernels load it: lanes past C take
+// channel C - 1 (any of the row would do) and drop it, so that no load is conditional.
+__device__ inline int lane_channel(int lane, int j, int C) { return min(lane + 32 * j, C - 1); }
+
 struct XPlain {
   const float* x;
   int ld;
+  using Raw = float;
+  template <int PerLane>
+  __device__ void load_row(int64_t r, int lane, int C, Raw (&raw)[PerLane]) const {
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) raw[j] = x[r * ld + lane_channel(lane, j, C)];
+  }
+  __device__ float value(Raw v, int) const { return v; }
   __device__ float operator()(int64_t r, int c) const { return x[r * ld + c]; }
 };
 
@@ -61,23 +78,36 @@ inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
 // block-wide reductions, four barriers) were the slowest of a bf16 step on an H200
 // (docs/bench-gpu.md: the gate LayerNorm's backward 421 µs where its bytes take 27).
 // Wider rows take the block kernels. PerLane, a lane's channels, is a compile-time 8,
-// 16, 24 or 32, so the arrays stay in registers. On the CUDA emulator 16 channels,
-// so that the tests' rows take every path (the variants' d 16 and split gates of 16
-// here, their other gates of 32 the block kernels below).
+// 16, 24, 32 or 48, so the arrays stay in registers. On the CUDA emulator 16 channels
+// (the variants' d and split gates; their other gates of 32 take the block kernels
+// below), and PerLane chosen at widths 32 times smaller (lane_fits), so that the tests'
+// narrow rows take every PerLane.
 #if defined(GMLP_CUDA_EMULATED)
 constexpr int kWarpColumns = 16;
 #else
-constexpr int kWarpColumns = 1024;
+constexpr int kWarpColumns = 1536;
 #endif
 
-// f(std::integral_constant<int, PerLane>) for the smallest PerLane of 8, 16, 24, 32
-// whose 32 lanes hold C channels (C <= kWarpColumns).
+// Whether a lane's PerLane channels may take rows of C: 32 PerLane on a GPU; on the
+// emulator PerLane / 3 (8: up to 2, 16: 5, 24: 8, 32: 10, 48: 16), rows narrower than
+// the lanes' room, which the kernels allow (lanes past C idle).
+constexpr bool lane_fits(int per_lane, int C) {
+#if defined(GMLP_CUDA_EMULATED)
+  return C <= per_lane / 3;
+#else
+  return C <= per_lane * 32;
+#endif
+}
+
+// f(std::integral_constant<int, PerLane>) for the smallest PerLane of 8, 16, 24, 32, 48
+// whose lanes take C channels (C <= kWarpColumns).
 template <typename F>
 void with_per_lane(int C, F&& f) {
-  if (C <= 8 * 32) return f(std::integral_constant<int, 8>{});
-  if (C <= 16 * 32) return f(std::integral_constant<int, 16>{});
-  if (C <= 24 * 32) return f(std::integral_constant<int, 24>{});
-  f(std::integral_constant<int, 32>{});
+  if (lane_fits(8, C)) return f(std::integral_constant<int, 8>{});
+  if (lane_fits(16, C)) return f(std::integral_constant<int, 16>{});
+  if (lane_fits(24, C)) return f(std::integral_constant<int, 24>{});
+  if (lane_fits(32, C)) return f(std::integral_constant<int, 32>{});
+  f(std::integral_constant<int, 48>{});
 }
 
 // A warp per row: mean and variance in two passes over the lane's registers, as the CPU
@@ -88,12 +118,13 @@ __global__ void ln_forward_warp_k(XIn xin, int M, int C, const float* w, const f
   const int lane = int(threadIdx.x) & 31;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= M) return;  // the whole warp: no barrier follows
+  typename XIn::Raw raw[PerLane];
+  xin.load_row(r, lane, C, raw);
   float v[PerLane];
   float s = 0.f;
   GMLP_UNROLL
   for (int j = 0; j < PerLane; ++j) {
-    const int c = lane + 32 * j;
-    v[j] = c < C ? xin(r, c) : 0.f;
+    v[j] = lane + 32 * j < C ? xin.value(raw[j], lane + 32 * j) : 0.f;
     s += v[j];
   }
   const float mu = warp_sum(s) / float(C);
@@ -102,10 +133,17 @@ __global__ void ln_forward_warp_k(XIn xin, int M, int C, const float* w, const f
   for (int j = 0; j < PerLane; ++j)
     if (lane + 32 * j < C) q += (v[j] - mu) * (v[j] - mu);
   const float rs = rsqrtf(warp_sum(q) / float(C) + eps);
+  float wj[PerLane], bj[PerLane];
+  GMLP_UNROLL
+  for (int j = 0; j < PerLane; ++j) {
+    const int c = lane_channel(lane, j, C);
+    wj[j] = w[c];
+    bj[j] = b[c];
+  }
   GMLP_UNROLL
   for (int j = 0; j < PerLane; ++j) {
     const int c = lane + 32 * j;
-    if (c < C) out(r, c, (v[j] - mu) * rs * w[c] + b[c]);
+    if (c < C) out(r, c, (v[j] - mu) * rs * wj[j] + bj[j]);
   }
   if (lane == 0) {
     if (mean) mean[r] = mu;
@@ -228,66 +266,93 @@ __global__ void ln_backward_dwdb_partial_k(const TY* dy, int lddy, XIn xin, cons
 }
 
 // The backward in one pass over the rows of up to kWarpColumns channels, a warp per row:
-// a block takes a chunk of rows, its warps every fourth row each, a lane's channels of
-// the row (xhat, dy) in registers, the row's two sums shuffles within the warp; each
-// lane adds its channels' dw and db terms (and, K = 3, what out holds) over its warp's
-// rows in registers, and the block's warps add theirs into shared memory one warp after
-// another, in warp order; the chunk's sums go to part[(chunk * K + k) * C + c]. Every
-// (row, channel) is one lane's: out may overwrite x, as in ln_backward_row.
+// a block of warp_block_warps(K, PerLane) warps takes a chunk of rows, its warps every
+// Warps-th row each, a lane's channels of the row (xhat, dy w) in registers, the row's
+// two sums shuffles within the warp. Each lane adds its channels' dw and db terms (and,
+// K = 3, what out holds) over its warp's rows into its warp's own shared memory (in
+// registers they left a PerLane of 24 a few warps per multiprocessor); then the block
+// adds its warps' sums in warp order, and the chunk's go to part[(chunk * K + k) * C +
+// c]. Every (row, channel) is one lane's: out may overwrite x, as in ln_backward_row.
+// A row's loads are issued together (XPlain's note), x's and dy's, then out's
+// (Out::load_row: what out reads back, dx to add to or the SGU's U).
+constexpr int warp_block_warps(int K, int per_lane) {
+  const int fit = 10240 / (K * per_lane * 32);  // 40 KB of sums: under 48 KB of static shared memory
+  return fit < 1 ? 1 : fit > 4 ? 4 : fit;
+}
+// Rows per chunk: about 4,096 warps in all (several waves over an H100's 132
+// multiprocessors, so the last one's tail is short), at least 8 rows a block.
+inline int warp_rows_per(int M, int warps) {
+  const int chunks = 4096 / warps;
+  return M > 8 * chunks ? (M + chunks - 1) / chunks : 8;
+}
+
+// Registers a lane may take (launch bounds): unbounded, nvcc gave the gate's kernel 168
+// registers at a PerLane of 8 and 255, spilling, from 24 on (all of a row's GELUs
+// interleaved).
+constexpr int warp_backward_registers(int per_lane) { return per_lane <= 8 ? 96 : per_lane <= 16 ? 128 : per_lane <= 24 ? 168 : 255; }
+constexpr int warp_backward_blocks(int K, int per_lane) {
+  return 65536 / (32 * warp_block_warps(K, per_lane) * warp_backward_registers(per_lane));
+}
+
 template <int K, int PerLane, typename XIn, typename Out, typename TY>
-__global__ void ln_backward_warp_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
+__global__ void GMLP_BOUNDS(32 * warp_block_warps(K, PerLane), warp_backward_blocks(K, PerLane)) ln_backward_warp_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd,
                                    const float* w, int M, int C, int rows_per, Out out, float* part) {
-  __shared__ float sums[K][PerLane * 32];
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, warps = int(blockDim.x) >> 5;
-  float acc[K][PerLane];
+  constexpr int Warps = warp_block_warps(K, PerLane), Row = PerLane * 32;
+  __shared__ float sums[Warps][K][Row];
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  float(*acc)[Row] = sums[warp];  // acc[k][32 j + lane]: lane's channel j, whether or not it is < C
   GMLP_UNROLL
   for (int k = 0; k < K; ++k)
     GMLP_UNROLL
-    for (int j = 0; j < PerLane; ++j) acc[k][j] = 0.f;
+    for (int j = 0; j < PerLane; ++j) acc[k][32 * j + lane] = 0.f;
   const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
-  for (int64_t r = r0 + warp; r < r1; r += warps) {
+  for (int64_t r = r0 + warp; r < r1; r += Warps) {
     const float mu = mean[r], rs = rstd[r];
     const TY* dyr = dy + r * lddy;
-    float xh[PerLane], d[PerLane];
+    typename XIn::Raw xr[PerLane];
+    xin.load_row(r, lane, C, xr);
+    TY dr[PerLane];
+    float g[PerLane];
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) {
+      const int c = lane_channel(lane, j, C);
+      dr[j] = dyr[c];
+      g[j] = w[c];
+    }
+    float xh[PerLane];
     float sg = 0.f, sgx = 0.f;
     GMLP_UNROLL
     for (int j = 0; j < PerLane; ++j) {
-      const int c = lane + 32 * j;
-      xh[j] = d[j] = 0.f;
-      if (c < C) {
-        xh[j] = (xin(r, c) - mu) * rs;
-        d[j] = value(dyr[c]);
-        const float g = d[j] * w[c];
-        sg += g;
-        sgx += g * xh[j];
-        acc[0][j] += d[j] * xh[j];
-        acc[1][j] += d[j];
+      xh[j] = 0.f;
+      if (lane + 32 * j < C) {
+        xh[j] = (xin.value(xr[j], lane + 32 * j) - mu) * rs;
+        const float d = value(dr[j]);
+        g[j] *= d;  // dy w
+        sg += g[j];
+        sgx += g[j] * xh[j];
+        acc[0][32 * j + lane] += d * xh[j];
+        acc[1][32 * j + lane] += d;
       }
     }
     const float mg = warp_sum(sg) / float(C), mgx = warp_sum(sgx) / float(C);
+    typename Out::Pre pre[PerLane];
+    out.load_row(r, lane, C, pre);
     GMLP_UNROLL
     for (int j = 0; j < PerLane; ++j) {
       const int c = lane + 32 * j;
       if (c < C) {
-        const float held = out(r, c, rs * (d[j] * w[c] - mg - xh[j] * mgx));
-        if constexpr (K == 3) acc[2][j] += held;
+        const float held = out.store(pre[j], r, c, rs * (g[j] - mg - xh[j] * mgx));
+        if constexpr (K == 3) acc[2][32 * j + lane] += held;
       }
     }
   }
-  for (int v = 0; v < warps; ++v) {  // the warps' sums, in warp order
-    if (warp == v) {
-      GMLP_UNROLL
-      for (int j = 0; j < PerLane; ++j) {
-        const int c = lane + 32 * j;
-        if (c >= C) continue;
-        GMLP_UNROLL
-        for (int k = 0; k < K; ++k) sums[k][c] = (v == 0 ? 0.f : sums[k][c]) + acc[k][j];
-      }
+  __syncthreads();
+  for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))  // the warps' sums, in warp order
+    for (int k = 0; k < K; ++k) {
+      float t = sums[0][k][c];
+      for (int v = 1; v < Warps; ++v) t += sums[v][k][c];
+      part[(int64_t(blockIdx.x) * K + k) * C + c] = t;
     }
-    __syncthreads();
-  }
-  for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))
-    for (int k = 0; k < K; ++k) part[(int64_t(blockIdx.x) * K + k) * C + c] = sums[k][c];
 }
 
 // The backward in one pass over the rows, for rows of up to kFusedColumns channels: a
@@ -339,20 +404,29 @@ template <typename XIn, typename Out, typename TY>
 void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
                              int M, int C, Out out, float* dw, float* db, float* dsum = nullptr) {
   if (M <= 0) return;
-  if (C <= kFusedColumns) {  // a warp per row, or a block per chunk of rows
+  if (C <= kWarpColumns) {  // a warp per row
+    with_per_lane(C, [&](auto per_lane) {
+      using PL = decltype(per_lane);
+      const auto run = [&](auto k) {
+        constexpr int K = decltype(k)::value, warps = warp_block_warps(K, PL::value);
+        const int rows_per = warp_rows_per(M, warps), chunks = (M + rows_per - 1) / rows_per;
+        float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
+        GMLP_LAUNCH((ln_backward_warp_k<K, PL::value>), unsigned(chunks), unsigned(32 * warps))(
+            dy, lddy, xin, mean, rstd, w, M, C, rows_per, out, part);
+        finish_column_sums(part, chunks, K, C, dw, db, dsum);
+      };
+      if (dsum)
+        run(std::integral_constant<int, 3>{});
+      else
+        run(std::integral_constant<int, 2>{});
+    });
+    check_launch("layernorm backward (a warp per row)");
+    return;
+  }
+  if (C <= kFusedColumns) {  // a block per chunk of rows
     const int rows_per = fused_rows_per(M), chunks = (M + rows_per - 1) / rows_per, K = dsum ? 3 : 2;
     float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
-    if (C <= kWarpColumns) {
-      with_per_lane(C, [&](auto per_lane) {
-        using P = decltype(per_lane);
-        if (dsum)
-          GMLP_LAUNCH((ln_backward_warp_k<3, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
-                                                                                        M, C, rows_per, out, part);
-        else
-          GMLP_LAUNCH((ln_backward_warp_k<2, P::value>), unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w,
-                                                                                        M, C, rows_per, out, part);
-      });
-    } else if (dsum) {
+    if (dsum) {
       GMLP_LAUNCH(ln_backward_fused_k<3>, unsigned(chunks), kRowThreads)(dy, lddy, xin, mean, rstd, w, M, C, rows_per,
                                                                          out, part);
     } else {

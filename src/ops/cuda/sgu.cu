@@ -50,11 +50,23 @@ __device__ inline float u_at(const ops::ZInput& zin, const TU* u, int64_t r, int
 }
 
 // Z's values from what the op was given, rows ld apart, from channel off on.
+// The warp LayerNorms load a row's U first, then add the bias (a load that hits the
+// cache: every row reads the same) and take GELU (layernorm.cuh's XPlain).
 template <typename TU>
 struct ZIn {
   const TU* u;
   int ld, off;
   ops::ZInput zin;
+  using Raw = TU;
+  template <int PerLane>
+  __device__ void load_row(int64_t r, int lane, int C, Raw (&raw)[PerLane]) const {
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) raw[j] = u[r * ld + off + lane_channel(lane, j, C)];
+  }
+  __device__ float value(Raw v, int c) const {
+    const float x = gmlp::cuda::value(v);
+    return z_from(zin, zin.bias ? x + zin.bias[off + c] : x);
+  }
   __device__ float operator()(int64_t r, int c) const { return z_from(zin, u_at(zin, u, r, ld, off + c)); }
 };
 
@@ -66,8 +78,9 @@ struct FIn {
   const TF* F;
   const float* bias;
   int B, gh, n;
-  __device__ float operator()(int64_t i, int r, int c) const {  // r < M, an int: 32-bit division
-    const float v = value(F[i]);
+  __device__ float operator()(int64_t i, int r, int c) const { return with(F[i], r, c); }
+  __device__ float with(TF held, int r, int c) const {  // F[i] as loaded; r < M, an int: 32-bit division
+    const float v = value(held);
     return bias ? v + bias[(c / gh) * n + min(r / B, n - 1)] : v;
   }
 };
@@ -83,6 +96,20 @@ struct DzGate {
   int direct;  // 0: none, 1: + dS (additive), 2: + dS * F (multiplicative)
   const TU* dS;
   FIn<TF> F;
+  // U, which the store reads, loaded first by the warp LayerNorm (the direct path's
+  // terms, the ablations' alone, are read as the store takes them).
+  using Pre = TU;
+  template <int PerLane>
+  __device__ void load_row(int64_t r, int lane, int C, Pre (&pre)[PerLane]) const {
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) pre[j] = u[r * ld + off + lane_channel(lane, j, C)];
+  }
+  __device__ float store(Pre uraw, int64_t r, int c, float d) const {
+    const int64_t i = r * g + c;
+    if (direct) d += direct == 2 ? value(dS[i]) * F(i, int(r), c) : value(dS[i]);
+    const float x = value(uraw), uv = zin.bias ? x + zin.bias[off + c] : x;
+    return hold(dz + r * ld + off + c, zin.gelu ? d * gelu_grad(uv, zin.form == Gelu::tanh) : d);
+  }
   __device__ float operator()(int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
     if (direct) d += direct == 2 ? value(dS[i]) * F(i, int(r), c) : value(dS[i]);
@@ -92,34 +119,58 @@ struct DzGate {
   void column_sums(int M, int C, float* sum) const { colsum_add(dz + off, M, C, ld, sum); }
 };
 
+// Rows a thread of the elementwise passes below takes at once, loads first: one bf16
+// value a thread in flight left an H100 at a third of its bandwidth (k_bias_combine
+// 131 µs of a gMLP-S/16 step where its bytes take 50, docs/bench-gpu.md).
+constexpr int kRowBatch = 4;
+
 // F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
 // products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
-// may be the gate buffer (dead by now). A thread per channel c of blockIdx.y's rows
-// (rows gridDim.y apart): no index division per value (a thread per value and its
-// row and channel divided out of a 64-bit index took 151 µs of an H200's gMLP-S/16 step
-// where the bytes take 27, docs/bench-gpu.md).
+// may be the gate buffer (dead by now). A thread per channel c of kRowBatch rows
+// gridDim.y apart, from blockIdx.y (then every kRowBatch gridDim.y-th): no index
+// division per value (a thread per value and its row and channel divided out of a
+// 64-bit index took 151 µs of an H200's gMLP-S/16 step where the bytes take 27,
+// docs/bench-gpu.md).
 template <typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, int M, int B, int g, int gh, const float* bias, int n,
                                const float* extra, bool keep, TU* S) {
   const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
   if (c >= g) return;
   const FIn<TF> fin{F, bias, B, gh, n};
-  for (int r = int(blockIdx.y); r < M; r += int(gridDim.y)) {
-    const int64_t i = int64_t(r) * g + c;
-    const float sum = fin(i, r, c) + (extra ? extra[i] : 0.f);
-    hold(S + i, combine(kind, z(r, c), keep ? hold(F + i, sum) : sum));
+  const int step = int(gridDim.y);
+  for (int r0 = int(blockIdx.y); r0 < M; r0 += kRowBatch * step) {
+    TF fr[kRowBatch];
+    TU ur[kRowBatch];
+    float ex[kRowBatch];
+    GMLP_UNROLL
+    for (int k = 0; k < kRowBatch; ++k) {  // rows past M load row M - 1, and drop it
+      const int64_t i = int64_t(min(r0 + k * step, M - 1)) * g + c;
+      fr[k] = F[i];
+      ur[k] = z.u[int64_t(min(r0 + k * step, M - 1)) * z.ld + z.off + c];
+      ex[k] = extra ? extra[i] : 0.f;
+    }
+    GMLP_UNROLL
+    for (int k = 0; k < kRowBatch; ++k) {
+      const int r = r0 + k * step;
+      if (r >= M) break;
+      const int64_t i = int64_t(r) * g + c;
+      const float sum = fin.with(fr[k], r, c) + ex[k];
+      hold(S + i, combine(kind, z.value(ur[k], c), keep ? hold(F + i, sum) : sum));
+    }
   }
 }
 
-// The grid of a kernel taking a thread per channel of each row: the channels' blocks
-// by the rows, as many as gridDim.y holds (the kernel takes every gridDim.y-th row). On
-// the CUDA emulator three, so that the tests' rows take the stride.
+// The grid of a kernel taking a thread per channel of kRowBatch rows: the channels'
+// blocks by the rows' batches, as many as gridDim.y holds (the kernel strides over the
+// rest). On the CUDA emulator three, so that the tests' rows take the stride.
 #if defined(GMLP_CUDA_EMULATED)
 constexpr int kRowBlocks = 3;
 #else
 constexpr int kRowBlocks = 65535;
 #endif
-inline dim3 channels_by_rows(int g, int M) { return dim3(blocks_for(g), unsigned(std::clamp(M, 1, kRowBlocks))); }
+inline dim3 channels_by_rows(int g, int M) {
+  return dim3(blocks_for(g), unsigned(std::clamp((M + kRowBatch - 1) / kRowBatch, 1, kRowBlocks)));
+}
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -142,9 +193,21 @@ struct BackGate {
   int g;
   TU *S, *dZ, *dF;
   float* dF32;
-  __device__ void operator()(int r, int c, float* s) const {
+  // Row r's loads at channel c, which column_sums_in_lanes issues for kRowBatch rows
+  // before it applies them: dS, F and U as held.
+  struct Pre {
+    TU ds;
+    TF f;
+    TU u;
+  };
+  __device__ Pre load(int r, int c) const {
     const int64_t i = int64_t(r) * g + c;
-    const float ds = value(dS[i]), fv = F(i, r, c), u = u_at(z.zin, z.u, r, z.ld, c), zv = z_from(z.zin, u);
+    return {dS[i], F.F[i], z.u[int64_t(r) * z.ld + c]};
+  }
+  __device__ void apply(const Pre& p, int r, int c, float* s) const {
+    const int64_t i = int64_t(r) * g + c;
+    const float x = value(p.u), u = z.zin.bias ? x + z.zin.bias[c] : x;
+    const float ds = value(p.ds), fv = F.with(p.f, r, c), zv = z_from(z.zin, u);
     if (S) hold(S + i, combine(kind, zv, fv));
     const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
     hold(dF + i, df);
