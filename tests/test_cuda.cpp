@@ -869,12 +869,12 @@ void layernorm_against_the_cpu(int M, int C, int ld) {
   EXPECT_TRUE(test::all_close(d.down(dDb, C).data(), db.data(), C, 1e-4f, 1e-4f, "db"));
 }
 
-// Every way the kernels take a row: a warp per row (on a GPU up to 1,536 channels, a
-// lane's share 8, 16, 24, 32 or 48 of them: 2 to 12, 300, 700, 1000, 1500; on the
-// emulator up to 16, each share at a 32nd of the width: 2, 4, 7, 10, 12), a block per
-// row with the backward fused (on a GPU up to 2,048: 1800; on the emulator up to 32:
-// 24) and not (2100; on the emulator from 300 on); the backward's chunks of rows six,
-// the last partial.
+// Every way the kernels take a row: a warp per row (on a GPU up to 1,024 channels, a
+// lane's share 8, 16, 24 or 32 of them: 2 to 12, 300, 700, 1000; on the emulator up to
+// 16, each share at a 64th of the width: 2 and 4, 7, 10 and 12, and the models' 16), a
+// block per row with the backward fused (on a GPU up to 2,048: 1500, 1800; on the
+// emulator up to 32: 24) and not (2100; on the emulator from 300 on); the backward's
+// chunks of rows six, the last partial.
 TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
   REQUIRE_GPU();
   for (const int C : {2, 4, 7, 10, 12, 24, 300, 700, 1000, 1500, 1800, 2100}) {

@@ -77,37 +77,37 @@ inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
 // rows go at their own pace. The block-per-row kernels below (every row's sums two
 // block-wide reductions, four barriers) were the slowest of a bf16 step on an H200
 // (docs/bench-gpu.md: the gate LayerNorm's backward 421 µs where its bytes take 27).
-// Wider rows take the block kernels. PerLane, a lane's channels, is a compile-time 8,
-// 16, 24, 32 or 48, so the arrays stay in registers. On the CUDA emulator 16 channels
-// (the variants' d and split gates; their other gates of 32 take the block kernels
-// below), and PerLane chosen at widths 32 times smaller (lane_fits), so that the tests'
-// narrow rows take every PerLane.
+// Wider rows take the block kernels: a lane's 48 channels of BERT's gate of 1,536 took
+// its backward from 573 µs to 819 on an H100, its forward from 118 to 147. PerLane, a
+// lane's channels, is a compile-time 8, 16, 24 or 32, so the arrays stay in registers.
+// On the CUDA emulator 16 channels (the variants' d and split gates; their other gates
+// of 32 take the block kernels below), and PerLane chosen at widths 64 times smaller
+// (lane_fits), so that the tests' narrow rows take every PerLane.
 #if defined(GMLP_CUDA_EMULATED)
 constexpr int kWarpColumns = 16;
 #else
-constexpr int kWarpColumns = 1536;
+constexpr int kWarpColumns = 1024;
 #endif
 
 // Whether a lane's PerLane channels may take rows of C: 32 PerLane on a GPU; on the
-// emulator PerLane / 3 (8: up to 2, 16: 5, 24: 8, 32: 10, 48: 16), rows narrower than
-// the lanes' room, which the kernels allow (lanes past C idle).
+// emulator PerLane / 2 (8: up to 4, 16: 8, 24: 12, 32: 16), rows narrower than the
+// lanes' room, which the kernels allow (lanes past C idle).
 constexpr bool lane_fits(int per_lane, int C) {
 #if defined(GMLP_CUDA_EMULATED)
-  return C <= per_lane / 3;
+  return C <= per_lane / 2;
 #else
   return C <= per_lane * 32;
 #endif
 }
 
-// f(std::integral_constant<int, PerLane>) for the smallest PerLane of 8, 16, 24, 32, 48
+// f(std::integral_constant<int, PerLane>) for the smallest PerLane of 8, 16, 24, 32
 // whose lanes take C channels (C <= kWarpColumns).
 template <typename F>
 void with_per_lane(int C, F&& f) {
   if (lane_fits(8, C)) return f(std::integral_constant<int, 8>{});
   if (lane_fits(16, C)) return f(std::integral_constant<int, 16>{});
   if (lane_fits(24, C)) return f(std::integral_constant<int, 24>{});
-  if (lane_fits(32, C)) return f(std::integral_constant<int, 32>{});
-  f(std::integral_constant<int, 48>{});
+  f(std::integral_constant<int, 32>{});
 }
 
 // A warp per row: mean and variance in two passes over the lane's registers, as the CPU
@@ -288,7 +288,9 @@ inline int warp_rows_per(int M, int warps) {
 
 // Registers a lane may take (launch bounds): unbounded, nvcc gave the gate's kernel 168
 // registers at a PerLane of 8 and 255, spilling, from 24 on (all of a row's GELUs
-// interleaved).
+// interleaved). Bounded so, gMLP-S/16's bf16 step (PerLane 24) went from 58 ms to 40.5
+// on an H100; the LM's gate (PerLane 32, 255 registers, 6 warps a multiprocessor) stayed
+// at 337 µs where its bytes take 17: not yet understood (docs/bench-gpu.md).
 constexpr int warp_backward_registers(int per_lane) { return per_lane <= 8 ? 96 : per_lane <= 16 ? 128 : per_lane <= 24 ? 168 : 255; }
 constexpr int warp_backward_blocks(int K, int per_lane) {
   return 65536 / (32 * warp_block_warps(K, per_lane) * warp_backward_registers(per_lane));
