@@ -42,10 +42,14 @@ checks() { # seconds, steps...: gpu_checks.sh with each step bounded
 checks 90 info || { echo "gpu_session.sh: the kit does not run here; stopping (see info.log)"; exit 1; }
 checks 60 ceilings
 
-# torch.compile's cache, one process a workload (their timings are discarded).
+# torch.compile's cache, one process a workload (their timings are discarded), each in a
+# process group of its own (setsid), so that stopping one stops Inductor's compile
+# workers too: left running, they took the CPU from the bench that followed, and
+# PyTorch's bf16 steps there ran up to 1.6x slower than in the call before
+# (docs/bench-gpu.md).
 warm=()
 for w in lm bert vision; do
-  timeout -k 10 300 python3 bench/gpu_bench.py --workloads $w --impls compile --warmup 1 --repeats 1 \
+  setsid timeout -k 10 300 python3 bench/gpu_bench.py --workloads $w --impls compile --warmup 1 --repeats 1 \
     > "$work/warm-$w.log" 2>&1 &
   warm+=($!)
 done
@@ -73,7 +77,7 @@ sanitize_rest $(($(left) - bench_slot)) 1 &
 san=$!
 while kill -0 "${warm[@]}" 2>/dev/null && (($(left) > bench_slot)); do sleep 2; done
 pkill -TERM -f "^timeout -k 10 [0-9]+ bash -c export LD_LIBRARY_PATH=.*compute-sanitizer" 2>/dev/null
-pkill -TERM -f "^timeout -k 10 300 python3 bench/gpu_bench.py" 2>/dev/null
+for g in "${warm[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
 wait
 for w in lm bert vision; do tail -n 3 "$work/warm-$w.log" | sed "s/^/warm $w: /"; done
 
