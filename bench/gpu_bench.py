@@ -160,6 +160,7 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     env = dict(os.environ)
     env.pop("GMLP_CUDA_BF16_GEMM", None)  # the default unless a row names one
     env.pop("GMLP_CUDA_LT", None)
+    env.pop("GMLP_CUDA_LN_WARP_COLUMNS", None)
     if bf16_gemm:  # how bf16 products over float operands are issued (docs/gpu.md): native or fast
         env["GMLP_CUDA_BF16_GEMM"] = bf16_gemm
     env.update(extra_env or {})
@@ -194,6 +195,8 @@ def workload_plan(name: str, args, device: str):
         impls["gmlp bf16 (float operands rounded by cuBLAS: fast)"] = lambda: run_gmlp(w, mc, B, args, "bf16", "fast")
         impls["gmlp bf16 (out-projection without cuBLASLt)"] = lambda: run_gmlp(
             w, mc, B, args, "bf16", "", {"GMLP_CUDA_LT": "off"})
+        impls["gmlp bf16 (LayerNorm a block per row throughout)"] = lambda: run_gmlp(
+            w, mc, B, args, "bf16", "", {"GMLP_CUDA_LN_WARP_COLUMNS": "0"})
     torch.manual_seed(0)
     inputs, targets = batch_for(mc, B, device)
     variants = [("torch eager fp32", False, False)]

@@ -869,15 +869,16 @@ void layernorm_against_the_cpu(int M, int C, int ld) {
   EXPECT_TRUE(test::all_close(d.down(dDb, C).data(), db.data(), C, 1e-4f, 1e-4f, "db"));
 }
 
-// Every way the kernels take a row: a warp per row (on a GPU up to 1,024 channels, a
-// lane's share 8, 16, 24 or 32 of them: 2 to 12, 300, 700, 1000; on the emulator up to
-// 16, each share at a 64th of the width: 2 and 4, 7, 10 and 12, and the models' 16), a
-// block per row with the backward fused (on a GPU up to 2,048: 1500, 1800; on the
-// emulator up to 32: 24) and not (2100; on the emulator from 300 on); the backward's
-// chunks of rows six, the last partial.
+// Every way the kernels take a row: a warp per row (on a GPU up to 768 channels, a
+// lane's share 8, 16 or 24 of them: 2 to 12, 300, 700; on the emulator up to 16, each
+// share at narrower rows: 2 and 4, 7 and 10, 12 and the models' 16), a block per row
+// held in registers (on a GPU up to 2,048, a thread's share 4, 6 or 8: 1000, 1500, 1800;
+// on the emulator up to 32: 18, 24, 30) and a block per row looping over its channels
+// (2100; on the emulator from 300 on); the backward's chunks of rows six, the last
+// partial.
 TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
   REQUIRE_GPU();
-  for (const int C : {2, 4, 7, 10, 12, 24, 300, 700, 1000, 1500, 1800, 2100}) {
+  for (const int C : {2, 4, 7, 10, 12, 18, 24, 30, 300, 700, 1000, 1500, 1800, 2100}) {
     SCOPED_TRACE("C " + std::to_string(C));
     layernorm_against_the_cpu(45, C, C + 10);
   }
@@ -1653,7 +1654,9 @@ TEST(CudaBf16, ABadProductChoiceIsNamedAndWritesNothing) {
   test::TempDir dir("bf16gemm");
   const std::pair<std::string, std::string> bad[] = {
       {"GMLP_CUDA_BF16_GEMM=bogus", "GMLP_CUDA_BF16_GEMM: 'bogus' is not one of fast, native"},
-      {"GMLP_CUDA_LT=maybe", "GMLP_CUDA_LT: 'maybe' is not on or off"}};
+      {"GMLP_CUDA_LT=maybe", "GMLP_CUDA_LT: 'maybe' is not on or off"},
+      {"GMLP_CUDA_LN_WARP_COLUMNS=wide", "GMLP_CUDA_LN_WARP_COLUMNS: 'wide' is not a number of channels from 0 to"},
+      {"GMLP_CUDA_LN_WARP_COLUMNS=5000", "GMLP_CUDA_LN_WARP_COLUMNS: '5000' is not a number of channels from 0 to"}};
   for (const auto& [env, message] : bad) {
     const auto r = test::run_command(env + " " + test::gmlp_exe() + " train --device cuda --precision bf16 --steps 1 " +
                                      "--data " + test::kGplText + " --out " + dir.file("run") + " 2>&1");

@@ -111,6 +111,7 @@ class CudaBackend final : public Backend {
   // and a training arena's U and F held in bf16 (block.h).
   void set_precision(Precision p) override {
     cuda::set_bf16_products(p == Precision::bf16);
+    cuda::warp_columns();  // a bad GMLP_CUDA_LN_WARP_COLUMNS fails here, not in a step
     bf16_ = p == Precision::bf16;
   }
   bool stores_bf16() const override { return bf16_; }

@@ -25,6 +25,11 @@ size_t live_device_bytes();
 // default) or bf16 inputs with fp32 accumulation on tensor cores.
 void set_bf16_products(bool on);
 
+// The widest rows the LayerNorms take a warp per row (layernorm_rows.cuh): all the warp
+// kernels take, or fewer by GMLP_CUDA_LN_WARP_COLUMNS (read once; an error if it is not
+// a number from 0 to that).
+int warp_columns();
+
 // gemm.cu (cuBLAS; in fp32 no TF32, so results stay within float rounding of the CPU).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);

@@ -1,7 +1,13 @@
-// LayerNorm on the device: a block per row for the statistics; the backward a block
-// per chunk of rows, dw and db as partial sums per chunk, then a fixed-order finish
-// (layernorm.cuh).
+// LayerNorm on the device over plain rows of floats: the kernels are layernorm.cuh's
+// (rows held in registers, a warp's or a block's, up to 2,048 channels; wider, a block per
+// row); the backward's dw and db partial sums per chunk of rows, then a fixed-order
+// finish.
 #include "ops/cuda/layernorm.cuh"
+
+#include <cstdlib>
+#include <string>
+
+#include "gmlp/error.h"
 
 namespace gmlp::cuda {
 
@@ -13,10 +19,10 @@ struct DxPlain {
   int ld;
   bool accumulate;
   using Pre = float;  // what dx held, when added to
-  template <int PerLane>
-  __device__ void load_row(int64_t r, int lane, int C, Pre (&pre)[PerLane]) const {
+  template <int N>
+  __device__ void load_row(int64_t r, RowSlots s, int C, Pre (&pre)[N]) const {
     GMLP_UNROLL
-    for (int j = 0; j < PerLane; ++j) pre[j] = accumulate ? dx[r * ld + lane_channel(lane, j, C)] : 0.f;
+    for (int j = 0; j < N; ++j) pre[j] = accumulate ? dx[r * ld + s.loaded(j, C)] : 0.f;
   }
   __device__ float store(Pre held, int64_t r, int c, float d) const {
     return dx[r * ld + c] = accumulate ? held + d : d;
@@ -29,6 +35,20 @@ struct DxPlain {
 };
 
 }  // namespace
+
+int warp_columns() {
+  static const int columns = [] {
+    const char* v = std::getenv("GMLP_CUDA_LN_WARP_COLUMNS");
+    if (!v || !*v) return kWarpColumnsMax;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end || n < 0 || n > kWarpColumnsMax)
+      throw Error("GMLP_CUDA_LN_WARP_COLUMNS: '" + std::string(v) + "' is not a number of channels from 0 to " +
+                  std::to_string(kWarpColumnsMax));
+    return int(n);
+  }();
+  return columns;
+}
 
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,
                        int ldy, float* mean, float* rstd) {

@@ -58,10 +58,10 @@ struct ZIn {
   int ld, off;
   ops::ZInput zin;
   using Raw = TU;
-  template <int PerLane>
-  __device__ void load_row(int64_t r, int lane, int C, Raw (&raw)[PerLane]) const {
+  template <int N>
+  __device__ void load_row(int64_t r, RowSlots s, int C, Raw (&raw)[N]) const {
     GMLP_UNROLL
-    for (int j = 0; j < PerLane; ++j) raw[j] = u[r * ld + off + lane_channel(lane, j, C)];
+    for (int j = 0; j < N; ++j) raw[j] = u[r * ld + off + s.loaded(j, C)];
   }
   __device__ float value(Raw v, int c) const {
     const float x = gmlp::cuda::value(v);
@@ -99,10 +99,10 @@ struct DzGate {
   // U, which the store reads, loaded first by the warp LayerNorm (the direct path's
   // terms, the ablations' alone, are read as the store takes them).
   using Pre = TU;
-  template <int PerLane>
-  __device__ void load_row(int64_t r, int lane, int C, Pre (&pre)[PerLane]) const {
+  template <int N>
+  __device__ void load_row(int64_t r, RowSlots s, int C, Pre (&pre)[N]) const {
     GMLP_UNROLL
-    for (int j = 0; j < PerLane; ++j) pre[j] = u[r * ld + off + lane_channel(lane, j, C)];
+    for (int j = 0; j < N; ++j) pre[j] = u[r * ld + off + s.loaded(j, C)];
   }
   __device__ float store(Pre uraw, int64_t r, int c, float d) const {
     const int64_t i = r * g + c;

@@ -1,0 +1,363 @@
+#pragma once
+// LayerNorm's rows held in registers (layernorm.cuh has the ops and the rows too wide
+// for this): a thread takes its slots of a row, channels first, first + stride, ... (a
+// warp's lanes: stride 32; a block's threads: its size), all of the row's loads issued
+// before any arithmetic, the row's sums those of the warp or the block. What x is and
+// where dx goes are the caller's (XIn, Out: the generic op's or the SGU's gate).
+#include <type_traits>
+
+#include "ops/cuda/common.cuh"
+
+namespace gmlp::cuda {
+
+constexpr int kRowThreads = 128;  // a warp-per-row kernel's blocks: four rows
+constexpr int kHeldThreads = 256;  // a block-per-row kernel's
+
+// A thread's slots of a row: channel(j) = first + stride j. A slot past C loads channel
+// C - 1 (any of the row would do) and drops it, so that no load is conditional.
+struct RowSlots {
+  int first, stride;
+  __device__ int channel(int j) const { return first + stride * j; }
+  __device__ int loaded(int j, int C) const { return min(channel(j), C - 1); }
+};
+
+// Each input is taken in two steps, load_row (every memory read of a thread's slots,
+// issued together) and value (the arithmetic on what was loaded): with the loads of a
+// row behind the arithmetic of the channel before (the SGU's gate: GELU between them,
+// and its branches), a warp waited on each load in turn, and the gate LayerNorm's
+// backward took 790 µs of an H100's gMLP-S/16 step where its bytes take 50
+// (docs/bench-gpu.md). operator() is the two at once. x as it is in memory, rows ld
+// apart:
+struct XPlain {
+  const float* x;
+  int ld;
+  using Raw = float;
+  template <int N>
+  __device__ void load_row(int64_t r, RowSlots s, int C, Raw (&raw)[N]) const {
+    GMLP_UNROLL
+    for (int j = 0; j < N; ++j) raw[j] = x[r * ld + s.loaded(j, C)];
+  }
+  __device__ float value(Raw v, int) const { return v; }
+  __device__ float operator()(int64_t r, int c) const { return x[r * ld + c]; }
+};
+
+// Where the normalised rows go: floats, rows ld apart, row r to row rows[r] when rows is
+// given (the decoder's gate cache);
+struct YPlain {
+  float* y;
+  int ld;
+  const int32_t* rows = nullptr;
+  __device__ void operator()(int64_t r, int c, float v) const { y[(rows ? int64_t(rows[r]) : r) * ld + c] = v; }
+};
+// or bf16 bits, rows ld apart, and the floats as well where y is given: the block
+// LayerNorm's output under bf16, read by bf16 products alone (and, as floats, by aMLP's
+// attention).
+struct YBf16 {
+  uint16_t* y16;
+  float* y;
+  int ld;
+  __device__ void operator()(int64_t r, int c, float v) const {
+    const int64_t i = r * ld + c;
+    hold(y16 + i, v);
+    if (y) y[i] = v;
+  }
+};
+
+// Rows ld apart as y holds them: floats, or bf16 bits.
+inline YPlain rows_out(float* y, int ld) { return {y, ld}; }
+inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
+
+// Row r's forward over a thread's N slots of it, sum(v) the row's sum of v over every
+// thread taking the row: mean and variance in two passes over registers, as the CPU op
+// takes them. Gives back the mean and 1 / sigma.
+template <int N, typename XIn, typename YOut, typename Sum>
+__device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, RowSlots s, const float* w, const float* b,
+                                          float eps, const YOut& out, const Sum& sum) {
+  typename XIn::Raw raw[N];
+  xin.load_row(r, s, C, raw);
+  float v[N];
+  float t = 0.f;
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j) {
+    v[j] = s.channel(j) < C ? xin.value(raw[j], s.channel(j)) : 0.f;
+    t += v[j];
+  }
+  const float mu = sum(t) / float(C);
+  float q = 0.f;
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j)
+    if (s.channel(j) < C) q += (v[j] - mu) * (v[j] - mu);
+  const float rs = rsqrtf(sum(q) / float(C) + eps);
+  float wj[N], bj[N];
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j) {
+    wj[j] = w[s.loaded(j, C)];
+    bj[j] = b[s.loaded(j, C)];
+  }
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j)
+    if (s.channel(j) < C) out(r, s.channel(j), (v[j] - mu) * rs * wj[j] + bj[j]);
+  return {mu, rs};
+}
+
+// Row r's backward over a thread's N slots of it: xhat and dy w in registers, their two
+// sums over the row by sum (a float2), dx to out (Out::load_row first: what out reads
+// back, dx to add to or the SGU's U; then Out::store, which gives back what it holds).
+// add(k, j, term) takes slot j's terms of dw (k = 0), db (1) and, K = 3, what out holds
+// (2: the SGU's gate sums dU into the in-projection's bias). Each slot is read, then
+// written, by its own thread: out may overwrite x.
+template <int K, int N, typename XIn, typename Out, typename TY, typename Sum, typename Add>
+__device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, float mu, float rs, const float* w, int C,
+                                         RowSlots s, const Out& out, const Sum& sum, const Add& add) {
+  typename XIn::Raw xr[N];
+  xin.load_row(r, s, C, xr);
+  TY dr[N];
+  float g[N];
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j) {
+    dr[j] = dyr[s.loaded(j, C)];
+    g[j] = w[s.loaded(j, C)];
+  }
+  float xh[N];
+  float sg = 0.f, sgx = 0.f;
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j) {
+    xh[j] = 0.f;
+    if (s.channel(j) < C) {
+      xh[j] = (xin.value(xr[j], s.channel(j)) - mu) * rs;
+      const float d = value(dr[j]);
+      g[j] *= d;  // dy w
+      sg += g[j];
+      sgx += g[j] * xh[j];
+      add(0, j, d * xh[j]);
+      add(1, j, d);
+    }
+  }
+  const float2 t = sum(float2{sg, sgx});
+  const float mg = t.x / float(C), mgx = t.y / float(C);
+  typename Out::Pre pre[N];
+  out.load_row(r, s, C, pre);
+  GMLP_UNROLL
+  for (int j = 0; j < N; ++j) {
+    if (s.channel(j) < C) {
+      const float held = out.store(pre[j], r, s.channel(j), rs * (g[j] - mg - xh[j] * mgx));
+      if constexpr (K == 3) add(2, j, held);
+    }
+  }
+}
+
+// Rows of up to warp_columns() channels take a warp each (four rows to a block of
+// kRowThreads, no barrier between rows), a lane's PerLane channels of 8, 16 or 24; wider
+// rows, up to kHeldColumns, a block of kHeldThreads each, a thread's PerThread of 4, 6
+// or 8 (the row's sums block reductions, two barriers each). Measured on an H100 (bf16
+// steps, docs/bench-gpu.md): gMLP-S/16's gate (768 channels, 24 a lane) a warp per row
+// took its step from 58 ms to 40.5; the LM's gate of 1,024 (32 a lane) took 337 µs where
+// its bytes take 17, and BERT's of 1,536 (48 a lane) 819, slower than a block per row
+// looping over its channels. A lane's share is unrolled, every channel's GELU and GELU'
+// inlined: 154 KB of code at 24 a lane, 199 KB at 32 (sm_90); a block per row holds a
+// sixth of those channels a thread. Hence a warp per row up to 768 channels, and
+// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) to time a block per row there too. On the CUDA
+// emulator 16 and 32, and the shares chosen at narrower rows (lane_fits, thread_fits),
+// so that the tests' rows take every kernel and every share.
+#if defined(GMLP_CUDA_EMULATED)
+constexpr int kWarpColumnsMax = 16, kHeldColumns = 32;
+#else
+constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048;
+#endif
+static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
+
+// Whether a lane's PerLane channels take rows of C: on a GPU 32 PerLane; on the
+// emulator 8: up to 5, 16: 10, 24: 16. Lanes past C idle.
+constexpr bool lane_fits(int per_lane, int C) {
+#if defined(GMLP_CUDA_EMULATED)
+  return C <= (per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16);
+#else
+  return C <= per_lane * 32;
+#endif
+}
+// Whether a thread's PerThread channels take rows of C: on a GPU kHeldThreads
+// PerThread; on the emulator 4: up to 20, 6: 26, 8: 32.
+constexpr bool thread_fits(int per_thread, int C) {
+#if defined(GMLP_CUDA_EMULATED)
+  return C <= (per_thread == 4 ? 20 : per_thread == 6 ? 26 : 32);
+#else
+  return C <= per_thread * kHeldThreads;
+#endif
+}
+
+// f(std::integral_constant<int, N>) for the smallest share of 8, 16, 24 (a lane's) or
+// 4, 6, 8 (a thread's) that takes C channels.
+template <typename F>
+void with_per_lane(int C, F&& f) {
+  if (lane_fits(8, C)) return f(std::integral_constant<int, 8>{});
+  if (lane_fits(16, C)) return f(std::integral_constant<int, 16>{});
+  f(std::integral_constant<int, 24>{});
+}
+template <typename F>
+void with_per_thread(int C, F&& f) {
+  if (thread_fits(4, C)) return f(std::integral_constant<int, 4>{});
+  if (thread_fits(6, C)) return f(std::integral_constant<int, 6>{});
+  f(std::integral_constant<int, 8>{});
+}
+
+// The forward, a warp per row;
+template <int PerLane, typename XIn, typename YOut>
+__global__ void ln_forward_warp_k(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out,
+                                  float* mean, float* rstd) {
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= M) return;  // the whole warp: no barrier follows
+  const float2 st = ln_forward_slots<PerLane>(xin, r, C, RowSlots{lane, 32}, w, b, eps, out,
+                                              [](float v) { return warp_sum(v); });
+  if (lane == 0) {
+    if (mean) mean[r] = st.x;
+    if (rstd) rstd[r] = st.y;
+  }
+}
+
+// a block per row.
+template <int PerThread, typename XIn, typename YOut>
+__global__ void ln_forward_block_k(XIn xin, int C, const float* w, const float* b, float eps, YOut out, float* mean,
+                                   float* rstd) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const float2 st = ln_forward_slots<PerThread>(xin, r, C, RowSlots{int(threadIdx.x), int(blockDim.x)}, w, b, eps,
+                                                out, [&](float v) { return block_sum(v, sh); });
+  if (threadIdx.x == 0) {
+    if (mean) mean[r] = st.x;
+    if (rstd) rstd[r] = st.y;
+  }
+}
+
+// The backward, a warp per row: a block of warp_block_warps(K, PerLane) warps takes a
+// chunk of rows, its warps every Warps-th row each. Each lane adds its slots' terms over
+// its warp's rows into its warp's own shared memory (in registers they left a PerLane of
+// 24 a few warps per multiprocessor); then the block adds its warps' sums in warp order,
+// and the chunk's go to part[(chunk * K + k) * C + c].
+constexpr int warp_block_warps(int K, int per_lane) {
+  const int fit = 10240 / (K * per_lane * 32);  // 40 KB of sums: under 48 KB of static shared memory
+  return fit < 1 ? 1 : fit > 4 ? 4 : fit;
+}
+// Rows per chunk: about 4,096 warps in all (several waves over an H100's 132
+// multiprocessors, so the last one's tail is short), at least 8 rows a block.
+inline int warp_rows_per(int M, int warps) {
+  const int chunks = 4096 / warps;
+  return M > 8 * chunks ? (M + chunks - 1) / chunks : 8;
+}
+// Registers a lane may take (launch bounds): unbounded, nvcc gave the gate's kernel 168
+// registers at a PerLane of 8 and 255, spilling, from 24 on (all of a row's GELUs
+// interleaved).
+constexpr int warp_backward_registers(int per_lane) { return per_lane <= 8 ? 96 : per_lane <= 16 ? 128 : 168; }
+constexpr int warp_backward_blocks(int K, int per_lane) {
+  return 65536 / (32 * warp_block_warps(K, per_lane) * warp_backward_registers(per_lane));
+}
+
+template <int K, int PerLane, typename XIn, typename Out, typename TY>
+__global__ void GMLP_BOUNDS(32 * warp_block_warps(K, PerLane), warp_backward_blocks(K, PerLane))
+    ln_backward_warp_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w, int M,
+                       int C, int rows_per, Out out, float* part) {
+  constexpr int Warps = warp_block_warps(K, PerLane), Row = PerLane * 32;
+  __shared__ float sums[Warps][K][Row];
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  float(*acc)[Row] = sums[warp];  // acc[k][32 j + lane]: lane's slot j, whether or not it is < C
+  GMLP_UNROLL
+  for (int k = 0; k < K; ++k)
+    GMLP_UNROLL
+    for (int j = 0; j < PerLane; ++j) acc[k][32 * j + lane] = 0.f;
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
+  for (int64_t r = r0 + warp; r < r1; r += Warps)
+    ln_backward_slots<K, PerLane>(
+        dy + r * lddy, xin, r, mean[r], rstd[r], w, C, RowSlots{lane, 32}, out, [](float2 v) { return warp_sum(v); },
+        [&](int k, int j, float v) { acc[k][32 * j + lane] += v; });
+  __syncthreads();
+  for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))  // the warps' sums, in warp order
+    for (int k = 0; k < K; ++k) {
+      float t = sums[0][k][c];
+      for (int v = 1; v < Warps; ++v) t += sums[v][k][c];
+      part[(int64_t(blockIdx.x) * K + k) * C + c] = t;
+    }
+}
+
+// The backward, a block per row: a block takes a chunk of rows one after another (every
+// thread the same rows, so each reaches the barriers), each thread adding its slots'
+// terms in registers; the chunk's sums go to part as the warp kernel's do. About 512
+// chunks whatever M, at least 8 rows each.
+inline int block_rows_per(int M) { return M > 8 * 512 ? (M + 511) / 512 : 8; }
+
+template <int K, int PerThread, typename XIn, typename Out, typename TY>
+__global__ void GMLP_BOUNDS(kHeldThreads, 2)
+    ln_backward_block_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w, int M,
+                        int C, int rows_per, Out out, float* part) {
+  __shared__ float2 sh[32];
+  float acc[K][PerThread];
+  GMLP_UNROLL
+  for (int k = 0; k < K; ++k)
+    GMLP_UNROLL
+    for (int j = 0; j < PerThread; ++j) acc[k][j] = 0.f;
+  const RowSlots s{int(threadIdx.x), int(blockDim.x)};
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
+  for (int64_t r = r0; r < r1; ++r)
+    ln_backward_slots<K, PerThread>(
+        dy + r * lddy, xin, r, mean[r], rstd[r], w, C, s, out, [&](float2 v) { return block_sum(v, sh); },
+        [&](int k, int j, float v) { acc[k][j] += v; });
+  GMLP_UNROLL
+  for (int j = 0; j < PerThread; ++j)
+    if (s.channel(j) < C)
+      GMLP_UNROLL
+      for (int k = 0; k < K; ++k) part[(int64_t(blockIdx.x) * K + k) * C + s.channel(j)] = acc[k][j];
+}
+
+// The forward over M rows of up to kHeldColumns channels: a warp or a block per row.
+template <typename XIn, typename YOut>
+void layernorm_forward_held(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out, float* mean,
+                            float* rstd) {
+  if (C <= warp_columns()) {
+    with_per_lane(C, [&](auto per_lane) {
+      constexpr int kRows = kRowThreads / 32;
+      GMLP_LAUNCH(ln_forward_warp_k<decltype(per_lane)::value>, blocks_for(M, kRows), kRowThreads)(
+          xin, M, C, w, b, eps, out, mean, rstd);
+    });
+  } else {
+    with_per_thread(C, [&](auto per_thread) {
+      GMLP_LAUNCH(ln_forward_block_k<decltype(per_thread)::value>, unsigned(M), kHeldThreads)(xin, C, w, b, eps, out,
+                                                                                              mean, rstd);
+    });
+  }
+}
+
+// The backward over M rows of up to kHeldColumns channels, dx and the column sums in
+// one pass: dw and db (and, where dsum is given, the column sums of what out holds)
+// added to.
+template <typename XIn, typename Out, typename TY>
+void layernorm_backward_held(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
+                             int M, int C, Out out, float* dw, float* db, float* dsum) {
+  const auto run = [&](auto k) {
+    using KT = decltype(k);  // a type, not a constexpr int: g++ 12 would have the lambdas below capture it
+    if (C <= warp_columns()) {
+      with_per_lane(C, [&](auto per_lane) {
+        constexpr int K = KT::value, PL = decltype(per_lane)::value, warps = warp_block_warps(K, PL);
+        const int rows_per = warp_rows_per(M, warps), chunks = (M + rows_per - 1) / rows_per;
+        float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
+        GMLP_LAUNCH((ln_backward_warp_k<K, PL>), unsigned(chunks), unsigned(32 * warps))(dy, lddy, xin, mean, rstd, w,
+                                                                                        M, C, rows_per, out, part);
+        finish_column_sums(part, chunks, K, C, dw, db, dsum);
+      });
+    } else {
+      with_per_thread(C, [&](auto per_thread) {
+        using PT = decltype(per_thread);
+        constexpr int K = KT::value;
+        const int rows_per = block_rows_per(M), chunks = (M + rows_per - 1) / rows_per;
+        float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
+        GMLP_LAUNCH((ln_backward_block_k<K, PT::value>), unsigned(chunks), kHeldThreads)(dy, lddy, xin, mean, rstd, w,
+                                                                                        M, C, rows_per, out, part);
+        finish_column_sums(part, chunks, K, C, dw, db, dsum);
+      });
+    }
+  };
+  if (dsum)
+    run(std::integral_constant<int, 3>{});
+  else
+    run(std::integral_constant<int, 2>{});
+}
+
+}  // namespace gmlp::cuda
