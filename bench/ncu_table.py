@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Sums an Nsight Compute CSV (ncu --csv --metrics gpu__time_duration.sum) per kernel
 name: calls, total and mean device time, share, and the grid and block of its longest
-launch; the kernels that take the most time first (scripts/gpu_checks.sh ncu).
+launch; the kernels that take the most time first (scripts/gpu_checks.sh ncu). With
+--detail, a CSV of sections and metrics (gpu_checks.sh ncu-detail) as one row per kernel
+name: the means over its launches of duration, DRAM bandwidth, occupancy, registers
+and the stall reasons asked for.
 
   python3 bench/ncu_table.py ncu-vision.csv [--top 30]
+  python3 bench/ncu_table.py --detail ncu-detail-lm-backward.csv
 """
 import argparse
 import csv
@@ -26,13 +30,63 @@ def short(name: str) -> str:
     return s if len(s) <= 90 else s[:87] + "..."
 
 
+# --detail's columns: (heading, metric names as ncu's sections or --metrics print them).
+DETAIL = [
+    ("µs", ("Duration", "gpu__time_duration.sum")),
+    ("DRAM GB/s", ()),  # from the two byte counts and the duration
+    ("DRAM % of peak", ("DRAM Throughput",)),
+    ("SM % of peak", ("Compute (SM) Throughput",)),
+    ("occupancy %, achieved", ("Achieved Occupancy",)),
+    ("theoretical", ("Theoretical Occupancy",)),
+    ("registers", ("Registers Per Thread",)),
+    ("stalled: no instruction %", ("smsp__warp_issue_stalled_no_instruction_per_warp_active.pct",)),
+    ("long scoreboard %", ("smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",)),
+    ("barrier %", ("smsp__warp_issue_stalled_barrier_per_warp_active.pct",)),
+]
+
+
+def number(r: dict) -> float:
+    v = float(r["Metric Value"].replace(",", ""))
+    unit = r.get("Metric Unit", "")
+    return v * UNITS[unit] if unit in UNITS else v  # times in µs, the rest as printed
+
+
+def detail(rows: list) -> None:
+    per: dict = {}  # kernel -> launch id -> metric -> value
+    for r in rows:
+        try:
+            v = number(r)
+        except ValueError:
+            continue
+        per.setdefault(short(r["Kernel Name"]), {}).setdefault(r["ID"], {})[r["Metric Name"]] = v
+    print("| kernel | launches | " + " | ".join(h for h, _ in DETAIL) + " |")
+    print("|---|---:|" + "---:|" * len(DETAIL))
+    for name, launches in sorted(per.items()):
+        cells = []
+        for heading, names in DETAIL:
+            vals = []
+            for m in launches.values():
+                if heading == "DRAM GB/s":
+                    t = m.get("Duration", m.get("gpu__time_duration.sum"))
+                    if t and "dram__bytes_read.sum" in m and "dram__bytes_write.sum" in m:
+                        vals.append((m["dram__bytes_read.sum"] + m["dram__bytes_write.sum"]) / (t * 1e3))
+                else:
+                    vals += [m[n] for n in names if n in m][:1]
+            cells.append(f"{sum(vals) / len(vals):.1f}" if vals else "")
+        print(f"| `{name}` | {len(launches)} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--detail", action="store_true", help="a CSV of sections and metrics: one row per kernel")
     a = ap.parse_args()
     with open(a.csv, newline="") as f:
         rows = list(csv.DictReader(line for line in f if line.startswith('"')))
+    if a.detail:
+        detail(rows)
+        return
     kernels: dict = {}
     for r in rows:
         if r.get("Metric Name") != "gpu__time_duration.sum":

@@ -15,6 +15,9 @@
 #              (profile=vision: another)
 #   ncu        every kernel's device time in one bf16 training step of each bench
 #              workload (Nsight Compute), summed per kernel name
+#   ncu-detail the row-wise kernels (LayerNorms, the SGU's gate pass and bias + combine)
+#              of each workload under Nsight Compute's speed-of-light, occupancy and
+#              launch sections, with DRAM bytes and three stall reasons: why each is slow
 #   ceilings   the card's two ceilings as PyTorch reaches them: a device-to-device copy
 #              (bytes read and written) and an 8192-cube bf16 product on random data
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes;
@@ -120,6 +123,21 @@ for s in "$@"; do
         cmd=$(python3 bench/gpu_bench.py --workloads $w --print-gmlp-command bf16 --warmup 1 --repeats 1) || { status=1; continue; }
         step "ncu-$w" bash -c "ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
           --print-units base --csv --log-file '$out/ncu-$w.csv' $cmd > /dev/null && python3 bench/ncu_table.py '$out/ncu-$w.csv'"
+      done ;;
+    ncu-detail)
+      # A few launches of each row-wise kernel, forward and backward apart (a step runs
+      # every layer's forward first), each replayed for its sections: a few seconds a run.
+      metrics=dram__bytes_read.sum,dram__bytes_write.sum,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct
+      metrics+=,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_barrier_per_warp_active.pct
+      for w in lm bert vision; do
+        cmd=$(python3 bench/gpu_bench.py --workloads $w --print-gmlp-command bf16 --warmup 1 --repeats 1) || { status=1; continue; }
+        for part in forward:'ln_forward|k_bias_combine' backward:'ln_backward|k_back_gate'; do
+          step "ncu-detail-$w-${part%%:*}" bash -c "ncu --profile-from-start off --clock-control none \
+            --kernel-name regex:'${part#*:}' --launch-count 8 --section SpeedOfLight --section Occupancy \
+            --section LaunchStats --metrics $metrics --print-units base --csv \
+            --log-file '$out/ncu-detail-$w-${part%%:*}.csv' $cmd > /dev/null &&
+            python3 bench/ncu_table.py --detail '$out/ncu-detail-$w-${part%%:*}.csv'"
+        done
       done ;;
     bench | bench=*)
       # bench=lm,bert runs those workloads alone (each torch.compile takes a while: the

@@ -8,6 +8,7 @@
 #   train            the default LM in fp32 and bf16, and the 2% check
 #   bench            bench/gpu_bench.py, two passes, on an idle GPU
 #   ncu              every kernel's device time in one bf16 step of each workload
+#   ncu-detail       the row-wise kernels' bandwidth, occupancy and stall reasons
 #   profile          gmlp's device time per op for the three workloads
 #   sanitizer        compute-sanitizer memcheck, in two parts: while torch.compile warms
 #                    its cache (below), stopped when that is done, then with the time left,
@@ -84,6 +85,7 @@ for w in lm bert vision; do tail -n 3 "$work/warm-$w.log" | sed "s/^/warm $w: /"
 min() { echo $(($1 < $2 ? $1 : $2)); }
 GMLP_BENCH_ARGS="--passes 2" checks "$(min $(($(left) - 100)) 200)" bench
 checks "$(min $((($(left) - 40) / 3)) 45)" ncu
+checks "$(min $((($(left) - 40) / 8)) 25)" ncu-detail
 GMLP_BENCH_ARGS="--impls ^gmlp.(fp32|bf16)$" checks "$(min $(($(left) - 20)) 40)" profile=lm,bert,vision
 sanitize_rest $(($(left) - 10)) 2
 
@@ -95,4 +97,5 @@ grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
 grep -hE '^ceiling|SMs' "$work"/ceilings.log
 for w in lm bert vision; do head -n 12 "$work/ncu-$w.log" 2>/dev/null | grep -E '^(\||/)'; done
+for f in "$work"/ncu-detail-*.log; do [[ -f $f ]] && { echo "${f##*/}"; grep -E '^\|' "$f"; }; done
 sed -n '/^| workload/,$p' "$work"/bench-*.log
