@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ops/fast_div.h"
 #include "ops/fast_math.h"
 #include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
 #include "gmlp/comm.h"
@@ -785,6 +786,34 @@ TEST(OpsGelu, BiasGeluInPlaceEqualsOutOfPlace) {
     float g;
     gelu_forward(&u[5], &g, 1, tanh_approx);
     EXPECT_EQ(y[5], g);
+  }
+}
+
+// The kernels' divisions by a multiply and a shift (ops/fast_div.h) against the
+// division: every divisor to 3,000 and powers of two and their neighbours up to 2^31
+// (the largest it takes), each over numerators from 0 up, around multiples of the
+// divisor, and near 2^31.
+TEST(FastDiv, IsTheQuotientForEveryNumeratorBelow2To31) {
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 3000; ++d) divisors.push_back(d);
+  for (int k = 12; k <= 31; ++k)
+    for (int64_t e : {-1, 0, 1})
+      if ((int64_t(1) << k) + e <= (int64_t(1) << 31)) divisors.push_back(uint32_t((int64_t(1) << k) + e));
+  divisors.push_back(196 * 128);  // gMLP-S/16's rows
+  std::mt19937 rng(5);
+  const uint32_t top = (uint32_t(1) << 31) - 1;
+  for (const uint32_t d : divisors) {
+    const ops::FastDiv f(d);
+    std::vector<uint32_t> ns;
+    for (uint32_t n = 0; n < 2000; ++n) ns.push_back(n);
+    for (uint32_t q : {uint32_t(1), uint32_t(7), top / d}) {
+      const uint64_t base = uint64_t(q) * d;
+      for (int64_t e = -2; e <= 2; ++e)
+        if (int64_t(base) + e >= 0 && uint64_t(int64_t(base) + e) <= top) ns.push_back(uint32_t(int64_t(base) + e));
+    }
+    for (uint32_t k = 0; k < 200; ++k) ns.push_back(top - k);
+    for (int k = 0; k < 200; ++k) ns.push_back(std::uniform_int_distribution<uint32_t>(0, top)(rng));
+    for (const uint32_t n : ns) ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "gmlp/error.h"
 #include "ops/bf16.h"
+#include "ops/fast_div.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gelu.cuh"
 #include "ops/cuda/layernorm.cuh"
@@ -72,16 +73,18 @@ struct ZIn {
 
 // F's value at element i (row r, channel c): as held, plus the spatial bias of r's
 // position where F is held without it (ops.h's Bf16Store::F_unbiased; bias null
-// otherwise).
+// otherwise). The bias's position and head by multiplies (ops/fast_div.h), not per
+// value divisions.
 template <typename TF>
 struct FIn {
   const TF* F;
   const float* bias;
-  int B, gh, n;
+  ops::FastDiv B, gh;  // r / B, r's position; c / gh, c's head
+  int n;
   __device__ float operator()(int64_t i, int r, int c) const { return with(F[i], r, c); }
-  __device__ float with(TF held, int r, int c) const {  // F[i] as loaded; r < M, an int: 32-bit division
+  __device__ float with(TF held, int r, int c) const {  // F[i] as loaded
     const float v = value(held);
-    return bias ? v + bias[(c / gh) * n + min(r / B, n - 1)] : v;
+    return bias ? v + bias[int(gh.div(uint32_t(c))) * n + min(int(B.div(uint32_t(r))), n - 1)] : v;
   }
 };
 
@@ -127,16 +130,15 @@ constexpr int kRowBatch = 4;
 // F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
 // products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
 // may be the gate buffer (dead by now). A thread per channel c of kRowBatch rows
-// gridDim.y apart, from blockIdx.y (then every kRowBatch gridDim.y-th): no index
-// division per value (a thread per value and its row and channel divided out of a
+// gridDim.y apart, from blockIdx.y (then every kRowBatch gridDim.y-th): no 64-bit
+// index divided per value (a thread per value and its row and channel divided out of a
 // 64-bit index took 151 µs of an H200's gMLP-S/16 step where the bytes take 27,
-// docs/bench-gpu.md).
+// docs/bench-gpu.md). fin adds the bias to F.
 template <typename TU, typename TF>
-__global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, int M, int B, int g, int gh, const float* bias, int n,
-                               const float* extra, bool keep, TU* S) {
+__global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, int g, const float* extra, bool keep,
+                               TU* S) {
   const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
   if (c >= g) return;
-  const FIn<TF> fin{F, bias, B, gh, n};
   const int step = int(gridDim.y);
   for (int r0 = int(blockIdx.y); r0 < M; r0 += kRowBatch * step) {
     TF fr[kRowBatch];
@@ -262,7 +264,7 @@ inline int bias_grad_pieces(int T, int heads, int B) {
 // How the backward reads F (FIn): with the bias added where F is held without it.
 template <typename TF>
 FIn<TF> f_in(const ops::SguParams& p, int B, const Dims& d, const TF* F) {
-  return {F, p.store.F_unbiased ? p.bias : nullptr, B, d.gh, p.n};
+  return {F, p.store.F_unbiased ? p.bias : nullptr, ops::FastDiv(uint32_t(B)), ops::FastDiv(uint32_t(d.gh)), p.n};
 }
 
 // The spatial products: one over every row's gate channels, or per head one batched
@@ -295,8 +297,9 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g);
   });
   if (p.store.F_unbiased && extra) throw Error("sgu_forward: F held without its bias takes no attention");
-  GMLP_LAUNCH(k_bias_combine, channels_by_rows(d.g, M), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, M, B, d.g,
-                                                                      d.gh, p.bias, p.n, extra,
+  FIn<TF> fin = f_in(p, B, d, static_cast<const TF*>(F));
+  fin.bias = p.bias;  // the combine adds it whether or not F keeps it
+  GMLP_LAUNCH(k_bias_combine, channels_by_rows(d.g, M), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, fin, M, d.g, extra,
                                                                       !p.store.F_unbiased, S);
   check_launch("sgu bias + combine");
 }
