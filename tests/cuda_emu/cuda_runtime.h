@@ -21,7 +21,7 @@ struct dim3 {
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
-struct float2 {  // CUDA's vector type, as far as the kernels use it (block_sum2)
+struct float2 {  // CUDA's vector type, as far as the kernels use it (two sums at once)
   float x, y;
 };
 

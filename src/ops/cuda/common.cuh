@@ -37,6 +37,12 @@ namespace gmlp::cuda {
 
 constexpr int kThreads = 256;
 
+// Rows a thread of an elementwise pass takes at once, their loads first (the SGU's bias +
+// combine and gate pass): one bf16 value a thread in flight left an H100 at a third of
+// its bandwidth (k_bias_combine 131 µs of a gMLP-S/16 step where its bytes take 50,
+// docs/bench-gpu.md).
+constexpr int kRowBatch = 4;
+
 // A value held as a float or as bf16 bits (ops/bf16.h), widened to a float; and v
 // stored at p as p holds it, giving back the float then held (v, or v rounded). The
 // kernels over activations held in bf16 are templates over the element type.
@@ -82,15 +88,14 @@ __device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Te
   if (c < N) {
     int r = r0 + int(threadIdx.y);
     if constexpr (requires(const Term& t, int i) { t.apply(t.load(i, i), i, i, s); }) {
-      // A term that loads, then applies (the SGU's gate pass): 4 rows' loads in flight
-      // at once (sgu.cu's kRowBatch says why), then the 4 applied in order.
-      constexpr int kBatch = 4;
-      for (; r + (kBatch - 1) * kRowLanes < r1; r += kBatch * kRowLanes) {
-        decltype(term.load(r, c)) pre[kBatch];
+      // A term that loads, then applies (the SGU's gate pass): kRowBatch rows' loads in
+      // flight at once, then those rows applied in order.
+      for (; r + (kRowBatch - 1) * kRowLanes < r1; r += kRowBatch * kRowLanes) {
+        decltype(term.load(r, c)) pre[kRowBatch];
         GMLP_UNROLL
-        for (int b = 0; b < kBatch; ++b) pre[b] = term.load(r + b * kRowLanes, c);
+        for (int b = 0; b < kRowBatch; ++b) pre[b] = term.load(r + b * kRowLanes, c);
         GMLP_UNROLL
-        for (int b = 0; b < kBatch; ++b) term.apply(pre[b], r + b * kRowLanes, c, s);
+        for (int b = 0; b < kRowBatch; ++b) term.apply(pre[b], r + b * kRowLanes, c, s);
       }
       for (; r < r1; r += kRowLanes) term.apply(term.load(r, c), r, c, s);
     } else {

@@ -28,8 +28,7 @@ struct DxPlain {
     return dx[r * ld + c] = accumulate ? held + d : d;
   }
   __device__ float operator()(int64_t r, int c, float d) const {
-    float* p = dx + r * ld + c;
-    return *p = accumulate ? *p + d : d;
+    return store(accumulate ? dx[r * ld + c] : 0.f, r, c, d);
   }
   void column_sums(int M, int C, float* sum) const { colsum_add(dx, M, C, ld, sum); }
 };

@@ -42,11 +42,11 @@ __device__ inline float combine(Sgu kind, float z, float f) {
   }
 }
 
-// U + bias at (r, off + c) of what the op was given (rows ld apart): the argument of
-// GELU, or Z itself (ops.h's ZInput).
+// U + bias at channel ch of what the op was given, from U's value there as held: the
+// argument of GELU, or Z itself (ops.h's ZInput).
 template <typename TU>
-__device__ inline float u_at(const ops::ZInput& zin, const TU* u, int64_t r, int ld, int ch) {
-  const float v = value(u[r * ld + ch]);
+__device__ inline float plus_bias(const ops::ZInput& zin, TU held, int ch) {
+  const float v = value(held);
   return zin.bias ? v + zin.bias[ch] : v;
 }
 
@@ -64,11 +64,8 @@ struct ZIn {
     GMLP_UNROLL
     for (int j = 0; j < N; ++j) raw[j] = u[r * ld + off + s.loaded(j, C)];
   }
-  __device__ float value(Raw v, int c) const {
-    const float x = gmlp::cuda::value(v);
-    return z_from(zin, zin.bias ? x + zin.bias[off + c] : x);
-  }
-  __device__ float operator()(int64_t r, int c) const { return z_from(zin, u_at(zin, u, r, ld, off + c)); }
+  __device__ float value(Raw v, int c) const { return z_from(zin, plus_bias(zin, v, off + c)); }
+  __device__ float operator()(int64_t r, int c) const { return value(u[r * ld + off + c], c); }
 };
 
 // F's value at element i (row r, channel c): as held, plus the spatial bias of r's
@@ -110,22 +107,12 @@ struct DzGate {
   __device__ float store(Pre uraw, int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
     if (direct) d += direct == 2 ? value(dS[i]) * F(i, int(r), c) : value(dS[i]);
-    const float x = value(uraw), uv = zin.bias ? x + zin.bias[off + c] : x;
-    return hold(dz + r * ld + off + c, zin.gelu ? d * gelu_grad(uv, zin.form == Gelu::tanh) : d);
-  }
-  __device__ float operator()(int64_t r, int c, float d) const {
-    const int64_t i = r * g + c;
-    if (direct) d += direct == 2 ? value(dS[i]) * F(i, int(r), c) : value(dS[i]);
     return hold(dz + r * ld + off + c,
-                zin.gelu ? d * gelu_grad(u_at(zin, u, r, ld, off + c), zin.form == Gelu::tanh) : d);
+                zin.gelu ? d * gelu_grad(plus_bias(zin, uraw, off + c), zin.form == Gelu::tanh) : d);
   }
+  __device__ float operator()(int64_t r, int c, float d) const { return store(u[r * ld + off + c], r, c, d); }
   void column_sums(int M, int C, float* sum) const { colsum_add(dz + off, M, C, ld, sum); }
 };
-
-// Rows a thread of the elementwise passes below takes at once, loads first: one bf16
-// value a thread in flight left an H100 at a third of its bandwidth (k_bias_combine
-// 131 µs of a gMLP-S/16 step where its bytes take 50, docs/bench-gpu.md).
-constexpr int kRowBatch = 4;
 
 // F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
 // products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
@@ -208,7 +195,7 @@ struct BackGate {
   }
   __device__ void apply(const Pre& p, int r, int c, float* s) const {
     const int64_t i = int64_t(r) * g + c;
-    const float x = value(p.u), u = z.zin.bias ? x + z.zin.bias[c] : x;
+    const float u = plus_bias(z.zin, p.u, c);
     const float ds = value(p.ds), fv = F.with(p.f, r, c), zv = z_from(z.zin, u);
     if (S) hold(S + i, combine(kind, zv, fv));
     const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
