@@ -6,6 +6,7 @@
 #   tests      the CUDA tests (every op and variant against the CPU engine, cached
 #              generation) and the device-choice and mirror tests
 #   sanitizer  compute-sanitizer memcheck over the CUDA tests
+#   python     the Python module's GPU tests (device="cuda"), with the machine's python3
 #   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
 #              (bench=lm,bert: those workloads alone)
 #   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
@@ -34,7 +35,7 @@ mkdir -p "$out"
 [[ -f .gpukit/kit.tar.xz ]] || { echo "gpu_checks.sh: no .gpukit/kit.tar.xz (run scripts/gpu_kit.sh where the build is, and carry .gpukit)" >&2; exit 1; }
 K=/tmp/gmlp-gpukit
 if [[ ! -f $K/source_dir ]]; then mkdir -p "$K" && tar -C "$K" -xJf .gpukit/kit.tar.xz || exit 1; fi
-(($#)) || { echo "usage: scripts/gpu_checks.sh info|tests|sanitizer|bench|train|profile ..." >&2; exit 1; }
+(($#)) || { echo "usage: scripts/gpu_checks.sh info|ceilings|tests|sanitizer|python|bench|train|profile|ncu|ncu-detail ..." >&2; exit 1; }
 
 # The binaries name their source and build directories by absolute path (fixtures, the
 # CUDA module): make that path lead here, and build/ lead to the kit.
@@ -116,6 +117,15 @@ for s in "$@"; do
           --gtest_filter='${GMLP_TEST_FILTER:-Cuda*:*/Cuda*}-CudaNccl.*' || exit
         [[ '${GMLP_TEST_FILTER:-CudaNccl}' != *CudaNccl* ]] ||
           compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $T --gtest_filter='CudaNccl.*'" ;;
+    python)
+      # The Python module on the GPU (python/tests/test_device.py: a model, generation,
+      # training and bf16 with device="cuda", each against the CPU) under the machine's
+      # python3, which gpu_kit.sh built the kit's module for.
+      step python bash -c "suffix=\$(python3 -c 'import sysconfig; print(sysconfig.get_config_var(\"EXT_SUFFIX\"))')
+        [[ -f build/python/gmlp/_core\$suffix ]] ||
+          { echo \"gpu_checks.sh: the kit has no Python module for this python3 (_core\$suffix; it has: \$(cd build/python/gmlp 2>/dev/null && ls _core*))\"; exit 1; }
+        export LD_LIBRARY_PATH='$libs' PYTHONPATH='$root/build/python' GMLP_EXE='$root/build/gmlp' GMLP_SOURCE_DIR='$root'
+        python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_device.py" ;;
     ncu)
       # Every kernel's device time in one bf16 training step of each bench workload
       # (ncu, clocks as found), summed by kernel name: what the op profile cannot split.
@@ -163,7 +173,7 @@ for s in "$@"; do
       [[ $s == profile=* ]] && w=${s#profile=}
       step "profile-${w//,/-}" python3 bench/gpu_bench.py --profile "$out/profile-${w//,/-}.txt" --workloads "$w" \
         --warmup 3 --repeats 5 ${GMLP_BENCH_ARGS:-} ;;
-    *) echo "gpu_checks.sh: unknown step '$s' (info, ceilings, tests, sanitizer, ncu, bench, train or profile)" >&2; status=1 ;;
+    *) echo "gpu_checks.sh: unknown step '$s' (info, ceilings, tests, sanitizer, python, ncu, ncu-detail, bench, train or profile)" >&2; status=1 ;;
   esac
 done
 exit $status

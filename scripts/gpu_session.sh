@@ -6,6 +6,7 @@
 #   info, ceilings   stop the call at once if the kit does not run (a retry stays possible)
 #   tests            the CUDA tests against the CPU engine
 #   train            the default LM in fp32 and bf16, and the 2% check
+#   python           the Python module's tests with device="cuda"
 #   bench            bench/gpu_bench.py, two passes, on an idle GPU
 #   ncu              every kernel's device time in one bf16 step of each workload
 #   ncu-detail       the row-wise kernels' bandwidth, occupancy and stall reasons
@@ -57,6 +58,7 @@ done
 
 checks 200 tests
 checks 90 train
+checks 60 python
 
 # The sanitizer's tests, and those a log shows finished (passed or failed).
 libs=$(sed -n 's/^LD_LIBRARY_PATH="\([^"]*\)".*/\1/p' /tmp/gmlp-gpukit/build/gmlp)
@@ -93,6 +95,7 @@ echo "===== summary ($((SECONDS - t0)) s of $budget)"
 grep -hE '^== [^:]+: exit [0-9]+ after' "$work"/*.log
 grep -hE '^\[  (PASSED|FAILED)  \]|tests ran' "$work/tests.log"
 grep -hE '^train' "$work"/train-check.log 2>/dev/null
+grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
 grep -hE '^ceiling|SMs' "$work"/ceilings.log
