@@ -1103,6 +1103,22 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
   EXPECT_TRUE(test::all_close(d.down(dP, n).data(), p.data(), n, 1e-6f, 1e-5f, "params"));
   EXPECT_TRUE(test::all_close(d.down(dM, n).data(), m.data(), n, 1e-7f, 1e-5f, "m"));
 
+  // The optimizer's one launch: decay within the bounds alone, as the CPU op decays.
+  const std::vector<uint64_t> bounds = {0, 40000, 40001, 40001, 40002, 99999};
+  Vec pc = p0, mc = m0, vc = vpos;
+  ops::AdamWStep sb{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.9f, nullptr, 0, bounds.data(), int(bounds.size())};
+  cpu_backend().adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, sb);
+  float *dPb = d.up(p0), *dMb = d.up(m0), *dVb = d.up(vpos);
+  DeviceBuffer<uint64_t> dB(d.be, bounds.size());
+  d.be.upload(dB.data(), bounds.data(), sizeof(uint64_t) * bounds.size());
+  sb.decay_bounds = dB.data();
+  d.be.adamw_update(dPb, dG, dMb, dVb, n, sb);
+  const Vec pb = d.down(dPb, n);
+  EXPECT_TRUE(test::all_close(pb.data(), pc.data(), n, 1e-6f, 1e-5f, "params, decay bounds"));
+  EXPECT_NEAR(pb[39999] / pc[39999], 1.0, 1e-5);  // decayed, by 0.9: far outside the tolerance if not
+  EXPECT_NEAR(pb[40000] / pc[40000], 1.0, 1e-5);  // not decayed
+  EXPECT_NEAR(pb[n - 1] / pc[n - 1], 1.0, 1e-5);  // past the last bound: not decayed
+
   double ss = 0;
   cpu_backend().sum_squares(g.data(), n, &ss);
   double* dSs = d.up(std::vector<double>{-1.0});

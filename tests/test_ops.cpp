@@ -684,6 +684,39 @@ TEST(OpsOptimizer, ShardedAdamWUpdatesItsBlockExactlyAsTheWholeOne) {
   EXPECT_EQ(got, want);
 }
 
+// One call over a buffer with decay bounds is the calls over its spans, decaying and
+// not in turn, bit for bit (the optimizer's single launch; a bound past n is n).
+TEST(OpsOptimizer, AdamWDecayBoundsAreTheSpansUpdatedApart) {
+  const size_t n = 1000;
+  std::mt19937 rng(3);
+  const Vec p0 = uniform(n, -1, 1, rng), g = uniform(n, -1, 1, rng), m0 = uniform(n, -0.1f, 0.1f, rng);
+  const Vec v0 = uniform(n, 0.f, 0.1f, rng);
+  const std::vector<uint64_t> bounds = {0, 7, 300, 300, 301, 640, 999, 5000};
+  const ops::AdamWStep s{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.99f, nullptr, 0, bounds.data(), int(bounds.size())};
+  Vec p = p0, m = m0, v = v0;
+  ops::adamw_update(p.data(), g.data(), m.data(), v.data(), n, s);
+  Vec pw = p0, mw = m0, vw = v0;
+  size_t at = 0;
+  for (size_t k = 0; k <= bounds.size(); ++k) {
+    const size_t end = k < bounds.size() ? std::min<size_t>(n, bounds[k]) : n;
+    ops::AdamWStep span = s;
+    span.decay_bounds = nullptr;
+    span.decay = k % 2 ? s.decay : 1.f;
+    if (at < end) ops::adamw_update(pw.data() + at, g.data() + at, mw.data() + at, vw.data() + at, end - at, span);
+    at = std::max(at, end);
+  }
+  EXPECT_EQ(p, pw);
+  EXPECT_EQ(m, mw);
+  EXPECT_EQ(v, vw);
+  // And the bounds matter: element 5 decays, element 100 does not.
+  ops::AdamWStep all = s;
+  all.decay_bounds = nullptr;
+  Vec pa = p0, ma = m0, va = v0;
+  ops::adamw_update(pa.data(), g.data(), ma.data(), va.data(), n, all);
+  EXPECT_EQ(pa[5], p[5]);
+  EXPECT_NE(pa[100], p[100]);
+}
+
 TEST(OpsOptimizer, ClipGradNorm) {
   Vec g = {3.f, -4.f, 0.f};
   EXPECT_NEAR(clip_grad_norm(g.data(), 3, 1.f), 5.0, 1e-9);

@@ -45,8 +45,10 @@ class AdamW {
   struct Moments;  // device moments, null for host ones
   Moments& device_moments();  // allocated on first use
   void update(Backend& be, float* params, const float* grads, float* m, float* v, float lr, const double* guard,
-              int guards);
-  std::vector<std::pair<size_t, size_t>> decay_ranges_, plain_ranges_;  // [offset, size)
+              int guards, const uint64_t* bounds);
+  void set_bounds();
+  std::vector<std::pair<size_t, size_t>> decay_ranges_;  // [begin, end) of the weights that decay
+  std::vector<uint64_t> bounds_;  // those within the moments' range, from its start (ops.h's AdamWStep)
   std::vector<float> m_, v_;
   std::unique_ptr<Moments> dev_;
   Backend* be_ = nullptr;

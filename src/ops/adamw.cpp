@@ -1,5 +1,6 @@
 // AdamW's update and the sums of global-norm clipping, over raw buffers: the
 // arithmetic of torch.optim.AdamW (single-tensor path), step for step.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/ops.h"
@@ -8,17 +9,31 @@
 
 namespace gmlp::ops {
 
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
-  if (!step_may_update(s.guard, s.guards)) return;
-  const float b1 = s.b1, b2 = s.b2, eps = s.eps, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, decay = s.decay;
+namespace {
+void update_span(float* params, const float* grads, float* m, float* v, size_t i0, size_t i1, const AdamWStep& s,
+                 float decay) {
+  const float b1 = s.b1, b2 = s.b2, eps = s.eps, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt;
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = i0; i < i1; ++i) {
     const float g = grads[i];
     float p = params[i] * decay;
     m[i] = b1 * m[i] + (1.f - b1) * g;
     v[i] = b2 * v[i] + (1.f - b2) * g * g;
     const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
     params[i] = p - step_size * (m[i] / denom);
+  }
+}
+}  // namespace
+
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
+  if (!step_may_update(s.guard, s.guards)) return;
+  if (!s.decay_bounds) return update_span(params, grads, m, v, 0, n, s, s.decay);
+  // The spans between the bounds, decaying and not in turn.
+  size_t at = 0;
+  for (int k = 0; k <= s.n_decay_bounds; ++k) {
+    const size_t end = k < s.n_decay_bounds ? std::min<size_t>(n, s.decay_bounds[k]) : n;
+    if (at < end) update_span(params, grads, m, v, at, end, s, k % 2 ? s.decay : 1.f);
+    at = std::max(at, end);
   }
 }
 

@@ -357,6 +357,13 @@ struct AdamWStep {
   float b1, b2, eps, step_size, bc2_sqrt, decay;
   const double* guard = nullptr;
   int guards = 0;
+  // Where only some of the n values decay (the weight matrices, not the norms and
+  // biases): those in [decay_bounds[2k], decay_bounds[2k + 1]) take `decay`, the others
+  // none; offsets from params, ascending, n_decay_bounds even, in the backend's memory.
+  // Null: every value takes `decay`. One call (on a GPU, one launch) for the whole
+  // buffer, not one per run of tensors.
+  const uint64_t* decay_bounds = nullptr;
+  int n_decay_bounds = 0;
 };
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s);
 // Sum of x[i]^2 in double, in an order fixed by the thread count; x *= c; x scaled as

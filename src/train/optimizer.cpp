@@ -15,20 +15,36 @@ namespace gmlp {
 
 struct AdamW::Moments {
   HostMirror m, v;
+  DeviceBuffer<uint64_t> bounds;  // bounds_ on the device
 };
 
 AdamW::AdamW(const std::vector<ParamInfo>& layout, size_t total, const TrainConfig& cfg)
     : m_(total, 0.f), v_(total, 0.f), be_(&cpu_backend()), b1_(cfg.beta1), b2_(cfg.beta2), eps_(cfg.eps),
       wd_(cfg.weight_decay) {
-  // Tensors next to each other in the buffer with the same decay are one range: one
-  // update call (on a GPU, one launch) instead of one per tensor. A layer's norm weights
-  // and biases, and the biases between its matrices, run together: 6 calls a layer, not 10.
+  // Tensors next to each other in the buffer with the same decay are one range; the
+  // update is one call over the whole buffer, told where the decaying ranges are.
+  size_t at = 0;
   for (const auto& p : layout) {
-    auto& ranges = p.decay ? decay_ranges_ : plain_ranges_;
-    if (!ranges.empty() && ranges.back().first + ranges.back().second == p.offset)
-      ranges.back().second += p.size;
+    require(p.offset == at, "AdamW: the parameters do not fill their buffer in order (" + p.name + ")");
+    at += p.size;
+    if (!p.decay) continue;
+    if (!decay_ranges_.empty() && decay_ranges_.back().second == p.offset)
+      decay_ranges_.back().second += p.size;
     else
-      ranges.push_back({p.offset, p.size});
+      decay_ranges_.push_back({p.offset, p.offset + p.size});
+  }
+  require(at == total, "AdamW: the parameters do not fill their buffer");
+  set_bounds();
+}
+
+void AdamW::set_bounds() {
+  // The decaying ranges within [begin_, end), as offsets from begin_.
+  const size_t end = begin_ + m_.size();
+  bounds_.clear();
+  for (auto [a, b] : decay_ranges_) {
+    a = std::max(a, begin_);
+    b = std::min(b, end);
+    if (a < b) bounds_.insert(bounds_.end(), {uint64_t(a - begin_), uint64_t(b - begin_)});
   }
 }
 
@@ -43,6 +59,10 @@ AdamW::Moments& AdamW::device_moments() {
   if (dev_->m.dev.empty() && !m_.empty()) {
     dev_->m.dev = DeviceBuffer<float>(*be_, m_.size());  // zero-filled, as m_ and v_ start
     dev_->v.dev = DeviceBuffer<float>(*be_, v_.size());
+    if (!bounds_.empty()) {
+      dev_->bounds = DeviceBuffer<uint64_t>(*be_, bounds_.size());
+      be_->upload(dev_->bounds.data(), bounds_.data(), sizeof(uint64_t) * bounds_.size());
+    }
   }
   return *dev_;
 }
@@ -56,6 +76,7 @@ void AdamW::shard(size_t begin, size_t end) {
   m_.assign(end - begin, 0.f);
   v_.assign(end - begin, 0.f);
   sharded_ = true;
+  set_bounds();
 }
 
 std::vector<float>& AdamW::m() {
@@ -75,27 +96,20 @@ std::vector<float>& AdamW::v() {
 }
 
 void AdamW::update(Backend& be, float* params, const float* grads, float* m, float* v, float lr,
-                   const double* guard, int guards) {
+                   const double* guard, int guards, const uint64_t* bounds) {
   ++t_;
   const double bc1 = 1.0 - std::pow(double(b1_), double(t_));
   const double bc2 = 1.0 - std::pow(double(b2_), double(t_));
-  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), 1.f, guard, guards};
-  // Each tensor's part inside the moments' range [begin_, end): all of it unless sharded.
-  const size_t end = begin_ + m_.size();
-  auto run = [&](const std::vector<std::pair<size_t, size_t>>& ranges) {
-    for (auto [off, n] : ranges) {
-      const size_t a = std::max(off, begin_), b = std::min(off + n, end);
-      if (a < b) be.adamw_update(params + a, grads + a, m + (a - begin_), v + (a - begin_), b - a, s);
-    }
-  };
-  s.decay = 1.f - lr * wd_;
-  run(decay_ranges_);
-  s.decay = 1.f;
-  run(plain_ranges_);
+  // The moments' range [begin_, end): all the parameters unless sharded. A range with
+  // no decaying value in it (a shard of biases) has no bounds, and decays nothing.
+  const bool decays = !bounds_.empty();
+  ops::AdamWStep s{b1_, b2_, eps_, float(double(lr) / bc1), float(std::sqrt(bc2)), decays ? 1.f - lr * wd_ : 1.f,
+                   guard, guards, decays ? bounds : nullptr, int(bounds_.size())};
+  if (!m_.empty()) be.adamw_update(params + begin_, grads + begin_, m, v, m_.size(), s);
 }
 
 void AdamW::step(float* params, const float* grads, float lr) {
-  update(cpu_backend(), params, grads, m().data(), v().data(), lr, nullptr, 0);
+  update(cpu_backend(), params, grads, m().data(), v().data(), lr, nullptr, 0, bounds_.data());
 }
 
 void AdamW::step(Model& model, float lr, const double* guard, int guards) {
@@ -104,6 +118,7 @@ void AdamW::step(Model& model, float lr, const double* guard, int guards) {
                           ", the model is on " + name_of(be.device()));
   float* m = m_.data();
   float* v = v_.data();
+  const uint64_t* bounds = bounds_.data();
   if (dev_) {
     Moments& d = device_moments();
     d.m.to_device(be, m_);
@@ -111,8 +126,9 @@ void AdamW::step(Model& model, float lr, const double* guard, int guards) {
     d.m.state = d.v.state = HostMirror::device_newer;
     m = d.m.dev.data();
     v = d.v.dev.data();
+    bounds = d.bounds.data();
   }
-  update(be, model.device_weights(true), model.device_grads(false), m, v, lr, guard, guards);
+  update(be, model.device_weights(true), model.device_grads(false), m, v, lr, guard, guards, bounds);
 }
 
 double grad_norm(const float* grads, size_t n) { return std::sqrt(ops::sum_squares(grads, n)); }

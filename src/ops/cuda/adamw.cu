@@ -9,13 +9,26 @@
 namespace gmlp::cuda {
 namespace {
 
+// Whether value i decays: an odd count of s's bounds at or below it (a binary search
+// over a table of a few hundred, in the cache; the caller issues its loads first).
+__device__ inline bool decays(const ops::AdamWStep& s, size_t i) {
+  if (!s.decay_bounds) return true;
+  int lo = 0, hi = s.n_decay_bounds;  // the first bound above i, in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (s.decay_bounds[mid] <= i) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo % 2 == 1;
+}
+
 __global__ void k_adamw(float* params, const float* grads, float* m, float* v, size_t n, ops::AdamWStep s) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n || !ops::step_may_update(s.guard, s.guards)) return;
-  const float g = grads[i];
-  const float p = params[i] * s.decay;
-  const float mi = s.b1 * m[i] + (1.f - s.b1) * g;
-  const float vi = s.b2 * v[i] + (1.f - s.b2) * g * g;
+  const float g = grads[i], p0 = params[i], m0 = m[i], v0 = v[i];
+  const float p = p0 * (decays(s, i) ? s.decay : 1.f);
+  const float mi = s.b1 * m0 + (1.f - s.b1) * g;
+  const float vi = s.b2 * v0 + (1.f - s.b2) * g * g;
   m[i] = mi;
   v[i] = vi;
   params[i] = p - s.step_size * (mi / (sqrtf(vi) / s.bc2_sqrt + s.eps));
