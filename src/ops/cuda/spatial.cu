@@ -7,7 +7,11 @@
 // of the causal mixing's work ran in fp32 on CUDA cores. dW's diagonal blocks have
 // their strict upper part cleared. Training under bf16 the SGU hands G and dF in bf16
 // and takes dG in bf16, and the products read W from a bf16 copy (its lower triangle,
-// or all of it) made by each call: T x T values, next to the [M, g] operands.
+// or all of it) made by each call: T x T values, next to the [M, g] operands. The copy's
+// rows are padded to 16 bytes and it starts on 256: cuBLAS's Hopper kernels read their
+// operands with the tensor memory accelerator, whose rows must be 16-byte multiples, and
+// gMLP-S/16's T = 196 gives W rows of 392 bytes in bf16 (its three spatial products took
+// Ampere kernels, `cutlass_80_..._align2`, 50 to 63 µs each on an H100, docs/bench-gpu.md).
 #include <algorithm>
 #include <type_traits>
 
@@ -25,13 +29,20 @@ __global__ void clear_upper(float* dW, int ldw, int r0, int r1, int c1) {
 }
 
 // Wc[i, j] = W[i, j] (held as Wc holds it), or 0 above the diagonal when lower (Wc
-// dense, T x T).
+// T x T, rows ldc apart; the padding between them zero).
 template <typename E>
-__global__ void k_copy_w(const float* W, int ldw, int T, bool lower, E* Wc) {
+__global__ void k_copy_w(const float* W, int ldw, int T, bool lower, E* Wc, int ldc) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= int64_t(T) * T) return;
-  const int i = int(idx / T), j = int(idx % T);
-  hold(Wc + idx, lower && j > i ? 0.f : W[int64_t(i) * ldw + j]);
+  if (idx >= int64_t(T) * ldc) return;
+  const int i = int(idx / ldc), j = int(idx % ldc);
+  hold(Wc + idx, j >= T || (lower && j > i) ? 0.f : W[int64_t(i) * ldw + j]);
+}
+
+// The copy's row length: T values padded to 16 bytes.
+template <typename E>
+int padded_row(int T) {
+  constexpr int per = int(16 / sizeof(E));
+  return (T + per - 1) / per * per;
 }
 
 // dW[i, j] += the count partial products' [i, j], in order. Causal: j <= i only; dW's
@@ -60,8 +71,8 @@ int parts_at_once(int T) {
 }
 
 // The scratch of one call: for a batch of products whose dW are summed, `parts`
-// partial dW; then the W the products read: W itself (floats, not causal), or a dense
-// copy held as the operands are, its lower triangle alone when causal.
+// partial dW; then, from the next 256 bytes, the W the products read: W itself (floats,
+// not causal), or a copy held as the operands are, its lower triangle alone when causal.
 template <typename E>
 struct Scratch {
   const E* W = nullptr;
@@ -72,7 +83,9 @@ template <typename E>
 Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
   const int64_t TT = int64_t(T) * T;
   const bool copy = causal || !std::is_same_v<E, float>;
-  char* s = static_cast<char*>(scratch(sizeof(float) * size_t(TT) * parts + (copy ? sizeof(E) * size_t(TT) : 0)));
+  const int ldc = padded_row<E>(T);
+  const size_t part_bytes = (sizeof(float) * size_t(TT) * parts + 255) / 256 * 256;
+  char* s = static_cast<char*>(scratch(part_bytes + (copy ? sizeof(E) * size_t(T) * ldc : 0)));
   Scratch<E> out;
   out.part = parts ? reinterpret_cast<float*>(s) : nullptr;
   if (!copy) {
@@ -80,11 +93,11 @@ Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
     out.ldw = ldw;
     return out;
   }
-  E* Wc = reinterpret_cast<E*>(s + sizeof(float) * size_t(TT) * parts);
-  GMLP_LAUNCH(k_copy_w, blocks_for(TT), kThreads)(W, ldw, T, causal, Wc);
+  E* Wc = reinterpret_cast<E*>(s + part_bytes);
+  GMLP_LAUNCH(k_copy_w, blocks_for(int64_t(T) * ldc), kThreads)(W, ldw, T, causal, Wc, ldc);
   check_launch("the mixing's copy of W");
   out.W = Wc;
-  out.ldw = T;
+  out.ldw = ldc;
   return out;
 }
 
@@ -120,7 +133,7 @@ void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const
   }
   for (int i0 = 0; i0 < T; i0 += kBlock) {
     const int i1 = std::min(T, i0 + kBlock);
-    gemm_batched(false, false, i1 - i0, cols, i1, 1.f, s.W + int64_t(i0) * T, T, 0, G, ld, stride, 0.f,
+    gemm_batched(false, false, i1 - i0, cols, i1, 1.f, s.W + int64_t(i0) * s.ldw, s.ldw, 0, G, ld, stride, 0.f,
                  F + int64_t(i0) * ld, ld, stride, count);
   }
 }
@@ -136,8 +149,8 @@ void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, cons
   // block's columns of the lower triangle from row j0 on.
   if (!causal) gemm_batched(true, false, T, cols, T, 1.f, s.W, s.ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
   for (int j0 = 0; causal && j0 < T; j0 += kBlock)
-    gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.W + int64_t(j0) * T + j0, T, 0,
-                 dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
+    gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.W + int64_t(j0) * s.ldw + j0,
+                 s.ldw, 0, dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
   // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal block's strict
   // upper part cleared after (one product) or never added (partials).
   if (count == 1) {
