@@ -815,9 +815,21 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
       for (int c = 0; c < N; ++c) sums[size_t(c)] += v[size_t(r) * N + c];
     uint16_t* v16 = up16(U16(v.size()));
     float* gs = d.up(sums0);
-    d.be.to_bf16_summing_columns(d.up(v), M, N, v16, gs);
+    d.be.to_bf16_summing_columns(d.up(v), M, N, v16, gs, nullptr, 1);
     EXPECT_EQ(down16(v16, v.size()), bits(v));
     EXPECT_TRUE(test::all_close(d.down(gs, N).data(), sums.data(), N, 1e-4f, 1e-4f, "column sums of the floats"));
+    // Row r scaled by keep[r % B] as it is read (stochastic depth's dY), as the CPU's
+    // scale_rows scales it, in the bits and the sums.
+    const int B = 7;
+    const Vec keep = {0.f, 1.25f, 1.25f, 0.f, 1.25f, 3.f, 1.25f};
+    Vec scaled(v.size()), ssums = sums0;
+    cpu_backend().scale_rows(keep.data(), v.data(), M, B, N, scaled.data());
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < N; ++c) ssums[size_t(c)] += scaled[size_t(r) * N + c];
+    float* gk = d.up(sums0);
+    d.be.to_bf16_summing_columns(d.up(v), M, N, v16, gk, d.up(keep), B);
+    EXPECT_EQ(down16(v16, v.size()), bits(scaled));
+    EXPECT_TRUE(test::all_close(d.down(gk, N).data(), ssums.data(), N, 1e-4f, 1e-4f, "column sums, rows scaled"));
   }
   // The LayerNorm writing bf16, rows ld apart, with and without the floats.
   const int M = 45, C = 300, ld = 310;

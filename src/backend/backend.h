@@ -81,7 +81,10 @@ class Backend {
   virtual void to_bf16(const float*, size_t, uint16_t*) { no_bf16("to_bf16"); }
   // M rows of N floats rounded into y, their column sums added to sums as they are read:
   // dY rounded for the out-projection's products, its bias gradient in the same pass.
-  virtual void to_bf16_summing_columns(const float*, int, int, uint16_t*, float*) {
+  // Where row_scale is given, row r is taken times row_scale[r % B] (stochastic depth's
+  // keep[b], the rows time-major): dY = keep * dx without a pass of its own.
+  virtual void to_bf16_summing_columns(const float* /*x*/, int /*M*/, int /*N*/, uint16_t* /*y*/, float* /*sums*/,
+                                       const float* /*row_scale*/, int /*B*/) {
     no_bf16("to_bf16_summing_columns");
   }
   // linear_forward and linear_backward over x, dy and W in bf16 (the bias's gradient

@@ -122,15 +122,18 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   const float* x = saved.x;
   // dx holds dL/d(block output); the residual passes it to the input unchanged, and the
   // branch's contribution is added by the block LayerNorm's backward at the end.
+  const bool bf16 = saved.u16 != nullptr;
+  // Under bf16 stochastic depth's dY = keep[b] dx is taken as dY is rounded (below), not
+  // in a pass of its own: nothing else reads dY as floats there.
+  const bool keep_as_read = bf16 && call.keep && !call.drop.active();
   const float* dY = dx;
-  if (call.keep || call.drop.active()) {
+  if ((call.keep && !keep_as_read) || call.drop.active()) {
     if (call.drop.active())
       be.residual_dropout_backward(dx, call.keep, call.drop, M, B, d, s.dh);
     else
       be.scale_rows(call.keep, dx, M, B, d, s.dh);
     dY = s.dh;
   }
-  const bool bf16 = saved.u16 != nullptr;
   float* dF = sgu_needs_dF(c, bf16) ? s.dF : saved.F;  // block.h
   float* dU = saved.u;  // over U (in bf16 over saved.u16: the SGU's ops write it there)
   if (c.has_sgu()) {
@@ -144,7 +147,8 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     // rounded once into h16's scratch (the in-projection's read the h the forward kept,
     // or rebuilt there below) and S in bf16.
     if (bf16) {
-      be.to_bf16_summing_columns(dY, M, d, s.h16, gp.proj_out_b);  // the bias's gradient as dY is read
+      // The bias's gradient as dY is read.
+      be.to_bf16_summing_columns(dY, M, d, s.h16, gp.proj_out_b, keep_as_read ? call.keep : nullptr, B);
       be.gemm_bf16(false, false, M, nb, d, s.h16, d, call.proj_out_w16, nb, s.dS16, nb);
     } else {
       be.gemm(false, false, M, nb, d, 1.f, dY, d, p.proj_out_w, nb, 0.f, s.dS, nb);
@@ -152,7 +156,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
     // Under bf16 dL/dF goes to dF16, and to dF as floats for the attention alone.
     be.sgu_backward_gate(sp, s.dS, saved.u, T, B, f, saved.F, s.S, bf16 && c.d_attn == 0 ? nullptr : dF, dU);
     if (bf16)
-      be.linear_backward_bf16(s.h16, dY, s.S16, M, nb, call.proj_out_w16, d, nullptr, false, gp.proj_out_w,
+      be.linear_backward_bf16(s.h16, nullptr, s.S16, M, nb, call.proj_out_w16, d, nullptr, false, gp.proj_out_w,
                               nullptr);
     else
       be.linear_backward(dY, s.S, M, nb, p.proj_out_w, d, nullptr, false, gp.proj_out_w, gp.proj_out_b);

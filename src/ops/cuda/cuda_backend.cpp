@@ -154,9 +154,10 @@ class CudaBackend final : public Backend {
     const Entry entry("to_bf16");
     cuda::to_bf16(x, n, y);
   }
-  void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums) override {
+  void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums, const float* row_scale,
+                               int B) override {
     const Entry entry("to_bf16_summing_columns");
-    cuda::to_bf16_summing_columns(x, M, N, y, sums);
+    cuda::to_bf16_summing_columns(x, M, N, y, sums, row_scale, B);
   }
   void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out,
                            float* y) override {

@@ -71,9 +71,9 @@ void linear_backward(const float* dy, const float* x, int M, int in, const float
                      bool accumulate_dx, float* dW, float* db);
 void colsum_add(const float* x, int M, int N, int ld, float* out);  // out[c] += sum_r x[r * ld + c]
 void colsum_add(const uint16_t* x, int M, int N, int ld, float* out);  // over bf16 bits
-// M rows of N of x rounded into y, and x's column sums added to sums, in one pass
-// (Backend::to_bf16_summing_columns).
-void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums);
+// M rows of N of x rounded into y, and x's column sums added to sums, in one pass, row r
+// scaled by row_scale[r % B] where given (Backend::to_bf16_summing_columns).
+void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums, const float* row_scale, int B);
 // The same over bf16 x, dy16 and W (Backend::linear_forward_bf16); db from the float dy.
 void linear_forward_bf16(const uint16_t* x, int M, int in, const uint16_t* W, const float* b, int out, float* y);
 // y = r + x W^T + b over bf16 x and W (Backend::linear_residual_bf16).

@@ -1,6 +1,7 @@
 // y = x W^T + b on the device: the bias seeds y, then the GEMM adds (as linear.cpp).
 #include "ops/bf16.h"
 #include "ops/cuda/common.cuh"
+#include "ops/fast_div.h"
 
 namespace gmlp::cuda {
 namespace {
@@ -35,15 +36,20 @@ __global__ void seed_rows(float* y, const float* b, int M, int out) {
 // out[c] += sum over rows of x[r, c] (floats, or bf16 bits widened): partial sums per
 // chunk of rows, then the chunks' sums (common.cuh). Where y16 is given, x is
 // rounded into it as it is read (rows ld apart too): dY for the bf16 products, its
-// float sums the out-projection's bias gradient, in one pass over it.
+// float sums the out-projection's bias gradient, in one pass over it. Where row_scale
+// is given, row r is read times row_scale[r % B] (stochastic depth's keep[b]).
 template <typename T>
 struct ColumnOf {
   const T* x;
   int ld;
   uint16_t* y16;
+  const float* row_scale = nullptr;
+  ops::FastDiv B;
+  uint32_t b = 1;
   __device__ void operator()(int r, int c, float* s) const {
     const int64_t i = int64_t(r) * ld + c;
-    const float v = value(x[i]);
+    float v = value(x[i]);
+    if (row_scale) v = row_scale[uint32_t(r) - B.div(uint32_t(r)) * b] * v;
     if (y16) y16[i] = ops::to_bf16(v);
     s[0] += v;
   }
@@ -54,12 +60,13 @@ __global__ void colsum_partial(ColumnOf<T> col, int M, int N, int rows_per, floa
 }
 
 template <typename T>
-void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 = nullptr) {
+void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 = nullptr,
+                   const float* row_scale = nullptr, int B = 1) {
   if (M <= 0 || N <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
-  GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(ColumnOf<T>{x, ld, y16}, M, N,
-                                                                              rows_per, part);
+  const ColumnOf<T> col{x, ld, y16, row_scale, ops::FastDiv(uint32_t(B)), uint32_t(B)};
+  GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(col, M, N, rows_per, part);
   finish_column_sums(part, chunks, 1, N, out, nullptr, nullptr);
   check_launch("colsum");
 }
@@ -68,8 +75,9 @@ void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 =
 
 void colsum_add(const float* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
 void colsum_add(const uint16_t* x, int M, int N, int ld, float* out) { colsum_add_as(x, M, N, ld, out); }
-void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums) {
-  colsum_add_as(x, M, N, N, sums, y);
+void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums, const float* row_scale,
+                             int B) {
+  colsum_add_as(x, M, N, N, sums, y, row_scale, B);
 }
 
 namespace {
