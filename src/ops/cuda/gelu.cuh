@@ -27,6 +27,19 @@ __device__ inline float gelu_grad(float v, bool t) {
   return 0.5f * (1.f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
 }
 
+// GELU at v and its derivative together, the same values as gelu and gelu_grad apart
+// but the exact form's erf taken once: the SGU's gate passes need both at each value,
+// and nvcc inlined two erf evaluations there (their constants twice over in the PTX).
+struct GeluGrad {
+  float z, dz;
+};
+__device__ inline GeluGrad gelu_and_grad(float v, bool t) {
+  using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi;
+  if (t) return {gelu(v, true), gelu_grad(v, true)};
+  const float e = erff(v * kInvSqrt2);
+  return {0.5f * v * (1.f + e), 0.5f * (1.f + e) + v * kInvSqrt2Pi * expf(-0.5f * v * v)};
+}
+
 // Z's value from what an SGU op was given (ops.h's ZInput): z itself, or GELU(u).
 __device__ inline float z_from(ops::ZInput zin, float u) { return zin.gelu ? gelu(u, zin.form == Gelu::tanh) : u; }
 

@@ -109,6 +109,13 @@ __device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, RowSlots s,
 template <int K, int N, typename XIn, typename Out, typename TY, typename Sum, typename Add>
 __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, float mu, float rs, const float* w, int C,
                                          RowSlots s, const Out& out, const Sum& sum, const Add& add) {
+  // The SGU's gate (ZIn, DzGate): GELU' taken with GELU, from one erf, where a share of
+  // up to 8 channels leaves registers for it; wider shares read U again for their store.
+  constexpr bool with_grad = N <= 8 && requires(const XIn& x, typename XIn::Raw v, const Out& o) {
+    x.value_and_grad(v, 0);
+    o.store_with_grad(0.f, int64_t(0), 0, 0.f);
+  };
+  float zg[with_grad ? N : 1];
   typename XIn::Raw xr[N];
   xin.load_row(r, s, C, xr);
   TY dr[N];
@@ -124,7 +131,13 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
   for (int j = 0; j < N; ++j) {
     xh[j] = 0.f;
     if (s.channel(j) < C) {
-      xh[j] = (xin.value(xr[j], s.channel(j)) - mu) * rs;
+      if constexpr (with_grad) {
+        const auto vg = xin.value_and_grad(xr[j], s.channel(j));
+        xh[j] = (vg.z - mu) * rs;
+        zg[j] = vg.dz;
+      } else {
+        xh[j] = (xin.value(xr[j], s.channel(j)) - mu) * rs;
+      }
       const float d = value(dr[j]);
       g[j] *= d;  // dy w
       sg += g[j];
@@ -135,13 +148,22 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
   }
   const float2 t = sum(float2{sg, sgx});
   const float mg = t.x / float(C), mgx = t.y / float(C);
-  typename Out::Pre pre[N];
-  out.load_row(r, s, C, pre);
-  GMLP_UNROLL
-  for (int j = 0; j < N; ++j) {
-    if (s.channel(j) < C) {
-      const float held = out.store(pre[j], r, s.channel(j), rs * (g[j] - mg - xh[j] * mgx));
-      if constexpr (K == 3) add(2, j, held);
+  if constexpr (with_grad) {
+    GMLP_UNROLL
+    for (int j = 0; j < N; ++j)
+      if (s.channel(j) < C) {
+        const float held = out.store_with_grad(zg[j], r, s.channel(j), rs * (g[j] - mg - xh[j] * mgx));
+        if constexpr (K == 3) add(2, j, held);
+      }
+  } else {
+    typename Out::Pre pre[N];
+    out.load_row(r, s, C, pre);
+    GMLP_UNROLL
+    for (int j = 0; j < N; ++j) {
+      if (s.channel(j) < C) {
+        const float held = out.store(pre[j], r, s.channel(j), rs * (g[j] - mg - xh[j] * mgx));
+        if constexpr (K == 3) add(2, j, held);
+      }
     }
   }
 }

@@ -65,6 +65,12 @@ struct ZIn {
     for (int j = 0; j < N; ++j) raw[j] = u[r * ld + off + s.loaded(j, C)];
   }
   __device__ float value(Raw v, int c) const { return z_from(zin, plus_bias(zin, v, off + c)); }
+  // Z and dZ/dU at once (dZ/dU 1 where Z is U): for the gate LayerNorm's backward, whose
+  // store (DzGate) takes dZ/dU from here rather than from its own read of U.
+  __device__ GeluGrad value_and_grad(Raw v, int c) const {
+    const float x = plus_bias(zin, v, off + c);
+    return zin.gelu ? gelu_and_grad(x, zin.form == Gelu::tanh) : GeluGrad{x, 1.f};
+  }
   __device__ float operator()(int64_t r, int c) const { return value(u[r * ld + off + c], c); }
 };
 
@@ -105,10 +111,15 @@ struct DzGate {
     for (int j = 0; j < N; ++j) pre[j] = u[r * ld + off + s.loaded(j, C)];
   }
   __device__ float store(Pre uraw, int64_t r, int c, float d) const {
+    return store_with_grad(zin.gelu ? gelu_grad(plus_bias(zin, uraw, off + c), zin.form == Gelu::tanh) : 1.f, r, c,
+                           d);
+  }
+  // The same with dZ/dU given: the row routine's read of U through the gate's ZIn (the
+  // same U, ld, off and zin: backward_mix_as builds both) took it with Z (ZIn::value_and_grad).
+  __device__ float store_with_grad(float zgrad, int64_t r, int c, float d) const {
     const int64_t i = r * g + c;
     if (direct) d += direct == 2 ? value(dS[i]) * F(i, int(r), c) : value(dS[i]);
-    return hold(dz + r * ld + off + c,
-                zin.gelu ? d * gelu_grad(plus_bias(zin, uraw, off + c), zin.form == Gelu::tanh) : d);
+    return hold(dz + r * ld + off + c, zin.gelu ? d * zgrad : d);
   }
   __device__ float operator()(int64_t r, int c, float d) const { return store(u[r * ld + off + c], r, c, d); }
   void column_sums(int M, int C, float* sum) const { colsum_add(dz + off, M, C, ld, sum); }
@@ -196,13 +207,17 @@ struct BackGate {
   __device__ void apply(const Pre& p, int r, int c, float* s) const {
     const int64_t i = int64_t(r) * g + c;
     const float u = plus_bias(z.zin, p.u, c);
-    const float ds = value(p.ds), fv = F.with(p.f, r, c), zv = z_from(z.zin, u);
+    const float ds = value(p.ds), fv = F.with(p.f, r, c);
+    // The split form needs GELU'(U) too: GELU and GELU' from one erf.
+    const GeluGrad zg = kind == Sgu::split && z.zin.gelu ? gelu_and_grad(u, z.zin.form == Gelu::tanh)
+                                                         : GeluGrad{z_from(z.zin, u), 1.f};
+    const float zv = zg.z;
     if (S) hold(S + i, combine(kind, zv, fv));
     const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
     hold(dF + i, df);
     if (dF32) dF32[i] = df;
     if (kind == Sgu::split)
-      s[0] += hold(dZ + int64_t(r) * z.ld + c, z.zin.gelu ? ds * fv * gelu_grad(u, z.zin.form == Gelu::tanh) : ds * fv);
+      s[0] += hold(dZ + int64_t(r) * z.ld + c, z.zin.gelu ? ds * fv * zg.dz : ds * fv);
   }
 };
 
