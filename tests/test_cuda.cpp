@@ -139,6 +139,7 @@ const std::vector<Variant>& variants() {
       {"lm_linear", [](ModelConfig& c) { c.sgu = Sgu::linear; }},
       {"lm_additive", [](ModelConfig& c) { c.sgu = Sgu::additive; }},
       {"lm_multiplicative", [](ModelConfig& c) { c.sgu = Sgu::multiplicative; }},
+      {"lm_odd_gate", [](ModelConfig& c) { c.d_ffn = 18; }},  // 9 gate channels: the SGU's passes a channel a thread
       {"mlm", [](ModelConfig& c) { c.task = Task::mlm; }},
       {"mlm_amlp_heads", [](ModelConfig& c) { c.task = Task::mlm; c.d_attn = 8; c.sgu_heads = 2; }},
       {"classify_padded", [](ModelConfig& c) { c = tiny(Task::classify); c.d_attn = 8; }},
@@ -1171,17 +1172,19 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     int heads;
     bool causal, padded, extra;
     bool unbiased = false;  // F held without its bias (Bf16Store::F_unbiased)
+    int f = 16;             // 18: the split gate's 9 channels, a channel a thread (not pairs)
   };
   const Case cases[] = {{Sgu::split, 1, true, false, false},         {Sgu::split, 2, false, true, true},
                         {Sgu::multiplicative, 2, true, false, false}, {Sgu::multiplicative, 1, false, true, false},
                         {Sgu::additive, 1, false, true, true},        {Sgu::linear, 2, true, false, false},
                         {Sgu::split, 2, true, true, false, true},     {Sgu::multiplicative, 1, false, true, false, true},
-                        {Sgu::additive, 2, true, false, false, true}};
+                        {Sgu::additive, 2, true, false, false, true},  {Sgu::split, 1, false, true, true, false, 18}};
   Backend& cb = cpu_backend();
   for (const Case& k : cases) {
     const std::string name = name_of(k.kind) + (k.heads > 1 ? " heads" : "") + (k.causal ? " causal" : "") +
-                             (k.padded ? " padded" : "") + (k.unbiased ? " F unbiased" : "");
-    const int T = 20, B = 3, f = 16, n = 24, M = T * B, g = k.kind == Sgu::split ? f / 2 : f;
+                             (k.padded ? " padded" : "") + (k.unbiased ? " F unbiased" : "") + " f " +
+                             std::to_string(k.f);
+    const int T = 20, B = 3, f = k.f, n = 24, M = T * B, g = k.kind == Sgu::split ? f / 2 : f;
     const Vec U = randn(size_t(M) * f, 1), ub = randn(f, 2, 0.3f), nw = randn(g, 3), nb = randn(g, 4),
               W = randn(size_t(k.heads) * n * n, 5, 0.3f), sb = randn(size_t(k.heads) * n, 6),
               extra = randn(size_t(M) * g, 7), dS = randn(size_t(M) * g, 8);

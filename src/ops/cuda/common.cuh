@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "ops/bf16.h"
 #include "ops/cuda/cuda_ops.h"
@@ -37,10 +39,11 @@ namespace gmlp::cuda {
 
 constexpr int kThreads = 256;
 
-// Rows a thread of an elementwise pass takes at once, their loads first (the SGU's bias +
-// combine and gate pass): one bf16 value a thread in flight left an H100 at a third of
-// its bandwidth (k_bias_combine 131 µs of a gMLP-S/16 step where its bytes take 50,
-// docs/bench-gpu.md).
+// Values of a tensor a thread of an elementwise pass takes at once, their loads first
+// (the SGU's bias + combine and gate pass): kRowBatch rows, or kRowBatch / V rows of V
+// adjacent channels (the code unrolled over as many values either way). One bf16 value a
+// thread in flight left an H100 at a third of its bandwidth (k_bias_combine 131 µs of a
+// gMLP-S/16 step where its bytes take 50, docs/bench-gpu.md).
 constexpr int kRowBatch = 4;
 
 // A value held as a float or as bf16 bits (ops/bf16.h), widened to a float; and v
@@ -54,6 +57,54 @@ __device__ inline float hold(uint16_t* p, float v) {
   *p = h;
   return ops::from_bf16(h);
 }
+// v rounded as T holds it into bits, giving back the float then held (hold without the
+// store: the value goes out with its neighbours, store_vec).
+__device__ inline float round_as(float v, float& bits) { return bits = v; }
+__device__ inline float round_as(float v, uint16_t& bits) {
+  bits = ops::to_bf16(v);
+  return ops::from_bf16(bits);
+}
+
+// V adjacent values at p (p aligned to V of them) in one access: two bf16 values a
+// 4-byte load, two floats an 8-byte one. A pass that moves bf16 a value a thread issues
+// 2-byte accesses, a warp's 64 bytes of a row; by pairs, a warp reads 128. Through
+// memcpy under the emulator (g++ would take the wider type's access for aliasing).
+template <int V, typename T>
+using VecBits = std::conditional_t<V * sizeof(T) == 4, uint32_t, std::conditional_t<V * sizeof(T) == 8, uint64_t, T>>;
+template <int V, typename T>
+__device__ inline void load_vec(const T* p, T (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = *p;
+  } else {
+    static_assert(sizeof(VecBits<V, T>) == V * sizeof(T), "two bf16 values or two floats");
+#if defined(GMLP_CUDA_EMULATED)
+    std::memcpy(out, p, sizeof(out));
+#else
+    const VecBits<V, T> w = *reinterpret_cast<const VecBits<V, T>*>(p);
+    std::memcpy(out, &w, sizeof(out));
+#endif
+  }
+}
+template <int V, typename T>
+__device__ inline void store_vec(T* p, const T (&in)[V]) {
+  if constexpr (V == 1) {
+    *p = in[0];
+  } else {
+#if defined(GMLP_CUDA_EMULATED)
+    std::memcpy(p, in, sizeof(in));
+#else
+    VecBits<V, T> w;
+    std::memcpy(&w, in, sizeof(in));
+    *reinterpret_cast<VecBits<V, T>*>(p) = w;
+#endif
+  }
+}
+// Whether p is aligned for V of its values at once.
+template <int V, typename T>
+inline bool vec_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % (V * sizeof(T)) == 0;
+}
+
 // At least one: a grid of none is a launch error, and every kernel sized this way checks
 // its index against n (so an empty batch, an MLM batch with no masked rows, is a no-op).
 inline unsigned blocks_for(int64_t n, int threads = kThreads) {
@@ -71,45 +122,61 @@ inline int rows_per_chunk(int M) { return M > 256 * 65535 ? (M + 65534) / 65535 
 // chunks left 64 blocks at d 512, 8,192 rows: a few per SM, each thread a long chain of
 // loads); then the lanes' sums are added in lane order. Fixed order throughout.
 constexpr int kColTile = 32, kRowLanes = 8;
-inline dim3 column_sum_grid(int N, int chunks) { return dim3(blocks_for(N, kColTile), unsigned(chunks)); }
+// width: the columns a thread takes (a term's kWidth, below).
+inline dim3 column_sum_grid(int N, int chunks, int width = 1) {
+  return dim3(blocks_for(N, kColTile * width), unsigned(chunks));
+}
 inline dim3 column_sum_block() { return dim3(kColTile, kRowLanes); }
+
+// How many adjacent columns a term takes a thread: its kWidth (the SGU's gate pass, by
+// pairs where the rows allow), or one.
+template <typename Term>
+constexpr int width_of() {
+  if constexpr (requires { Term::kWidth; }) return Term::kWidth;
+  else return 1;
+}
 
 // K sums per column over the block's chunk of rows [blockIdx.y * rows_per, + rows_per)
 // of M: term(r, c, s) adds row r's terms of column c to s[0, K); each lane's sums are
 // added in lane order and handed to sink(k, c, sum). Every (r, c) is one thread's,
-// once. Every thread reaches the barrier.
+// once. Every thread reaches the barrier. A term of width V takes columns c to c + V - 1
+// (N a multiple of V), its sums s[k * V + v].
 template <int K, typename Term, typename Sink>
 __device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Term& term, const Sink& sink) {
-  __shared__ float lanes[K][kRowLanes][kColTile];
-  const int c = int(blockIdx.x) * kColTile + int(threadIdx.x);
+  constexpr int V = width_of<Term>();
+  __shared__ float lanes[K][kRowLanes][kColTile * V];
+  const int c = (int(blockIdx.x) * kColTile + int(threadIdx.x)) * V;
   const int r0 = int(blockIdx.y) * rows_per, r1 = min(M, r0 + rows_per);
-  float s[K];
-  for (int k = 0; k < K; ++k) s[k] = 0.f;
+  float s[K * V];
+  for (int k = 0; k < K * V; ++k) s[k] = 0.f;
   if (c < N) {
     int r = r0 + int(threadIdx.y);
     if constexpr (requires(const Term& t, int i) { t.apply(t.load(i, i), i, i, s); }) {
-      // A term that loads, then applies (the SGU's gate pass): kRowBatch rows' loads in
-      // flight at once, then those rows applied in order.
-      for (; r + (kRowBatch - 1) * kRowLanes < r1; r += kRowBatch * kRowLanes) {
-        decltype(term.load(r, c)) pre[kRowBatch];
+      // A term that loads, then applies (the SGU's gate pass): R rows' loads in flight
+      // at once, then those rows applied in order.
+      constexpr int R = kRowBatch / V;
+      for (; r + (R - 1) * kRowLanes < r1; r += R * kRowLanes) {
+        decltype(term.load(r, c)) pre[R];
         GMLP_UNROLL
-        for (int b = 0; b < kRowBatch; ++b) pre[b] = term.load(r + b * kRowLanes, c);
+        for (int b = 0; b < R; ++b) pre[b] = term.load(r + b * kRowLanes, c);
         GMLP_UNROLL
-        for (int b = 0; b < kRowBatch; ++b) term.apply(pre[b], r + b * kRowLanes, c, s);
+        for (int b = 0; b < R; ++b) term.apply(pre[b], r + b * kRowLanes, c, s);
       }
       for (; r < r1; r += kRowLanes) term.apply(term.load(r, c), r, c, s);
     } else {
       for (; r < r1; r += kRowLanes) term(r, c, s);
     }
   }
-  for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = s[k];
+  for (int k = 0; k < K; ++k)
+    for (int v = 0; v < V; ++v) lanes[k][threadIdx.y][threadIdx.x * V + v] = s[k * V + v];
   __syncthreads();
-  if (threadIdx.y != 0 || c >= N) return;
-  for (int k = 0; k < K; ++k) {
-    float t = 0.f;
-    for (int j = 0; j < kRowLanes; ++j) t += lanes[k][j][threadIdx.x];
-    sink(k, c, t);
-  }
+  if (threadIdx.y != 0) return;
+  for (int v = 0; v < V && c + v < N; ++v)
+    for (int k = 0; k < K; ++k) {
+      float t = 0.f;
+      for (int j = 0; j < kRowLanes; ++j) t += lanes[k][j][threadIdx.x * V + v];
+      sink(k, c + v, t);
+    }
 }
 
 // The first stage: the chunk's sums go to part[(blockIdx.y * K + k) * N + c], where

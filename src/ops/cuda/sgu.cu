@@ -127,49 +127,72 @@ struct DzGate {
 
 // F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
 // products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
-// may be the gate buffer (dead by now). A thread per channel c of kRowBatch rows
-// gridDim.y apart, from blockIdx.y (then every kRowBatch gridDim.y-th): no 64-bit
+// may be the gate buffer (dead by now). A thread per channel c of R rows gridDim.y
+// apart, from blockIdx.y (then every R gridDim.y-th): no 64-bit
 // index divided per value (a thread per value and its row and channel divided out of a
 // 64-bit index took 151 µs of an H200's gMLP-S/16 step where the bytes take 27,
-// docs/bench-gpu.md). fin adds the bias to F.
-template <typename TU, typename TF>
+// docs/bench-gpu.md). fin adds the bias to F. V adjacent channels a thread, each row's
+// V values in one access (common.cuh's load_vec), where the rows allow (pairs_fit).
+template <int V, typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, int g, const float* extra, bool keep,
                                TU* S) {
-  const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  const int c = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * V;
   if (c >= g) return;
   const int step = int(gridDim.y);
-  for (int r0 = int(blockIdx.y); r0 < M; r0 += kRowBatch * step) {
-    TF fr[kRowBatch];
-    TU ur[kRowBatch];
-    float ex[kRowBatch];
+  constexpr int R = kRowBatch / V;
+  for (int r0 = int(blockIdx.y); r0 < M; r0 += R * step) {
+    TF fr[R][V];
+    TU ur[R][V];
+    float ex[R][V];
     GMLP_UNROLL
-    for (int k = 0; k < kRowBatch; ++k) {  // rows past M load row M - 1, and drop it
+    for (int k = 0; k < R; ++k) {  // rows past M load row M - 1, and drop it
       const int64_t i = int64_t(min(r0 + k * step, M - 1)) * g + c;
-      fr[k] = F[i];
-      ur[k] = z.u[int64_t(min(r0 + k * step, M - 1)) * z.ld + z.off + c];
-      ex[k] = extra ? extra[i] : 0.f;
+      load_vec<V>(F + i, fr[k]);
+      load_vec<V>(z.u + int64_t(min(r0 + k * step, M - 1)) * z.ld + z.off + c, ur[k]);
+      if (extra) {
+        load_vec<V>(extra + i, ex[k]);
+      } else {
+        GMLP_UNROLL
+        for (int v = 0; v < V; ++v) ex[k][v] = 0.f;
+      }
     }
     GMLP_UNROLL
-    for (int k = 0; k < kRowBatch; ++k) {
+    for (int k = 0; k < R; ++k) {
       const int r = r0 + k * step;
       if (r >= M) break;
       const int64_t i = int64_t(r) * g + c;
-      const float sum = fin.with(fr[k], r, c) + ex[k];
-      hold(S + i, combine(kind, z.value(ur[k], c), keep ? hold(F + i, sum) : sum));
+      TF fo[V];
+      TU so[V];
+      GMLP_UNROLL
+      for (int v = 0; v < V; ++v) {
+        const float sum = fin.with(fr[k][v], r, c + v) + ex[k][v];
+        round_as(combine(kind, z.value(ur[k][v], c + v), keep ? round_as(sum, fo[v]) : sum), so[v]);
+      }
+      if (keep) store_vec<V>(F + i, fo);
+      store_vec<V>(S + i, so);
     }
   }
 }
 
-// The grid of a kernel taking a thread per channel of kRowBatch rows: the channels'
-// blocks by the rows' batches, as many as gridDim.y holds (the kernel strides over the
-// rest). On the CUDA emulator three, so that the tests' rows take the stride.
+// Whether a pass over rows of g channels may take them in pairs: g even, and each of
+// its row pointers (their rows' lengths even: g, or U's f) aligned for a pair.
+template <typename... P>
+bool pairs_fit(int g, int ld, const P*... p) {
+  return g % 2 == 0 && ld % 2 == 0 && (... && (!p || vec_aligned<2>(p)));
+}
+
+// The grid of a kernel taking a thread per V channels of kRowBatch / V rows (given
+// its channel groups, g / V): the channels' blocks by the rows' batches, as many as
+// gridDim.y holds (the kernel strides over the rest). On the CUDA emulator three, so
+// that the tests' rows take the stride.
 #if defined(GMLP_CUDA_EMULATED)
 constexpr int kRowBlocks = 3;
 #else
 constexpr int kRowBlocks = 65535;
 #endif
-inline dim3 channels_by_rows(int g, int M) {
-  return dim3(blocks_for(g), unsigned(std::clamp((M + kRowBatch - 1) / kRowBatch, 1, kRowBlocks)));
+inline dim3 channels_by_rows(int groups, int M, int V = 1) {
+  const int rows = kRowBatch / V;
+  return dim3(blocks_for(groups), unsigned(std::clamp((M + rows - 1) / rows, 1, kRowBlocks)));
 }
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
@@ -183,9 +206,11 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
 // (times GELU'(U1) when given U), added to s[0] as held (the in-projection's bias
 // gradient: a column sum over the pass, column_chunk_sums); dS, S, dF and dZ held as U
 // is. Each element is read, then written, by one thread: dZ may be U, and dF may be F
-// (when they are floats).
-template <typename TU, typename TF>
+// (when they are floats). V adjacent channels a thread (column_sums_in_lanes' width),
+// each row's V values in one access, where the rows allow (pairs_fit).
+template <typename TU, typename TF, int V>
 struct BackGate {
+  static constexpr int kWidth = V;
   Sgu kind;
   const TU* dS;
   ZIn<TU> z;
@@ -193,36 +218,49 @@ struct BackGate {
   int g;
   TU *S, *dZ, *dF;
   float* dF32;
-  // Row r's loads at channel c, which column_sums_in_lanes issues for kRowBatch rows
-  // before it applies them: dS, F and U as held.
+  // Row r's loads at channels c to c + V - 1, which column_sums_in_lanes issues for
+  // kRowBatch / V rows before it applies them: dS, F and U as held.
   struct Pre {
-    TU ds;
-    TF f;
-    TU u;
+    TU ds[V];
+    TF f[V];
+    TU u[V];
   };
   __device__ Pre load(int r, int c) const {
     const int64_t i = int64_t(r) * g + c;
-    return {dS[i], F.F[i], z.u[int64_t(r) * z.ld + c]};
+    Pre p;
+    load_vec<V>(dS + i, p.ds);
+    load_vec<V>(F.F + i, p.f);
+    load_vec<V>(z.u + int64_t(r) * z.ld + c, p.u);
+    return p;
   }
   __device__ void apply(const Pre& p, int r, int c, float* s) const {
     const int64_t i = int64_t(r) * g + c;
-    const float u = plus_bias(z.zin, p.u, c);
-    const float ds = value(p.ds), fv = F.with(p.f, r, c);
-    // The split form needs GELU'(U) too: GELU and GELU' from one erf.
-    const GeluGrad zg = kind == Sgu::split && z.zin.gelu ? gelu_and_grad(u, z.zin.form == Gelu::tanh)
-                                                         : GeluGrad{z_from(z.zin, u), 1.f};
-    const float zv = zg.z;
-    if (S) hold(S + i, combine(kind, zv, fv));
-    const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zv : ds;
-    hold(dF + i, df);
-    if (dF32) dF32[i] = df;
-    if (kind == Sgu::split)
-      s[0] += hold(dZ + int64_t(r) * z.ld + c, z.zin.gelu ? ds * fv * zg.dz : ds * fv);
+    TU so[V], dfo[V], dzo[V];
+    float df32[V];
+    GMLP_UNROLL
+    for (int v = 0; v < V; ++v) {
+      const float u = plus_bias(z.zin, p.u[v], c + v);
+      const float ds = value(p.ds[v]), fv = F.with(p.f[v], r, c + v);
+      // The split form needs GELU'(U) too: GELU and GELU' from one erf.
+      const GeluGrad zg = kind == Sgu::split && z.zin.gelu ? gelu_and_grad(u, z.zin.form == Gelu::tanh)
+                                                           : GeluGrad{z_from(z.zin, u), 1.f};
+      // Every output rounded, stored only where wanted (the rounding is a few instructions).
+      round_as(combine(kind, zg.z, fv), so[v]);
+      const float df = (kind == Sgu::split || kind == Sgu::multiplicative) ? ds * zg.z : ds;
+      round_as(df, dfo[v]);
+      df32[v] = df;
+      const float dz = round_as(z.zin.gelu ? ds * fv * zg.dz : ds * fv, dzo[v]);
+      if (kind == Sgu::split) s[v] += dz;
+    }
+    if (S) store_vec<V>(S + i, so);
+    store_vec<V>(dF + i, dfo);
+    if (dF32) store_vec<V>(dF32 + i, df32);
+    if (kind == Sgu::split) store_vec<V>(dZ + int64_t(r) * z.ld + c, dzo);
   }
 };
 
-template <typename TU, typename TF>
-__global__ void k_back_gate(BackGate<TU, TF> pass, int M, int rows_per, float* part) {
+template <typename TU, typename TF, int V>
+__global__ void k_back_gate(BackGate<TU, TF, V> pass, int M, int rows_per, float* part) {
   column_chunk_sums<1>(M, pass.g, rows_per, pass, part);
 }
 
@@ -301,8 +339,13 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
   if (p.store.F_unbiased && extra) throw Error("sgu_forward: F held without its bias takes no attention");
   FIn<TF> fin = f_in(p, B, d, static_cast<const TF*>(F));
   fin.bias = p.bias;  // the combine adds it whether or not F keeps it
-  GMLP_LAUNCH(k_bias_combine, channels_by_rows(d.g, M), kThreads)(p.kind, ZIn<TU>{U, f, 0, p.z}, F, fin, M, d.g, extra,
-                                                                      !p.store.F_unbiased, S);
+  const ZIn<TU> z{U, f, 0, p.z};
+  const bool keep = !p.store.F_unbiased;
+  if (pairs_fit(d.g, f, U, F, extra, S))
+    GMLP_LAUNCH(k_bias_combine<2>, channels_by_rows(d.g / 2, M, 2), kThreads)(p.kind, z, F, fin, M, d.g, extra, keep,
+                                                                             S);
+  else
+    GMLP_LAUNCH(k_bias_combine<1>, channels_by_rows(d.g, M), kThreads)(p.kind, z, F, fin, M, d.g, extra, keep, S);
   check_launch("sgu bias + combine");
 }
 
@@ -314,9 +357,14 @@ void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T,
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   const bool dbias = p.kind == Sgu::split && p.z.dbias;  // dZ1's columns
   float* part = dbias ? static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * d.g)) : nullptr;
-  GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks), column_sum_block())(
-      BackGate<TU, TF>{p.kind, dS, ZIn<TU>{U, f, 0, p.z}, f_in(p, B, d, F), d.g, S, dZ, dF, dF32}, M, rows_per,
-      part);
+  const ZIn<TU> z{U, f, 0, p.z};
+  const FIn<TF> fin = f_in(p, B, d, F);
+  if (pairs_fit(d.g, f, dS, U, F, S, dZ, dF, dF32))
+    GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks, 2), column_sum_block())(
+        BackGate<TU, TF, 2>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32}, M, rows_per, part);
+  else
+    GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks), column_sum_block())(
+        BackGate<TU, TF, 1>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32}, M, rows_per, part);
   if (dbias) finish_column_sums(part, chunks, 1, d.g, p.z.dbias, nullptr, nullptr);
   check_launch("sgu backward (gate)");
 }
