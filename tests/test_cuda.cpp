@@ -467,8 +467,8 @@ TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchFirstAndReadsBackOnceAtItsEnd)
   ASSERT_EQ(be.adamw_calls_at_download.size(), size_t(steps));
   EXPECT_EQ(be.adamw_calls_at_download[0] * steps, be.adamw_calls) << "a read-back before the step's updates";
   EXPECT_EQ(be.adamw_calls_at_download[1], be.adamw_calls);
-  // AdamW updates each run of adjacent tensors with the same weight decay in one call (a
-  // launch on a GPU), not each tensor in one.
+  // AdamW updates the whole buffer in one call a step (a launch on a GPU), told where the
+  // decaying weights are, not one call per run of tensors with the same weight decay.
   const std::vector<ParamInfo>& layout = dev->params();
   size_t runs = 0;
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -477,8 +477,8 @@ TEST_P(SeparateMemory, AStepSendsTheDeviceTheBatchFirstAndReadsBackOnceAtItsEnd)
     }
     runs += i == 0 || layout[i].decay != layout[i - 1].decay;
   }
-  EXPECT_EQ(be.adamw_calls, steps * runs);
-  EXPECT_LT(runs, layout.size());
+  EXPECT_GT(runs, 2u);
+  EXPECT_EQ(be.adamw_calls, size_t(steps));
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, SeparateMemory, ::testing::ValuesIn(variants()),
