@@ -5,7 +5,7 @@
 # machine then needs only its driver and the CUDA 13 libraries: scripts/gpu_checks.sh
 # runs the tests, compute-sanitizer and the benchmark from the kit, with no build there
 # (it has nvcc and CMake but not OpenBLAS, GoogleTest or the other build dependencies).
-# The kit is one xz archive (about 16 MB; unpacked, its 94 MB would not fit in what a device
+# The kit is one xz archive (about 19 MB; unpacked, its 108 MB would not fit in what a device
 # call carries beside the tree).
 # The kit is a build of its own, build-gpukit/, for any x86-64 CPU with AVX2 and FMA
 # (x86-64-v3): build/ is tuned for this machine's CPU (-march=native), and its AVX-512
