@@ -846,7 +846,10 @@ TEST(FastDiv, IsTheQuotientForEveryNumeratorBelow2To31) {
     }
     for (uint32_t k = 0; k < 200; ++k) ns.push_back(top - k);
     for (int k = 0; k < 200; ++k) ns.push_back(std::uniform_int_distribution<uint32_t>(0, top)(rng));
-    for (const uint32_t n : ns) ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
+    for (const uint32_t n : ns) {
+      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
+      ASSERT_EQ(f.mod(n), n % d) << n << " % " << d;
+    }
   }
 }
 

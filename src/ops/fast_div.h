@@ -14,16 +14,17 @@
 namespace gmlp::ops {
 
 struct FastDiv {
-  uint32_t m = 1, s = 0;  // n / 1 until set
+  uint32_t m = 1, s = 0, d = 1;  // n / 1 until set
   FastDiv() = default;
   // 1 <= d <= 2^31 (s, at most 31, shifts a 32-bit word). s = ceil(log2 d),
   // m = floor(2^32 (2^s - d) / d) + 1 (below 2^32).
-  explicit FastDiv(uint32_t d) {
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
     while ((uint64_t(1) << s) < d) ++s;
     m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - d)) / d + 1);
   }
   // Exact for n < 2^31 (the high word of n m is below n, so the sum stays in 32 bits).
   GMLP_DIV_FN uint32_t div(uint32_t n) const { return (uint32_t((uint64_t(n) * m) >> 32) + n) >> s; }
+  GMLP_DIV_FN uint32_t mod(uint32_t n) const { return n - div(n) * d; }
 };
 
 }  // namespace gmlp::ops

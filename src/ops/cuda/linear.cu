@@ -45,11 +45,10 @@ struct ColumnOf {
   uint16_t* y16;
   const float* row_scale = nullptr;
   ops::FastDiv B;
-  uint32_t b = 1;
   __device__ void operator()(int r, int c, float* s) const {
     const int64_t i = int64_t(r) * ld + c;
     float v = value(x[i]);
-    if (row_scale) v = row_scale[uint32_t(r) - B.div(uint32_t(r)) * b] * v;
+    if (row_scale) v = row_scale[B.mod(uint32_t(r))] * v;
     if (y16) y16[i] = ops::to_bf16(v);
     s[0] += v;
   }
@@ -65,7 +64,7 @@ void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 =
   if (M <= 0 || N <= 0) return;
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
-  const ColumnOf<T> col{x, ld, y16, row_scale, ops::FastDiv(uint32_t(B)), uint32_t(B)};
+  const ColumnOf<T> col{x, ld, y16, row_scale, ops::FastDiv(uint32_t(B))};
   GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(col, M, N, rows_per, part);
   finish_column_sums(part, chunks, 1, N, out, nullptr, nullptr);
   check_launch("colsum");
