@@ -51,18 +51,19 @@ constexpr int kRowBatch = 4;
 // kernels over activations held in bf16 are templates over the element type.
 __device__ inline float value(float v) { return v; }
 __device__ inline float value(uint16_t h) { return ops::from_bf16(h); }
-__device__ inline float hold(float* p, float v) { return *p = v; }
-__device__ inline float hold(uint16_t* p, float v) {
-  const uint16_t h = ops::to_bf16(v);
-  *p = h;
-  return ops::from_bf16(h);
-}
-// v rounded as T holds it into bits, giving back the float then held (hold without the
-// store: the value goes out with its neighbours, store_vec).
+// round_as: v rounded as T holds it into bits, giving back the float then held (hold
+// without the store: a value that goes out with its neighbours, store_vec).
 __device__ inline float round_as(float v, float& bits) { return bits = v; }
 __device__ inline float round_as(float v, uint16_t& bits) {
   bits = ops::to_bf16(v);
   return ops::from_bf16(bits);
+}
+template <typename T>
+__device__ inline float hold(T* p, float v) {
+  T bits;
+  const float held = round_as(v, bits);
+  *p = bits;
+  return held;
 }
 
 // V adjacent values at p (p aligned to V of them) in one access: two bf16 values a
@@ -99,6 +100,14 @@ __device__ inline void store_vec(T* p, const T (&in)[V]) {
 #endif
   }
 }
+// n values of E padded to 16 bytes: the rows of the copies made for cuBLAS (gemm.cu's
+// bf16 operands, spatial.cu's W), whose fastest kernels read rows of 16-byte multiples.
+template <typename E>
+inline int padded_row(int n) {
+  constexpr int per = int(16 / sizeof(E));
+  return (n + per - 1) / per * per;
+}
+
 // Whether p is aligned for V of its values at once.
 template <int V, typename T>
 inline bool vec_aligned(const T* p) {

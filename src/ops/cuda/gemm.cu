@@ -126,7 +126,7 @@ void to_bf16(const float* x, size_t n, uint16_t* y) {
 namespace {
 // A copy's rows are padded to 8 values (16 bytes) and each copy starts on 256 bytes, as
 // cuBLAS's fastest bf16 kernels want their operands aligned.
-int padded_ld(int cols) { return cols <= 0 ? 1 : (cols + 7) / 8 * 8; }
+int padded_ld(int cols) { return cols <= 0 ? 1 : padded_row<uint16_t>(cols); }
 int64_t padded_size(int rows, int cols) { return (int64_t(rows) * padded_ld(cols) + 127) / 128 * 128; }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i over bf16 A_i and B_i, summed in float (the

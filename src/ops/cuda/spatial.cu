@@ -38,13 +38,6 @@ __global__ void k_copy_w(const float* W, int ldw, int T, bool lower, E* Wc, int 
   hold(Wc + idx, j >= T || (lower && j > i) ? 0.f : W[int64_t(i) * ldw + j]);
 }
 
-// The copy's row length: T values padded to 16 bytes.
-template <typename E>
-int padded_row(int T) {
-  constexpr int per = int(16 / sizeof(E));
-  return (T + per - 1) / per * per;
-}
-
 // dW[i, j] += the count partial products' [i, j], in order. Causal: j <= i only; dW's
 // strict upper triangle is never written (as on the CPU; the one-product path's
 // clearing writes the zeros it held, gradients starting at zero).
