@@ -127,9 +127,9 @@ struct DzGate {
 
 // F += bias (+ extra), in place, held as F holds it (unless keep is false: F stays the
 // products, Bf16Store::F_unbiased); S = combine(Z, F + bias (+ extra)), held as U is. S
-// may be the gate buffer (dead by now). A thread per channel c of R rows gridDim.y
-// apart, from blockIdx.y (then every R gridDim.y-th): no 64-bit
-// index divided per value (a thread per value and its row and channel divided out of a
+// may be the gate buffer (dead by now). A thread per channel c of R rows apart by the
+// grid's rows of threads (channels_by_rows), from its own row (then every R-th of
+// those): no 64-bit index divided per value (a thread per value and its row and channel divided out of a
 // 64-bit index took 151 µs of an H200's gMLP-S/16 step where the bytes take 27,
 // docs/bench-gpu.md). fin adds the bias to F. V adjacent channels a thread, each row's
 // V values in one access (common.cuh's load_vec), where the rows allow (pairs_fit).
@@ -138,9 +138,9 @@ __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, i
                                TU* S) {
   const int c = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * V;
   if (c >= g) return;
-  const int step = int(gridDim.y);
+  const int step = int(gridDim.y * blockDim.y);
   constexpr int R = kRowBatch / V;
-  for (int r0 = int(blockIdx.y); r0 < M; r0 += R * step) {
+  for (int r0 = int(blockIdx.y * blockDim.y + threadIdx.y); r0 < M; r0 += R * step) {
     TF fr[R][V];
     TU ur[R][V];
     float ex[R][V];
@@ -181,8 +181,11 @@ bool pairs_fit(int g, int ld, const P*... p) {
   return g % 2 == 0 && ld % 2 == 0 && (... && (!p || vec_aligned<2>(p)));
 }
 
-// The grid of a kernel taking a thread per V channels of kRowBatch / V rows (given
-// its channel groups, g / V): the channels' blocks by the rows' batches, as many as
+// The launch of a kernel taking a thread per V channels of kRowBatch / V rows (given
+// its channel groups, g / V): blocks of kThreads, as many warps across as divide the
+// groups' warps (up to 8), the rest rows, so that no thread idles where groups is a
+// multiple of 32 (gMLP-S/16's 384 pairs took a block and a half of 256 across, a
+// quarter of the threads idle); the channels' blocks by the rows' batches, as many as
 // gridDim.y holds (the kernel strides over the rest). On the CUDA emulator three, so
 // that the tests' rows take the stride.
 #if defined(GMLP_CUDA_EMULATED)
@@ -190,9 +193,16 @@ constexpr int kRowBlocks = 3;
 #else
 constexpr int kRowBlocks = 65535;
 #endif
-inline dim3 channels_by_rows(int groups, int M, int V = 1) {
-  const int rows = kRowBatch / V;
-  return dim3(blocks_for(groups), unsigned(std::clamp((M + rows - 1) / rows, 1, kRowBlocks)));
+struct Launch {
+  dim3 grid, block;
+};
+inline Launch channels_by_rows(int groups, int M, int V = 1) {
+  const int warps = (groups + 31) / 32;
+  int across = kThreads / 32;
+  while (warps % across) across /= 2;
+  const dim3 block(unsigned(32 * across), unsigned(kThreads / (32 * across)));
+  const int rows = kRowBatch / V * int(block.y);
+  return {dim3(blocks_for(groups, int(block.x)), unsigned(std::clamp((M + rows - 1) / rows, 1, kRowBlocks))), block};
 }
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
@@ -341,11 +351,13 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
   fin.bias = p.bias;  // the combine adds it whether or not F keeps it
   const ZIn<TU> z{U, f, 0, p.z};
   const bool keep = !p.store.F_unbiased;
-  if (pairs_fit(d.g, f, U, F, extra, S))
-    GMLP_LAUNCH(k_bias_combine<2>, channels_by_rows(d.g / 2, M, 2), kThreads)(p.kind, z, F, fin, M, d.g, extra, keep,
-                                                                             S);
-  else
-    GMLP_LAUNCH(k_bias_combine<1>, channels_by_rows(d.g, M), kThreads)(p.kind, z, F, fin, M, d.g, extra, keep, S);
+  if (pairs_fit(d.g, f, U, F, extra, S)) {
+    const Launch l = channels_by_rows(d.g / 2, M, 2);
+    GMLP_LAUNCH(k_bias_combine<2>, l.grid, l.block)(p.kind, z, F, fin, M, d.g, extra, keep, S);
+  } else {
+    const Launch l = channels_by_rows(d.g, M);
+    GMLP_LAUNCH(k_bias_combine<1>, l.grid, l.block)(p.kind, z, F, fin, M, d.g, extra, keep, S);
+  }
   check_launch("sgu bias + combine");
 }
 
