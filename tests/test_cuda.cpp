@@ -897,11 +897,18 @@ void layernorm_against_the_cpu(int M, int C, int ld) {
 // held in registers (on a GPU up to 2,048, a thread's share 4, 6 or 8: 1000, 1500, 1800;
 // on the emulator up to 32: 18, 24, 30) and a block per row looping over its channels
 // (2100; on the emulator from 300 on); the backward's chunks of rows six, the last
-// partial.
+// partial. Then the GPU's widths on the emulator too (GMLP_CUDA_EMU_ROWS), with the rows
+// that fill a share's slots, which take the full-row kernels: 256, 512 and 768 a warp's
+// 8, 16 and 24 a lane, 1,024, 1,536 and 2,048 a block's 4, 6 and 8 a thread.
 TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
   REQUIRE_GPU();
   for (const int C : {2, 4, 7, 10, 12, 18, 24, 30, 300, 700, 1000, 1500, 1800, 2100}) {
     SCOPED_TRACE("C " + std::to_string(C));
+    layernorm_against_the_cpu(45, C, C + 10);
+  }
+  ScopedEnv rows("GMLP_CUDA_EMU_ROWS", "gpu");
+  for (const int C : {12, 256, 300, 512, 700, 768, 1000, 1024, 1500, 1536, 1800, 2048, 2100}) {
+    SCOPED_TRACE("the GPU's widths, C " + std::to_string(C));
     layernorm_against_the_cpu(45, C, C + 10);
   }
 }
@@ -1182,17 +1189,31 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     bool causal, padded, extra;
     bool unbiased = false;  // F held without its bias (Bf16Store::F_unbiased)
     int f = 16;             // 18: the split gate's 9 channels, a channel a thread (not pairs)
+    // The GPU's LayerNorm kernels at its widths on the emulator too. These cases hold
+    // the LayerNorm, the combine and the gate pass; the spatial products' F, dG and dW
+    // are the narrow cases'. Their references start from the CPU's float G and dF, where
+    // the GPU's products read bf16 ones: over thousands of values some sums cancel
+    // enough for those roundings to pass the bounds here (1 to 11 values of 60,000).
+    bool gpu_rows = false;
   };
   const Case cases[] = {{Sgu::split, 1, true, false, false},         {Sgu::split, 2, false, true, true},
                         {Sgu::multiplicative, 2, true, false, false}, {Sgu::multiplicative, 1, false, true, false},
                         {Sgu::additive, 1, false, true, true},        {Sgu::linear, 2, true, false, false},
                         {Sgu::split, 2, true, true, false, true},     {Sgu::multiplicative, 1, false, true, false, true},
-                        {Sgu::additive, 2, true, false, false, true},  {Sgu::split, 1, false, true, true, false, 18}};
+                        {Sgu::additive, 2, true, false, false, true},  {Sgu::split, 1, false, true, true, false, 18},
+                        // Gates that fill the GPU's shares (the full-row kernels): 768 a
+                        // warp's 24 a lane, 1,024 and 1,536 a block's 4 and 6 a thread;
+                        // and 1,400, a block's 6 a thread, partly.
+                        {Sgu::split, 1, false, false, false, false, 1536, true},
+                        {Sgu::multiplicative, 1, true, true, false, true, 1024, true},
+                        {Sgu::split, 2, false, true, false, false, 3072, true},
+                        {Sgu::additive, 1, false, false, true, false, 1400, true}};
   Backend& cb = cpu_backend();
   for (const Case& k : cases) {
     const std::string name = name_of(k.kind) + (k.heads > 1 ? " heads" : "") + (k.causal ? " causal" : "") +
                              (k.padded ? " padded" : "") + (k.unbiased ? " F unbiased" : "") + " f " +
                              std::to_string(k.f);
+    ScopedEnv rows("GMLP_CUDA_EMU_ROWS", k.gpu_rows ? "gpu" : nullptr);
     const int T = 20, B = 3, f = k.f, n = 24, M = T * B, g = k.kind == Sgu::split ? f / 2 : f;
     const Vec U = randn(size_t(M) * f, 1), ub = randn(f, 2, 0.3f), nw = randn(g, 3), nb = randn(g, 4),
               W = randn(size_t(k.heads) * n * n, 5, 0.3f), sb = randn(size_t(k.heads) * n, 6),
@@ -1270,7 +1291,9 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
             off += std::fabs(double(Fh[i]) - F[i]) > tol;
           }
         }
-      EXPECT_EQ(off, 0u) << name << ": F held, of " << F.size();
+      if (!k.gpu_rows) {
+        EXPECT_EQ(off, 0u) << name << ": F held, of " << F.size();
+      }
     }
     // S from the held F: Z = GELU(U + b) on the host, combined with it.
     Vec Z = Ur, Sw(S.size());
@@ -1314,7 +1337,9 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
       for (int c = 0; c < f; ++c) dUsum[size_t(c)] += dU[size_t(r) * f + c];
     EXPECT_TRUE(test::all_close(d.down(dFb, dF.size()).data(), dF.data(), dF.size(), kAtol, 1e-4f, name + " dF"));
     const Vec dGh = held(dG16);
-    EXPECT_TRUE(test::all_close(dGh.data(), dG.data(), dG.size(), kAtol, 1.f / 128, name + " dG held"));
+    if (!k.gpu_rows) {
+      EXPECT_TRUE(test::all_close(dGh.data(), dG.data(), dG.size(), kAtol, 1.f / 128, name + " dG held"));
+    }
     // The gate LayerNorm's backward reads dG as held: the CPU's LayerNorm backward over
     // the held dG and Z's gate channels, the direct path added, times GELU'(U + b), for
     // dU's gate channels and the norm's gradients; the split form's other half is the
@@ -1336,7 +1361,9 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     EXPECT_TRUE(test::all_close(dU.data(), want_dU.data(), dU.size(), kAtol, 1.f / 128, name + " dU over U"));
     EXPECT_TRUE(test::all_close(d.down(gg.norm_w, g).data(), wnw.data(), g, 1e-4f, 1e-4f, name + " dnorm_w"));
     EXPECT_TRUE(test::all_close(d.down(gg.norm_b, g).data(), wnb.data(), g, 1e-4f, 1e-4f, name + " dnorm_b"));
-    EXPECT_TRUE(test::all_close(d.down(gg.W, W.size()).data(), gW.data(), W.size(), 1e-4f, 1e-4f, name + " dW"));
+    if (!k.gpu_rows) {
+      EXPECT_TRUE(test::all_close(d.down(gg.W, W.size()).data(), gW.data(), W.size(), 1e-4f, 1e-4f, name + " dW"));
+    }
     // The spatial bias's gradient: the sum of what dF16 holds, and so within the terms'
     // rounding of the CPU's sum of float dF (as dU's bias below).
     const Vec dFh = held(dF16), gotsb = d.down(gg.bias, sb.size());

@@ -4,6 +4,7 @@
 // finish.
 #include "ops/cuda/layernorm.cuh"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -19,10 +20,11 @@ struct DxPlain {
   int ld;
   bool accumulate;
   using Pre = float;  // what dx held, when added to
-  template <int N>
-  __device__ void load_row(int64_t r, RowSlots s, int C, Pre (&pre)[N]) const {
+  template <int N, typename Slots>
+  __device__ void load_row(int64_t r, Slots s, int C, Pre (&pre)[N]) const {
+    const float* row = dx + r * ld;
     GMLP_UNROLL
-    for (int j = 0; j < N; ++j) pre[j] = accumulate ? dx[r * ld + s.loaded(j, C)] : 0.f;
+    for (int j = 0; j < N; ++j) pre[j] = accumulate ? row[s.loaded(j, C)] : 0.f;
   }
   __device__ float store(Pre held, int64_t r, int c, float d) const {
     return dx[r * ld + c] = accumulate ? held + d : d;
@@ -35,6 +37,15 @@ struct DxPlain {
 
 }  // namespace
 
+#if defined(GMLP_CUDA_EMULATED)
+bool emu_gpu_rows() {  // read at each launch: a test sets it around the ops it runs
+  const char* v = std::getenv("GMLP_CUDA_EMU_ROWS");
+  if (!v || !*v) return false;
+  if (std::string(v) != "gpu") throw Error("GMLP_CUDA_EMU_ROWS: '" + std::string(v) + "' is not gpu");
+  return true;
+}
+#endif
+
 int warp_columns() {
   static const int columns = [] {
     const char* v = std::getenv("GMLP_CUDA_LN_WARP_COLUMNS");
@@ -46,7 +57,7 @@ int warp_columns() {
                   std::to_string(kWarpColumnsMax));
     return int(n);
   }();
-  return columns;
+  return std::min(columns, warp_columns_max());
 }
 
 void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps, float* y,

@@ -4,7 +4,7 @@
 // (sgu.cu) normalises GELU(U), recomputed as it reads U, and folds GELU's derivative
 // (and the non-split forms' direct path) into dU, so Z and dZ are never stored. Row r,
 // channel c of x is xin(r, c); the backward's dL/dx goes to out(r, c, d). Rows of up to
-// kHeldColumns channels are held in registers (layernorm_rows.cuh); wider rows take the
+// held_columns() channels are held in registers (layernorm_rows.cuh); wider rows take the
 // kernels here, a block per row looping over its channels.
 #include "ops/cuda/layernorm_rows.cuh"
 
@@ -54,7 +54,7 @@ template <typename XIn, typename YOut>
 void layernorm_forward_with(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out, float* mean,
                             float* rstd) {
   if (M <= 0) return;
-  if (C <= kHeldColumns)
+  if (C <= held_columns())
     layernorm_forward_held(xin, M, C, w, b, eps, out, mean, rstd);
   else
     GMLP_LAUNCH(ln_forward_k, unsigned(M), kRowThreads)(xin, C, w, b, eps, out, mean, rstd);
@@ -128,7 +128,7 @@ template <typename XIn, typename Out, typename TY>
 void layernorm_backward_with(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w,
                              int M, int C, Out out, float* dw, float* db, float* dsum = nullptr) {
   if (M <= 0) return;
-  if (C <= kHeldColumns) {
+  if (C <= held_columns()) {
     layernorm_backward_held(dy, lddy, xin, mean, rstd, w, M, C, out, dw, db, dsum);
     check_launch("layernorm backward (rows held)");
     return;

@@ -13,12 +13,19 @@ namespace gmlp::cuda {
 constexpr int kRowThreads = 128;  // a warp-per-row kernel's blocks: four rows
 constexpr int kHeldThreads = 256;  // a block-per-row kernel's
 
-// A thread's slots of a row: channel(j) = first + stride j. A slot past C loads channel
-// C - 1 (any of the row would do) and drops it, so that no load is conditional.
+// A thread's slots of a row: channel(j) = first + Stride j (Stride 32: a warp's lanes;
+// kHeldThreads: a block's threads). A slot past C loads channel C - 1 (any of the row
+// would do) and drops it, so that no load is conditional. Full: the row fills every
+// slot (C = N Stride, as every row of the bench's models does), so that no slot is
+// clamped or tested, and each load's address is the row's plus a constant: otherwise a
+// slot's clamp, test and 64-bit address took some twenty PTX instructions of the sixty
+// to ninety a value of the SGU's gate LayerNorm (a row's GELU and GELU' included).
+template <int Stride, bool Full>
 struct RowSlots {
-  int first, stride;
-  __device__ int channel(int j) const { return first + stride * j; }
-  __device__ int loaded(int j, int C) const { return min(channel(j), C - 1); }
+  int first;
+  __device__ int channel(int j) const { return first + Stride * j; }
+  __device__ bool in(int j, int C) const { return Full || channel(j) < C; }
+  __device__ int loaded(int j, int C) const { return Full ? channel(j) : min(channel(j), C - 1); }
 };
 
 // Each input is taken in two steps, load_row (every memory read of a thread's slots,
@@ -32,10 +39,11 @@ struct XPlain {
   const float* x;
   int ld;
   using Raw = float;
-  template <int N>
-  __device__ void load_row(int64_t r, RowSlots s, int C, Raw (&raw)[N]) const {
+  template <int N, typename Slots>
+  __device__ void load_row(int64_t r, Slots s, int C, Raw (&raw)[N]) const {
+    const float* row = x + r * ld;
     GMLP_UNROLL
-    for (int j = 0; j < N; ++j) raw[j] = x[r * ld + s.loaded(j, C)];
+    for (int j = 0; j < N; ++j) raw[j] = row[s.loaded(j, C)];
   }
   __device__ float value(Raw v, int) const { return v; }
   __device__ float operator()(int64_t r, int c) const { return x[r * ld + c]; }
@@ -70,8 +78,8 @@ inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
 // Row r's forward over a thread's N slots of it, sum(v) the row's sum of v over every
 // thread taking the row: mean and variance in two passes over registers, as the CPU op
 // takes them. Gives back the mean and 1 / sigma.
-template <int N, typename XIn, typename YOut, typename Sum>
-__device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, RowSlots s, const float* w, const float* b,
+template <int N, typename XIn, typename Slots, typename YOut, typename Sum>
+__device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, Slots s, const float* w, const float* b,
                                           float eps, const YOut& out, const Sum& sum) {
   typename XIn::Raw raw[N];
   xin.load_row(r, s, C, raw);
@@ -79,14 +87,14 @@ __device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, RowSlots s,
   float t = 0.f;
   GMLP_UNROLL
   for (int j = 0; j < N; ++j) {
-    v[j] = s.channel(j) < C ? xin.value(raw[j], s.channel(j)) : 0.f;
+    v[j] = s.in(j, C) ? xin.value(raw[j], s.channel(j)) : 0.f;
     t += v[j];
   }
   const float mu = sum(t) / float(C);
   float q = 0.f;
   GMLP_UNROLL
   for (int j = 0; j < N; ++j)
-    if (s.channel(j) < C) q += (v[j] - mu) * (v[j] - mu);
+    if (s.in(j, C)) q += (v[j] - mu) * (v[j] - mu);
   const float rs = rsqrtf(sum(q) / float(C) + eps);
   float wj[N], bj[N];
   GMLP_UNROLL
@@ -96,7 +104,7 @@ __device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, RowSlots s,
   }
   GMLP_UNROLL
   for (int j = 0; j < N; ++j)
-    if (s.channel(j) < C) out(r, s.channel(j), (v[j] - mu) * rs * wj[j] + bj[j]);
+    if (s.in(j, C)) out(r, s.channel(j), (v[j] - mu) * rs * wj[j] + bj[j]);
   return {mu, rs};
 }
 
@@ -106,9 +114,9 @@ __device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, RowSlots s,
 // add(k, j, term) takes slot j's terms of dw (k = 0), db (1) and, K = 3, what out holds
 // (2: the SGU's gate sums dU into the in-projection's bias). Each slot is read, then
 // written, by its own thread: out may overwrite x.
-template <int K, int N, typename XIn, typename Out, typename TY, typename Sum, typename Add>
+template <int K, int N, typename XIn, typename Slots, typename Out, typename TY, typename Sum, typename Add>
 __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, float mu, float rs, const float* w, int C,
-                                         RowSlots s, const Out& out, const Sum& sum, const Add& add) {
+                                         Slots s, const Out& out, const Sum& sum, const Add& add) {
   // The SGU's gate (ZIn, DzGate): GELU' taken with GELU, from one erf, where a share of
   // up to 8 channels leaves registers for it; wider shares read U again for their store.
   constexpr bool with_grad = N <= 8 && requires(const XIn& x, typename XIn::Raw v, const Out& o) {
@@ -130,7 +138,7 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
   GMLP_UNROLL
   for (int j = 0; j < N; ++j) {
     xh[j] = 0.f;
-    if (s.channel(j) < C) {
+    if (s.in(j, C)) {
       if constexpr (with_grad) {
         const auto vg = xin.value_and_grad(xr[j], s.channel(j));
         xh[j] = (vg.z - mu) * rs;
@@ -151,7 +159,7 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
   if constexpr (with_grad) {
     GMLP_UNROLL
     for (int j = 0; j < N; ++j)
-      if (s.channel(j) < C) {
+      if (s.in(j, C)) {
         const float held = out.store_with_grad(zg[j], r, s.channel(j), rs * (g[j] - mg - xh[j] * mgx));
         if constexpr (K == 3) add(2, j, held);
       }
@@ -160,7 +168,7 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
     out.load_row(r, s, C, pre);
     GMLP_UNROLL
     for (int j = 0; j < N; ++j) {
-      if (s.channel(j) < C) {
+      if (s.in(j, C)) {
         const float held = out.store(pre[j], r, s.channel(j), rs * (g[j] - mg - xh[j] * mgx));
         if constexpr (K == 3) add(2, j, held);
       }
@@ -178,58 +186,66 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
 // looping over its channels. A lane's share is unrolled, every channel's GELU and GELU'
 // inlined: 154 KB of code at 24 a lane, 199 KB at 32 (sm_90); a block per row holds a
 // sixth of those channels a thread. Hence a warp per row up to 768 channels, and
-// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) to time a block per row there too. On the CUDA
-// emulator 16 and 32, and the shares chosen at narrower rows (lane_fits, thread_fits),
-// so that the tests' rows take every kernel and every share.
-#if defined(GMLP_CUDA_EMULATED)
-constexpr int kWarpColumnsMax = 16, kHeldColumns = 32;
-#else
+// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) to time a block per row there too.
 constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048;
-#endif
 static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
 
-// Whether a lane's PerLane channels take rows of C: on a GPU 32 PerLane; on the
-// emulator 8: up to 5, 16: 10, 24: 16. Lanes past C idle.
-constexpr bool lane_fits(int per_lane, int C) {
+// On the CUDA emulator a warp takes rows of up to 16 channels and a block up to 32, each
+// share at narrower rows (lane_fits, thread_fits), so that the tests' rows take every
+// kernel and every share; unless GMLP_CUDA_EMU_ROWS is `gpu` (layernorm.cu), under which
+// rows go as they do on a GPU: the tests of the GPU's widths, full rows among them.
 #if defined(GMLP_CUDA_EMULATED)
-  return C <= (per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16);
+bool emu_gpu_rows();
 #else
+constexpr bool emu_gpu_rows() { return true; }
+#endif
+
+// The most channels a warp's row, or a block's held row, may take.
+inline int warp_columns_max() { return emu_gpu_rows() ? kWarpColumnsMax : 16; }
+inline int held_columns() { return emu_gpu_rows() ? kHeldColumns : 32; }
+
+// Whether a lane's PerLane channels take rows of C: 32 PerLane (on the emulator's own
+// widths 8: up to 5, 16: 10, 24: 16). Lanes past C idle.
+inline bool lane_fits(int per_lane, int C) {
+  if (!emu_gpu_rows()) return C <= (per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16);
   return C <= per_lane * 32;
-#endif
 }
-// Whether a thread's PerThread channels take rows of C: on a GPU kHeldThreads
-// PerThread; on the emulator 4: up to 20, 6: 26, 8: 32.
-constexpr bool thread_fits(int per_thread, int C) {
-#if defined(GMLP_CUDA_EMULATED)
-  return C <= (per_thread == 4 ? 20 : per_thread == 6 ? 26 : 32);
-#else
+// Whether a thread's PerThread channels take rows of C: kHeldThreads PerThread (on the
+// emulator's own widths 4: up to 20, 6: 26, 8: 32).
+inline bool thread_fits(int per_thread, int C) {
+  if (!emu_gpu_rows()) return C <= (per_thread == 4 ? 20 : per_thread == 6 ? 26 : 32);
   return C <= per_thread * kHeldThreads;
-#endif
 }
 
-// f(std::integral_constant<int, N>) for the smallest share of 8, 16, 24 (a lane's) or
-// 4, 6, 8 (a thread's) that takes C channels.
+// f(share, full) for the smallest share of 8, 16, 24 (a lane's) or 4, 6, 8 (a thread's)
+// that takes C channels, share a std::integral_constant<int, N> and full a
+// std::bool_constant, whether the row fills the share's slots (RowSlots' Full).
+template <int Share, int Stride, typename F>
+void with_share(int C, F&& f) {
+  if (C == Share * Stride) return f(std::integral_constant<int, Share>{}, std::true_type{});
+  f(std::integral_constant<int, Share>{}, std::false_type{});
+}
 template <typename F>
 void with_per_lane(int C, F&& f) {
-  if (lane_fits(8, C)) return f(std::integral_constant<int, 8>{});
-  if (lane_fits(16, C)) return f(std::integral_constant<int, 16>{});
-  f(std::integral_constant<int, 24>{});
+  if (lane_fits(8, C)) return with_share<8, 32>(C, f);
+  if (lane_fits(16, C)) return with_share<16, 32>(C, f);
+  with_share<24, 32>(C, f);
 }
 template <typename F>
 void with_per_thread(int C, F&& f) {
-  if (thread_fits(4, C)) return f(std::integral_constant<int, 4>{});
-  if (thread_fits(6, C)) return f(std::integral_constant<int, 6>{});
-  f(std::integral_constant<int, 8>{});
+  if (thread_fits(4, C)) return with_share<4, kHeldThreads>(C, f);
+  if (thread_fits(6, C)) return with_share<6, kHeldThreads>(C, f);
+  with_share<8, kHeldThreads>(C, f);
 }
 
 // The forward, a warp per row;
-template <int PerLane, typename XIn, typename YOut>
+template <int PerLane, bool Full, typename XIn, typename YOut>
 __global__ void ln_forward_warp_k(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out,
                                   float* mean, float* rstd) {
   const int lane = int(threadIdx.x) & 31;
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (r >= M) return;  // the whole warp: no barrier follows
-  const float2 st = ln_forward_slots<PerLane>(xin, r, C, RowSlots{lane, 32}, w, b, eps, out,
+  const float2 st = ln_forward_slots<PerLane>(xin, r, C, RowSlots<32, Full>{lane}, w, b, eps, out,
                                               [](float v) { return warp_sum(v); });
   if (lane == 0) {
     if (mean) mean[r] = st.x;
@@ -237,14 +253,14 @@ __global__ void ln_forward_warp_k(XIn xin, int M, int C, const float* w, const f
   }
 }
 
-// a block per row.
-template <int PerThread, typename XIn, typename YOut>
+// a block per row (of kHeldThreads).
+template <int PerThread, bool Full, typename XIn, typename YOut>
 __global__ void ln_forward_block_k(XIn xin, int C, const float* w, const float* b, float eps, YOut out, float* mean,
                                    float* rstd) {
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
-  const float2 st = ln_forward_slots<PerThread>(xin, r, C, RowSlots{int(threadIdx.x), int(blockDim.x)}, w, b, eps,
-                                                out, [&](float v) { return block_sum(v, sh); });
+  const float2 st = ln_forward_slots<PerThread>(xin, r, C, RowSlots<kHeldThreads, Full>{int(threadIdx.x)}, w, b,
+                                                eps, out, [&](float v) { return block_sum(v, sh); });
   if (threadIdx.x == 0) {
     if (mean) mean[r] = st.x;
     if (rstd) rstd[r] = st.y;
@@ -274,7 +290,7 @@ constexpr int warp_backward_blocks(int K, int per_lane) {
   return 65536 / (32 * warp_block_warps(K, per_lane) * warp_backward_registers(per_lane));
 }
 
-template <int K, int PerLane, typename XIn, typename Out, typename TY>
+template <int K, int PerLane, bool Full, typename XIn, typename Out, typename TY>
 __global__ void GMLP_BOUNDS(32 * warp_block_warps(K, PerLane), warp_backward_blocks(K, PerLane))
     ln_backward_warp_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w, int M,
                        int C, int rows_per, Out out, float* part) {
@@ -289,8 +305,8 @@ __global__ void GMLP_BOUNDS(32 * warp_block_warps(K, PerLane), warp_backward_blo
   const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
   for (int64_t r = r0 + warp; r < r1; r += Warps)
     ln_backward_slots<K, PerLane>(
-        dy + r * lddy, xin, r, mean[r], rstd[r], w, C, RowSlots{lane, 32}, out, [](float2 v) { return warp_sum(v); },
-        [&](int k, int j, float v) { acc[k][32 * j + lane] += v; });
+        dy + r * lddy, xin, r, mean[r], rstd[r], w, C, RowSlots<32, Full>{lane}, out,
+        [](float2 v) { return warp_sum(v); }, [&](int k, int j, float v) { acc[k][32 * j + lane] += v; });
   __syncthreads();
   for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))  // the warps' sums, in warp order
     for (int k = 0; k < K; ++k) {
@@ -306,7 +322,7 @@ __global__ void GMLP_BOUNDS(32 * warp_block_warps(K, PerLane), warp_backward_blo
 // chunks whatever M, at least 8 rows each.
 inline int block_rows_per(int M) { return M > 8 * 512 ? (M + 511) / 512 : 8; }
 
-template <int K, int PerThread, typename XIn, typename Out, typename TY>
+template <int K, int PerThread, bool Full, typename XIn, typename Out, typename TY>
 __global__ void GMLP_BOUNDS(kHeldThreads, 2)
     ln_backward_block_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w, int M,
                         int C, int rows_per, Out out, float* part) {
@@ -316,7 +332,7 @@ __global__ void GMLP_BOUNDS(kHeldThreads, 2)
   for (int k = 0; k < K; ++k)
     GMLP_UNROLL
     for (int j = 0; j < PerThread; ++j) acc[k][j] = 0.f;
-  const RowSlots s{int(threadIdx.x), int(blockDim.x)};
+  const RowSlots<kHeldThreads, Full> s{int(threadIdx.x)};
   const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
   for (int64_t r = r0; r < r1; ++r)
     ln_backward_slots<K, PerThread>(
@@ -324,30 +340,30 @@ __global__ void GMLP_BOUNDS(kHeldThreads, 2)
         [&](int k, int j, float v) { acc[k][j] += v; });
   GMLP_UNROLL
   for (int j = 0; j < PerThread; ++j)
-    if (s.channel(j) < C)
+    if (s.in(j, C))
       GMLP_UNROLL
       for (int k = 0; k < K; ++k) part[(int64_t(blockIdx.x) * K + k) * C + s.channel(j)] = acc[k][j];
 }
 
-// The forward over M rows of up to kHeldColumns channels: a warp or a block per row.
+// The forward over M rows of up to held_columns() channels: a warp or a block per row.
 template <typename XIn, typename YOut>
 void layernorm_forward_held(XIn xin, int M, int C, const float* w, const float* b, float eps, YOut out, float* mean,
                             float* rstd) {
   if (C <= warp_columns()) {
-    with_per_lane(C, [&](auto per_lane) {
+    with_per_lane(C, [&](auto per_lane, auto full) {
       constexpr int kRows = kRowThreads / 32;
-      GMLP_LAUNCH(ln_forward_warp_k<decltype(per_lane)::value>, blocks_for(M, kRows), kRowThreads)(
-          xin, M, C, w, b, eps, out, mean, rstd);
+      GMLP_LAUNCH((ln_forward_warp_k<decltype(per_lane)::value, decltype(full)::value>), blocks_for(M, kRows),
+                  kRowThreads)(xin, M, C, w, b, eps, out, mean, rstd);
     });
   } else {
-    with_per_thread(C, [&](auto per_thread) {
-      GMLP_LAUNCH(ln_forward_block_k<decltype(per_thread)::value>, unsigned(M), kHeldThreads)(xin, C, w, b, eps, out,
-                                                                                              mean, rstd);
+    with_per_thread(C, [&](auto per_thread, auto full) {
+      GMLP_LAUNCH((ln_forward_block_k<decltype(per_thread)::value, decltype(full)::value>), unsigned(M),
+                  kHeldThreads)(xin, C, w, b, eps, out, mean, rstd);
     });
   }
 }
 
-// The backward over M rows of up to kHeldColumns channels, dx and the column sums in
+// The backward over M rows of up to held_columns() channels, dx and the column sums in
 // one pass: dw and db (and, where dsum is given, the column sums of what out holds)
 // added to.
 template <typename XIn, typename Out, typename TY>
@@ -356,22 +372,24 @@ void layernorm_backward_held(const TY* dy, int lddy, XIn xin, const float* mean,
   const auto run = [&](auto k) {
     using KT = decltype(k);  // a type, not a constexpr int: g++ 12 would have the lambdas below capture it
     if (C <= warp_columns()) {
-      with_per_lane(C, [&](auto per_lane) {
+      with_per_lane(C, [&](auto per_lane, auto full) {
         constexpr int K = KT::value, PL = decltype(per_lane)::value, warps = warp_block_warps(K, PL);
+        using FT = decltype(full);
         const int rows_per = warp_rows_per(M, warps), chunks = (M + rows_per - 1) / rows_per;
         float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
-        GMLP_LAUNCH((ln_backward_warp_k<K, PL>), unsigned(chunks), unsigned(32 * warps))(dy, lddy, xin, mean, rstd, w,
-                                                                                        M, C, rows_per, out, part);
+        GMLP_LAUNCH((ln_backward_warp_k<K, PL, FT::value>), unsigned(chunks), unsigned(32 * warps))(
+            dy, lddy, xin, mean, rstd, w, M, C, rows_per, out, part);
         finish_column_sums(part, chunks, K, C, dw, db, dsum);
       });
     } else {
-      with_per_thread(C, [&](auto per_thread) {
+      with_per_thread(C, [&](auto per_thread, auto full) {
         using PT = decltype(per_thread);
         constexpr int K = KT::value;
+        using FT = decltype(full);
         const int rows_per = block_rows_per(M), chunks = (M + rows_per - 1) / rows_per;
         float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
-        GMLP_LAUNCH((ln_backward_block_k<K, PT::value>), unsigned(chunks), kHeldThreads)(dy, lddy, xin, mean, rstd, w,
-                                                                                        M, C, rows_per, out, part);
+        GMLP_LAUNCH((ln_backward_block_k<K, PT::value, FT::value>), unsigned(chunks), kHeldThreads)(
+            dy, lddy, xin, mean, rstd, w, M, C, rows_per, out, part);
         finish_column_sums(part, chunks, K, C, dw, db, dsum);
       });
     }

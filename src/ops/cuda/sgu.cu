@@ -59,10 +59,11 @@ struct ZIn {
   int ld, off;
   ops::ZInput zin;
   using Raw = TU;
-  template <int N>
-  __device__ void load_row(int64_t r, RowSlots s, int C, Raw (&raw)[N]) const {
+  template <int N, typename Slots>
+  __device__ void load_row(int64_t r, Slots s, int C, Raw (&raw)[N]) const {
+    const TU* row = u + r * ld + off;
     GMLP_UNROLL
-    for (int j = 0; j < N; ++j) raw[j] = u[r * ld + off + s.loaded(j, C)];
+    for (int j = 0; j < N; ++j) raw[j] = row[s.loaded(j, C)];
   }
   __device__ float value(Raw v, int c) const { return z_from(zin, plus_bias(zin, v, off + c)); }
   // Z and dZ/dU at once (dZ/dU 1 where Z is U): for the gate LayerNorm's backward, whose
@@ -105,10 +106,11 @@ struct DzGate {
   // U, which the store reads, loaded first by the warp LayerNorm (the direct path's
   // terms, the ablations' alone, are read as the store takes them).
   using Pre = TU;
-  template <int N>
-  __device__ void load_row(int64_t r, RowSlots s, int C, Pre (&pre)[N]) const {
+  template <int N, typename Slots>
+  __device__ void load_row(int64_t r, Slots s, int C, Pre (&pre)[N]) const {
+    const TU* row = u + r * ld + off;
     GMLP_UNROLL
-    for (int j = 0; j < N; ++j) pre[j] = u[r * ld + off + s.loaded(j, C)];
+    for (int j = 0; j < N; ++j) pre[j] = row[s.loaded(j, C)];
   }
   __device__ float store(Pre uraw, int64_t r, int c, float d) const {
     return store_with_grad(zin.gelu ? gelu_grad(plus_bias(zin, uraw, off + c), zin.form == Gelu::tanh) : 1.f, r, c,
