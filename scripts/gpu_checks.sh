@@ -103,7 +103,12 @@ for s in "$@"; do
       step ceilings python3 bench/gpu_ceilings.py ;;
     tests)
       # Each test's line and time in the log (no --gtest_brief): gpu_session.sh reads them.
-      step tests env LD_LIBRARY_PATH="$libs" "$T" --gtest_filter="$FILTER" ;;
+      # Then the LayerNorm's and the SGU's tests again with a block per row throughout
+      # (GMLP_CUDA_LN_WARP_COLUMNS=0, as the bench's row of that name runs): the
+      # block kernels' rows of up to 768 channels, S/16's gate of a thread's 3 among them.
+      step tests bash -c "export LD_LIBRARY_PATH='$libs'; '$T' --gtest_filter='$FILTER'; rc=\$?
+        GMLP_CUDA_LN_WARP_COLUMNS=0 '$T' --gtest_filter='CudaOps.LayerNorm*:CudaOps.Sgu*:CudaBf16.*' || rc=1
+        exit \$rc" ;;
     sanitizer)
       # The GPU suites alone (CudaOps, Variants/CudaModel, ...), not the tests of the
       # device choice or the emulator's data-parallel runs.

@@ -897,19 +897,23 @@ void layernorm_against_the_cpu(int M, int C, int ld) {
 // held in registers (on a GPU up to 2,048, a thread's share 4, 6 or 8: 1000, 1500, 1800;
 // on the emulator up to 32: 18, 24, 30) and a block per row looping over its channels
 // (2100; on the emulator from 300 on); the backward's chunks of rows six, the last
-// partial. Then the GPU's widths on the emulator too (GMLP_CUDA_EMU_ROWS), with the rows
-// that fill a share's slots, which take the full-row kernels: 256, 512 and 768 a warp's
-// 8, 16 and 24 a lane, 1,024, 1,536 and 2,048 a block's 4, 6 and 8 a thread.
+// partial (the emulator's block shares 3 to 8: 17, 18, 24, 30). Then the GPU's widths on
+// the emulator too (GMLP_CUDA_EMU_ROWS), with the rows that fill a share's slots, which
+// take the full-row kernels: 256, 512 and 768 a warp's 8, 16 and 24 a lane, 1,024, 1,536
+// and 2,048 a block's 4, 6 and 8 a thread; and with a block per row throughout (as
+// GMLP_CUDA_LN_WARP_COLUMNS=0 has it on a GPU), 768 a block's 3 a thread.
 TEST(CudaOps, LayerNormForwardApplyBackwardWithStrides) {
   REQUIRE_GPU();
-  for (const int C : {2, 4, 7, 10, 12, 18, 24, 30, 300, 700, 1000, 1500, 1800, 2100}) {
+  for (const int C : {2, 4, 7, 10, 12, 17, 18, 24, 30, 300, 700, 1000, 1500, 1800, 2100}) {
     SCOPED_TRACE("C " + std::to_string(C));
     layernorm_against_the_cpu(45, C, C + 10);
   }
-  ScopedEnv rows("GMLP_CUDA_EMU_ROWS", "gpu");
-  for (const int C : {12, 256, 300, 512, 700, 768, 1000, 1024, 1500, 1536, 1800, 2048, 2100}) {
-    SCOPED_TRACE("the GPU's widths, C " + std::to_string(C));
-    layernorm_against_the_cpu(45, C, C + 10);
+  for (const char* rows : {"gpu", "gpu-blocks"}) {
+    ScopedEnv e("GMLP_CUDA_EMU_ROWS", rows);
+    for (const int C : {12, 256, 300, 512, 700, 768, 1000, 1024, 1500, 1536, 1800, 2048, 2100}) {
+      SCOPED_TRACE(std::string("the GPU's widths (") + rows + "), C " + std::to_string(C));
+      layernorm_against_the_cpu(45, C, C + 10);
+    }
   }
 }
 
@@ -1189,12 +1193,13 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
     bool causal, padded, extra;
     bool unbiased = false;  // F held without its bias (Bf16Store::F_unbiased)
     int f = 16;             // 18: the split gate's 9 channels, a channel a thread (not pairs)
-    // The GPU's LayerNorm kernels at its widths on the emulator too. These cases hold
+    // The GPU's LayerNorm kernels at its widths on the emulator too (GMLP_CUDA_EMU_ROWS
+    // gpu, or gpu-blocks: a block per row throughout). These cases hold
     // the LayerNorm, the combine and the gate pass; the spatial products' F, dG and dW
     // are the narrow cases'. Their references start from the CPU's float G and dF, where
     // the GPU's products read bf16 ones: over thousands of values some sums cancel
     // enough for those roundings to pass the bounds here (1 to 11 values of 60,000).
-    bool gpu_rows = false;
+    const char* gpu_rows = nullptr;
   };
   const Case cases[] = {{Sgu::split, 1, true, false, false},         {Sgu::split, 2, false, true, true},
                         {Sgu::multiplicative, 2, true, false, false}, {Sgu::multiplicative, 1, false, true, false},
@@ -1203,17 +1208,19 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
                         {Sgu::additive, 2, true, false, false, true},  {Sgu::split, 1, false, true, true, false, 18},
                         // Gates that fill the GPU's shares (the full-row kernels): 768 a
                         // warp's 24 a lane, 1,024 and 1,536 a block's 4 and 6 a thread;
-                        // and 1,400, a block's 6 a thread, partly.
-                        {Sgu::split, 1, false, false, false, false, 1536, true},
-                        {Sgu::multiplicative, 1, true, true, false, true, 1024, true},
-                        {Sgu::split, 2, false, true, false, false, 3072, true},
-                        {Sgu::additive, 1, false, false, true, false, 1400, true}};
+                        // and 1,400, a block's 6 a thread, partly;
+                        {Sgu::split, 1, false, false, false, false, 1536, "gpu"},
+                        {Sgu::multiplicative, 1, true, true, false, true, 1024, "gpu"},
+                        {Sgu::split, 2, false, true, false, false, 3072, "gpu"},
+                        {Sgu::additive, 1, false, false, true, false, 1400, "gpu"},
+                        // 768 a block's 3 a thread: S/16's gate under GMLP_CUDA_LN_WARP_COLUMNS=0
+                        {Sgu::split, 1, false, true, false, true, 1536, "gpu-blocks"}};
   Backend& cb = cpu_backend();
   for (const Case& k : cases) {
     const std::string name = name_of(k.kind) + (k.heads > 1 ? " heads" : "") + (k.causal ? " causal" : "") +
                              (k.padded ? " padded" : "") + (k.unbiased ? " F unbiased" : "") + " f " +
-                             std::to_string(k.f);
-    ScopedEnv rows("GMLP_CUDA_EMU_ROWS", k.gpu_rows ? "gpu" : nullptr);
+                             std::to_string(k.f) + (k.gpu_rows ? std::string(" rows ") + k.gpu_rows : "");
+    ScopedEnv rows("GMLP_CUDA_EMU_ROWS", k.gpu_rows);
     const int T = 20, B = 3, f = k.f, n = 24, M = T * B, g = k.kind == Sgu::split ? f / 2 : f;
     const Vec U = randn(size_t(M) * f, 1), ub = randn(f, 2, 0.3f), nw = randn(g, 3), nb = randn(g, 4),
               W = randn(size_t(k.heads) * n * n, 5, 0.3f), sb = randn(size_t(k.heads) * n, 6),

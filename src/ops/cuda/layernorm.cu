@@ -38,11 +38,13 @@ struct DxPlain {
 }  // namespace
 
 #if defined(GMLP_CUDA_EMULATED)
-bool emu_gpu_rows() {  // read at each launch: a test sets it around the ops it runs
+EmuRows emu_rows() {  // read at each launch: a test sets it around the ops it runs
   const char* v = std::getenv("GMLP_CUDA_EMU_ROWS");
-  if (!v || !*v) return false;
-  if (std::string(v) != "gpu") throw Error("GMLP_CUDA_EMU_ROWS: '" + std::string(v) + "' is not gpu");
-  return true;
+  if (!v || !*v) return EmuRows::emulator;
+  const std::string e = v;
+  if (e == "gpu") return EmuRows::gpu;
+  if (e == "gpu-blocks") return EmuRows::gpu_blocks;
+  throw Error("GMLP_CUDA_EMU_ROWS: '" + e + "' is not gpu or gpu-blocks");
 }
 #endif
 

@@ -178,47 +178,54 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
 
 // Rows of up to warp_columns() channels take a warp each (four rows to a block of
 // kRowThreads, no barrier between rows), a lane's PerLane channels of 8, 16 or 24; wider
-// rows, up to kHeldColumns, a block of kHeldThreads each, a thread's PerThread of 4, 6
-// or 8 (the row's sums block reductions, two barriers each). Measured on an H100 (bf16
+// rows, up to kHeldColumns, a block of kHeldThreads each, a thread's PerThread of 3, 4,
+// 6 or 8 (the row's sums block reductions, two barriers each). Measured on an H100 (bf16
 // steps, docs/bench-gpu.md): gMLP-S/16's gate (768 channels, 24 a lane) a warp per row
 // took its step from 58 ms to 40.5; the LM's gate of 1,024 (32 a lane) took 337 µs where
 // its bytes take 17, and BERT's of 1,536 (48 a lane) 819, slower than a block per row
 // looping over its channels. A lane's share is unrolled, every channel's GELU and GELU'
 // inlined: 154 KB of code at 24 a lane, 199 KB at 32 (sm_90); a block per row holds a
 // sixth of those channels a thread. Hence a warp per row up to 768 channels, and
-// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) to time a block per row there too.
+// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) to time a block per row there too (a thread's
+// 3 fill S/16's gate of 768, as 4, 6 and 8 fill 1,024, 1,536 and 2,048).
 constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048;
 static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
 
 // On the CUDA emulator a warp takes rows of up to 16 channels and a block up to 32, each
 // share at narrower rows (lane_fits, thread_fits), so that the tests' rows take every
-// kernel and every share; unless GMLP_CUDA_EMU_ROWS is `gpu` (layernorm.cu), under which
-// rows go as they do on a GPU: the tests of the GPU's widths, full rows among them.
+// kernel and every share; unless GMLP_CUDA_EMU_ROWS (layernorm.cu) is `gpu`, under which
+// rows go as they do on a GPU (the tests of the GPU's widths, full rows among them), or
+// `gpu-blocks`, as they do on a GPU under GMLP_CUDA_LN_WARP_COLUMNS=0 (no warp rows).
+enum class EmuRows { emulator, gpu, gpu_blocks };
 #if defined(GMLP_CUDA_EMULATED)
-bool emu_gpu_rows();
+EmuRows emu_rows();
 #else
-constexpr bool emu_gpu_rows() { return true; }
+constexpr EmuRows emu_rows() { return EmuRows::gpu; }
 #endif
 
 // The most channels a warp's row, or a block's held row, may take.
-inline int warp_columns_max() { return emu_gpu_rows() ? kWarpColumnsMax : 16; }
-inline int held_columns() { return emu_gpu_rows() ? kHeldColumns : 32; }
+inline int warp_columns_max() {
+  const EmuRows e = emu_rows();
+  return e == EmuRows::gpu ? kWarpColumnsMax : e == EmuRows::gpu_blocks ? 0 : 16;
+}
+inline int held_columns() { return emu_rows() == EmuRows::emulator ? 32 : kHeldColumns; }
 
 // Whether a lane's PerLane channels take rows of C: 32 PerLane (on the emulator's own
 // widths 8: up to 5, 16: 10, 24: 16). Lanes past C idle.
 inline bool lane_fits(int per_lane, int C) {
-  if (!emu_gpu_rows()) return C <= (per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16);
+  if (emu_rows() == EmuRows::emulator) return C <= (per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16);
   return C <= per_lane * 32;
 }
 // Whether a thread's PerThread channels take rows of C: kHeldThreads PerThread (on the
-// emulator's own widths 4: up to 20, 6: 26, 8: 32).
+// emulator's own widths 3: up to 17, 4: 20, 6: 26, 8: 32).
 inline bool thread_fits(int per_thread, int C) {
-  if (!emu_gpu_rows()) return C <= (per_thread == 4 ? 20 : per_thread == 6 ? 26 : 32);
+  if (emu_rows() == EmuRows::emulator)
+    return C <= (per_thread == 3 ? 17 : per_thread == 4 ? 20 : per_thread == 6 ? 26 : 32);
   return C <= per_thread * kHeldThreads;
 }
 
-// f(share, full) for the smallest share of 8, 16, 24 (a lane's) or 4, 6, 8 (a thread's)
-// that takes C channels, share a std::integral_constant<int, N> and full a
+// f(share, full) for the smallest share of 8, 16, 24 (a lane's) or 3, 4, 6, 8 (a
+// thread's) that takes C channels, share a std::integral_constant<int, N> and full a
 // std::bool_constant, whether the row fills the share's slots (RowSlots' Full).
 template <int Share, int Stride, typename F>
 void with_share(int C, F&& f) {
@@ -233,6 +240,7 @@ void with_per_lane(int C, F&& f) {
 }
 template <typename F>
 void with_per_thread(int C, F&& f) {
+  if (thread_fits(3, C)) return with_share<3, kHeldThreads>(C, f);
   if (thread_fits(4, C)) return with_share<4, kHeldThreads>(C, f);
   if (thread_fits(6, C)) return with_share<6, kHeldThreads>(C, f);
   with_share<8, kHeldThreads>(C, f);
