@@ -2,6 +2,7 @@
 // What every .cu file of the CUDA backend shares: launch shapes and block reductions.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -119,6 +120,37 @@ inline bool vec_aligned(const T* p) {
 inline unsigned blocks_for(int64_t n, int threads = kThreads) {
   return n > 0 ? unsigned((n + threads - 1) / threads) : 1u;
 }
+
+// The launch of a kernel taking a thread per column (of `columns`: channels, or groups
+// of them) and its rows in turn, `batch` rows at once: blocks of kThreads, as many warps
+// across as divide the columns' warps (up to 8), the rest rows, so that no thread idles
+// where columns is a multiple of 32 (gMLP-S/16's 384 pairs of gate channels took a
+// block and a half of 256 across, a quarter of the threads idle); the columns' blocks by
+// as many rows of blocks as take the rows in batches, gridDim.y at most (the kernel
+// strides over the rest: first_row(), then every row_stride()-th). A thread per value
+// instead, with its row and column divided out of a 64-bit index, spent a 64-bit
+// division or two a value, where a pass's arithmetic is a few instructions. On the CUDA
+// emulator three rows of blocks at most, so that the tests' rows take the stride.
+#if defined(GMLP_CUDA_EMULATED)
+constexpr int kRowBlocks = 3;
+#else
+constexpr int kRowBlocks = 65535;
+#endif
+struct Launch {
+  dim3 grid, block;
+};
+inline Launch columns_by_rows(int columns, int64_t rows, int batch = 1) {
+  const int warps = (columns + 31) / 32;
+  int across = kThreads / 32;
+  while (warps % across) across /= 2;
+  const dim3 block(unsigned(32 * across), unsigned(kThreads / (32 * across)));
+  const int64_t per = int64_t(batch) * block.y;
+  return {dim3(blocks_for(columns, int(block.x)), unsigned(std::clamp<int64_t>((rows + per - 1) / per, 1, kRowBlocks))),
+          block};
+}
+__device__ inline int column() { return int(blockIdx.x * blockDim.x + threadIdx.x); }
+__device__ inline int64_t first_row() { return int64_t(blockIdx.y) * blockDim.y + threadIdx.y; }
+__device__ inline int64_t row_stride() { return int64_t(gridDim.y) * blockDim.y; }
 
 // Rows per chunk of a column sum taken as partial sums over chunks of rows, one chunk
 // per blockIdx.y: 256, or more where M would need over 65535 chunks (gridDim.y's limit).

@@ -79,16 +79,13 @@ void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, con
 
 void layernorm_apply(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                      const float* rstd, float* y, int ldy) {
-  if (M <= 0) return;
-  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * C), kThreads)(XPlain{x, ldx}, M, C, w, b, mean, rstd, YPlain{y, ldy});
+  layernorm_apply_with(XPlain{x, ldx}, M, C, w, b, mean, rstd, YPlain{y, ldy});
   check_launch("layernorm apply");
 }
 
 void layernorm_apply_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                           const float* rstd, float* y, uint16_t* y16, int ldy) {
-  if (M <= 0) return;
-  GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * C), kThreads)(XPlain{x, ldx}, M, C, w, b, mean, rstd,
-                                                                YBf16{y16, y, ldy});
+  layernorm_apply_with(XPlain{x, ldx}, M, C, w, b, mean, rstd, YBf16{y16, y, ldy});
   check_launch("layernorm apply (bf16)");
 }
 

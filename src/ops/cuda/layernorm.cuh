@@ -61,14 +61,23 @@ void layernorm_forward_with(XIn xin, int M, int C, const float* w, const float* 
   check_launch("layernorm forward");
 }
 
+// The rows normalised with their saved statistics (the SGU's backward rebuilds its gate
+// so under bf16): a thread per channel, its rows in turn (columns_by_rows).
 template <typename XIn, typename YOut>
 __global__ void ln_apply_k(XIn xin, int M, int C, const float* w, const float* b, const float* mean, const float* rstd,
                            YOut out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(M) * C) return;
-  const int64_t r = i / C;
-  const int c = int(i % C);
-  out(r, c, (xin(r, c) - mean[r]) * rstd[r] * w[c] + b[c]);
+  const int c = column();
+  if (c >= C) return;
+  const float wc = w[c], bc = b[c];
+  for (int64_t r = first_row(); r < M; r += row_stride()) out(r, c, (xin(r, c) - mean[r]) * rstd[r] * wc + bc);
+}
+
+template <typename XIn, typename YOut>
+void layernorm_apply_with(XIn xin, int M, int C, const float* w, const float* b, const float* mean, const float* rstd,
+                          YOut out) {
+  if (M <= 0 || C <= 0) return;
+  const Launch l = columns_by_rows(C, M);
+  GMLP_LAUNCH(ln_apply_k, l.grid, l.block)(xin, M, C, w, b, mean, rstd, out);
 }
 
 // A block per row: xhat and dy w summed over the row, then dx to out. Each thread owns

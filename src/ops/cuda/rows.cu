@@ -5,20 +5,29 @@
 namespace gmlp::cuda {
 namespace {
 
-__global__ void k_residual_bias(const float* x, const float* b, int64_t n, int d, float* out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = x[i] + b[i % d];
+// The row-wise passes over M rows of d floats: a thread per channel, its rows in turn
+// (columns_by_rows), so that a row's factor keep[r % B] is found once a row, not by
+// 64-bit divisions at every value. Row r is batch row r % B.
+__global__ void k_residual_bias(const float* x, const float* b, int M, int d, float* out) {
+  const int c = column();
+  if (c >= d) return;
+  const float bc = b[c];
+  for (int64_t r = first_row(); r < M; r += row_stride()) out[r * d + c] = x[r * d + c] + bc;
 }
 
-__global__ void k_residual_keep(const float* x, const float* keep, const float* h, int64_t n, int B, int d,
-                                float* out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = x[i] + keep[(i / d) % B] * h[i];
+__global__ void k_residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) {
+  const int c = column();
+  if (c >= d) return;
+  for (int64_t r = first_row(); r < M; r += row_stride()) {
+    const int64_t i = r * d + c;
+    out[i] = x[i] + keep[int(r % B)] * h[i];
+  }
 }
 
-__global__ void k_scale_rows(const float* keep, const float* dx, int64_t n, int B, int d, float* out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = keep[(i / d) % B] * dx[i];
+__global__ void k_scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) {
+  const int c = column();
+  if (c >= d) return;
+  for (int64_t r = first_row(); r < M; r += row_stride()) out[r * d + c] = keep[int(r % B)] * dx[r * d + c];
 }
 
 // A thread per (b, c): the mean over the row's real positions, in order.
@@ -70,20 +79,23 @@ void zero_padding_as(const int32_t* lengths, int T, int B, int C, E* X) {
 }  // namespace
 
 void residual_bias(const float* x, const float* b, int M, int d, float* out) {
-  const int64_t n = int64_t(M) * d;
-  GMLP_LAUNCH(k_residual_bias, blocks_for(n), kThreads)(x, b, n, d, out);
+  if (M <= 0 || d <= 0) return;
+  const Launch l = columns_by_rows(d, M);
+  GMLP_LAUNCH(k_residual_bias, l.grid, l.block)(x, b, M, d, out);
   check_launch("residual + bias");
 }
 
 void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) {
-  const int64_t n = int64_t(M) * d;
-  GMLP_LAUNCH(k_residual_keep, blocks_for(n), kThreads)(x, keep, h, n, B, d, out);
+  if (M <= 0 || d <= 0) return;
+  const Launch l = columns_by_rows(d, M);
+  GMLP_LAUNCH(k_residual_keep, l.grid, l.block)(x, keep, h, M, B, d, out);
   check_launch("stochastic-depth residual");
 }
 
 void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) {
-  const int64_t n = int64_t(M) * d;
-  GMLP_LAUNCH(k_scale_rows, blocks_for(n), kThreads)(keep, dx, n, B, d, out);
+  if (M <= 0 || d <= 0) return;
+  const Launch l = columns_by_rows(d, M);
+  GMLP_LAUNCH(k_scale_rows, l.grid, l.block)(keep, dx, M, B, d, out);
   check_launch("scale rows");
 }
 

@@ -138,11 +138,11 @@ struct DzGate {
 template <int V, typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, int g, const float* extra, bool keep,
                                TU* S) {
-  const int c = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * V;
+  const int c = column() * V;
   if (c >= g) return;
-  const int step = int(gridDim.y * blockDim.y);
+  const int step = int(row_stride());
   constexpr int R = kRowBatch / V;
-  for (int r0 = int(blockIdx.y * blockDim.y + threadIdx.y); r0 < M; r0 += R * step) {
+  for (int r0 = int(first_row()); r0 < M; r0 += R * step) {
     TF fr[R][V];
     TU ur[R][V];
     float ex[R][V];
@@ -183,29 +183,9 @@ bool pairs_fit(int g, int ld, const P*... p) {
   return g % 2 == 0 && ld % 2 == 0 && (... && (!p || vec_aligned<2>(p)));
 }
 
-// The launch of a kernel taking a thread per V channels of kRowBatch / V rows (given
-// its channel groups, g / V): blocks of kThreads, as many warps across as divide the
-// groups' warps (up to 8), the rest rows, so that no thread idles where groups is a
-// multiple of 32 (gMLP-S/16's 384 pairs took a block and a half of 256 across, a
-// quarter of the threads idle); the channels' blocks by the rows' batches, as many as
-// gridDim.y holds (the kernel strides over the rest). On the CUDA emulator three, so
-// that the tests' rows take the stride.
-#if defined(GMLP_CUDA_EMULATED)
-constexpr int kRowBlocks = 3;
-#else
-constexpr int kRowBlocks = 65535;
-#endif
-struct Launch {
-  dim3 grid, block;
-};
-inline Launch channels_by_rows(int groups, int M, int V = 1) {
-  const int warps = (groups + 31) / 32;
-  int across = kThreads / 32;
-  while (warps % across) across /= 2;
-  const dim3 block(unsigned(32 * across), unsigned(kThreads / (32 * across)));
-  const int rows = kRowBatch / V * int(block.y);
-  return {dim3(blocks_for(groups, int(block.x)), unsigned(std::clamp((M + rows - 1) / rows, 1, kRowBlocks))), block};
-}
+// The launch of a kernel taking a thread per V channels of kRowBatch / V rows at once
+// (given its channel groups, g / V; common.cuh's columns_by_rows).
+inline Launch channels_by_rows(int groups, int M, int V = 1) { return columns_by_rows(groups, M, kRowBatch / V); }
 
 __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, float* S) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -390,8 +370,7 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   const int M = T * B, ld = B * d.g;
   const ZIn<TU> gate{U, f, d.goff, p.z};
   if (!p.store.G_kept) {
-    GMLP_LAUNCH(ln_apply_k, blocks_for(int64_t(M) * d.g), kThreads)(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd,
-                                                                    rows_out(G, d.g));
+    layernorm_apply_with(gate, M, d.g, p.norm_w, p.norm_b, gmean, grstd, rows_out(G, d.g));
     check_launch("sgu gate recomputed");
     zero_padding(p.lengths, T, B, d.g, G);
   }
