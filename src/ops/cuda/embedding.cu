@@ -1,6 +1,7 @@
 // The inputs on the device: token embedding (with sinusoidal positions) and its
 // backward, and images cut into patch rows (embedding.cpp and patch.cpp).
 #include "ops/cuda/common.cuh"
+#include "ops/fast_div.h"
 
 namespace gmlp::cuda {
 namespace {
@@ -102,14 +103,23 @@ __global__ void k_embed_backward(const float* dx, int d, const int32_t* start, c
   *out = sum;
 }
 
-__global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, float* out) {
-  const int P = C * ph * pw, gw = Wi / pw;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(n) * B * P) return;
-  const int64_t row = i / P;
-  const int e = int(i % P), t = int(row / B), b = int(row % B);
-  const int c = e / (ph * pw), py = (e / pw) % ph, px = e % pw, gy = t / gw, gx = t % gw;
-  out[i] = images[((int64_t(b) * C + c) * Hi + gy * ph + py) * Wi + gx * pw + px];
+// Patch row t * B + b, entry e = (c, py, px): image b's channel c at the patch's pixel.
+// A thread per entry, its rows in turn (columns_by_rows): the entry's pixel found once,
+// each row's patch by multiplies (FastDiv), where a thread per value divided a 64-bit
+// index and then its parts, nine divisions a value copied.
+__global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, ops::FastDiv by_b,
+                          ops::FastDiv by_gw, float* out) {
+  const int P = C * ph * pw;
+  const int e = column();
+  if (e >= P) return;
+  const int c = e / (ph * pw), py = (e / pw) % ph, px = e % pw;
+  const float* pixel = images + (int64_t(c) * Hi + py) * Wi + px;
+  const int rows = n * B;
+  for (int64_t row = first_row(); row < rows; row += row_stride()) {
+    const uint32_t t = by_b.div(uint32_t(row)), b = uint32_t(row) - t * by_b.d;
+    const uint32_t gy = by_gw.div(t), gx = t - gy * by_gw.d;
+    out[row * P + e] = pixel[int64_t(b) * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
+  }
 }
 
 }  // namespace
@@ -138,7 +148,10 @@ void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, in
 
 void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
   const int n = (Hi / ph) * (Wi / pw);
-  GMLP_LAUNCH(k_patches, blocks_for(int64_t(n) * B * C * ph * pw), kThreads)(images, B, C, Hi, Wi, ph, pw, n, out);
+  if (n <= 0 || B <= 0) return;
+  const Launch l = columns_by_rows(C * ph * pw, int64_t(n) * B);
+  GMLP_LAUNCH(k_patches, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(B)),
+                                          ops::FastDiv(uint32_t(Wi / pw)), out);
   check_launch("patches");
 }
 
