@@ -1048,6 +1048,20 @@ TEST(CudaOps, DropoutWithAndWithoutStochasticDepth) {
       EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 1e-6f, 1e-6f, "residual"));
       EXPECT_TRUE(test::all_close(dv.down(dDh, dh.size()).data(), dh.data(), dh.size(), 1e-6f, 1e-6f, "backward"));
     }
+  {  // stochastic depth alone: row r's factor keep[r % B], B = 5 so that the kernels'
+     // rows (a thread's every 12th on the emulator) take keep's index past B and back
+    const int T5 = 13, B5 = 5, M5 = T5 * B5;
+    const Vec x5 = randn(size_t(M5) * d, 62), h5 = randn(size_t(M5) * d, 63), keep5 = {2.f, 0.f, 1.f, 0.5f, 3.f};
+    Vec out(x5.size()), scaled(x5.size());
+    cb.residual_keep(x5.data(), keep5.data(), h5.data(), M5, B5, d, out.data());
+    cb.scale_rows(keep5.data(), h5.data(), M5, B5, d, scaled.data());
+    float *dOut = dv.up(Vec(x5.size())), *dScaled = dv.up(Vec(x5.size())), *dK5 = dv.up(keep5), *dH5 = dv.up(h5);
+    dv.be.residual_keep(dv.up(x5), dK5, dH5, M5, B5, d, dOut);
+    dv.be.scale_rows(dK5, dH5, M5, B5, d, dScaled);
+    EXPECT_TRUE(test::all_close(dv.down(dOut, out.size()).data(), out.data(), out.size(), 1e-6f, 1e-6f,
+                                "stochastic-depth residual"));
+    EXPECT_EQ(dv.down(dScaled, scaled.size()), scaled) << "rows scaled (a product: the same bits)";
+  }
   const ops::DropMask head = ops::drop_mask(0x5eed, 2, 0.5f, 0);
   Vec y(x.size());
   cb.dropout_apply(x.data(), head, M, d, y.data());

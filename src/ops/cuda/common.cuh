@@ -151,6 +151,25 @@ inline Launch columns_by_rows(int columns, int64_t rows, int batch = 1) {
 __device__ inline int column() { return int(blockIdx.x * blockDim.x + threadIdx.x); }
 __device__ inline int64_t first_row() { return int64_t(blockIdx.y) * blockDim.y + threadIdx.y; }
 __device__ inline int64_t row_stride() { return int64_t(gridDim.y) * blockDim.y; }
+// The rows a thread of such a launch takes, first_row() then every row_stride()-th, each
+// with its quotient and remainder by d (d > 0: the batch's B, a matrix's rows), kept by
+// additions: a division a thread, where one a row would be one at every value it takes.
+struct RowWalk {
+  int64_t row, quot, rem;
+  int64_t step, step_quot, step_rem, d;
+  __device__ explicit RowWalk(int64_t by)
+      : row(first_row()), quot(row / by), rem(row % by), step(row_stride()), step_quot(step / by),
+        step_rem(step % by), d(by) {}
+  __device__ void next() {
+    row += step;
+    quot += step_quot;
+    rem += step_rem;
+    if (rem >= d) {
+      rem -= d;
+      ++quot;
+    }
+  }
+};
 
 // Rows per chunk of a column sum taken as partial sums over chunks of rows, one chunk
 // per blockIdx.y: 256, or more where M would need over 65535 chunks (gridDim.y's limit).

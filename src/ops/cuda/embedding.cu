@@ -105,20 +105,19 @@ __global__ void k_embed_backward(const float* dx, int d, const int32_t* start, c
 
 // Patch row t * B + b, entry e = (c, py, px): image b's channel c at the patch's pixel.
 // A thread per entry, its rows in turn (columns_by_rows): the entry's pixel found once,
-// each row's patch by multiplies (FastDiv), where a thread per value divided a 64-bit
-// index and then its parts, nine divisions a value copied.
-__global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, ops::FastDiv by_b,
-                          ops::FastDiv by_gw, float* out) {
+// each row's t and b by RowWalk's additions and the patch's place by a FastDiv multiply,
+// where a thread per value divided a 64-bit index and then its parts, nine divisions a
+// value copied.
+__global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, ops::FastDiv by_gw,
+                          float* out) {
   const int P = C * ph * pw;
   const int e = column();
   if (e >= P) return;
   const int c = e / (ph * pw), py = (e / pw) % ph, px = e % pw;
   const float* pixel = images + (int64_t(c) * Hi + py) * Wi + px;
-  const int rows = n * B;
-  for (int64_t row = first_row(); row < rows; row += row_stride()) {
-    const uint32_t t = by_b.div(uint32_t(row)), b = uint32_t(row) - t * by_b.d;
-    const uint32_t gy = by_gw.div(t), gx = t - gy * by_gw.d;
-    out[row * P + e] = pixel[int64_t(b) * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
+  for (RowWalk w(B); w.row < int64_t(n) * B; w.next()) {  // patch t = w.quot of image b = w.rem
+    const uint32_t t = uint32_t(w.quot), gy = by_gw.div(t), gx = t - gy * by_gw.d;
+    out[w.row * P + e] = pixel[w.rem * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
   }
 }
 
@@ -150,8 +149,7 @@ void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, 
   const int n = (Hi / ph) * (Wi / pw);
   if (n <= 0 || B <= 0) return;
   const Launch l = columns_by_rows(C * ph * pw, int64_t(n) * B);
-  GMLP_LAUNCH(k_patches, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(B)),
-                                          ops::FastDiv(uint32_t(Wi / pw)), out);
+  GMLP_LAUNCH(k_patches, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(Wi / pw)), out);
   check_launch("patches");
 }
 

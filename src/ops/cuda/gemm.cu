@@ -4,7 +4,6 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -96,19 +95,18 @@ uint16_t* copies(size_t n) {
 }
 
 // count row-major matrices of rows x cols, rows ld apart, each stride after the last,
-// rounded into bf16 copies with rows ldo apart, each size after the last: the matrices'
-// rows (count x rows of them) by gridDim.y, then every gridDim.y-th, each row's columns
-// by the x threads. A thread per value with its matrix, row and column divided out of a
-// 64-bit index took three 64-bit divisions a value, a hundred or so instructions, where
-// the rounding takes one; every step rounds each layer's projection weights so.
+// rounded into bf16 copies with rows ldo apart, each size after the last: a thread per
+// column and its rows of every matrix in turn (columns_by_rows). A thread per value
+// with its matrix, row and column divided out of a 64-bit index took three 64-bit
+// divisions a value, a hundred or so instructions, where the rounding takes one
+// (RowWalk keeps a row's matrix and row by additions); every step rounds each layer's
+// projection weights so.
 __global__ void k_round_matrices(const float* X, int rows, int cols, int ld, int64_t stride, int64_t matrix_rows,
                                  int ldo, int64_t size, uint16_t* out) {
-  const int c = int(blockIdx.x * blockDim.x + threadIdx.x);
+  const int c = column();
   if (c >= cols) return;
-  for (int64_t m = blockIdx.y; m < matrix_rows; m += gridDim.y) {
-    const int64_t b = m / rows, r = m % rows;
-    out[b * size + r * ldo + c] = ops::to_bf16(X[b * stride + r * ld + c]);
-  }
+  for (RowWalk w(rows); w.row < matrix_rows; w.next())  // matrix w.quot's row w.rem
+    out[w.quot * size + w.rem * ldo + c] = ops::to_bf16(X[w.quot * stride + w.rem * ld + c]);
 }
 
 }  // namespace
@@ -117,14 +115,8 @@ void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, in
                   uint16_t* out) {
   const int64_t matrix_rows = int64_t(rows) * (stride == 0 ? 1 : count);
   if (matrix_rows == 0 || cols <= 0) return;
-#if defined(GMLP_CUDA_EMULATED)
-  constexpr int64_t kMostRowBlocks = 3;  // so that the tests' matrices take the row stride
-#else
-  constexpr int64_t kMostRowBlocks = 65535;
-#endif
-  const int threads = int(std::min<int64_t>(kThreads, (int64_t(cols) + 31) / 32 * 32));
-  const dim3 grid(blocks_for(cols, threads), unsigned(std::min(matrix_rows, kMostRowBlocks)));
-  GMLP_LAUNCH(k_round_matrices, grid, unsigned(threads))(X, rows, cols, ld, stride, matrix_rows, ldo, size, out);
+  const Launch l = columns_by_rows(cols, matrix_rows);
+  GMLP_LAUNCH(k_round_matrices, l.grid, l.block)(X, rows, cols, ld, stride, matrix_rows, ldo, size, out);
   check_launch("rounding to bf16");
 }
 

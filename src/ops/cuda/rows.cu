@@ -6,7 +6,7 @@ namespace gmlp::cuda {
 namespace {
 
 // The row-wise passes over M rows of d floats: a thread per channel, its rows in turn
-// (columns_by_rows), so that a row's factor keep[r % B] is found once a row, not by
+// (columns_by_rows), row r's factor keep[r % B] found by RowWalk's additions, not by
 // 64-bit divisions at every value. Row r is batch row r % B.
 __global__ void k_residual_bias(const float* x, const float* b, int M, int d, float* out) {
   const int c = column();
@@ -18,16 +18,16 @@ __global__ void k_residual_bias(const float* x, const float* b, int M, int d, fl
 __global__ void k_residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) {
   const int c = column();
   if (c >= d) return;
-  for (int64_t r = first_row(); r < M; r += row_stride()) {
-    const int64_t i = r * d + c;
-    out[i] = x[i] + keep[int(r % B)] * h[i];
+  for (RowWalk w(B); w.row < M; w.next()) {
+    const int64_t i = w.row * d + c;
+    out[i] = x[i] + keep[w.rem] * h[i];
   }
 }
 
 __global__ void k_scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) {
   const int c = column();
   if (c >= d) return;
-  for (int64_t r = first_row(); r < M; r += row_stride()) out[r * d + c] = keep[int(r % B)] * dx[r * d + c];
+  for (RowWalk w(B); w.row < M; w.next()) out[w.row * d + c] = keep[w.rem] * dx[w.row * d + c];
 }
 
 // A thread per (b, c): the mean over the row's real positions, in order.
