@@ -39,6 +39,10 @@ DETAIL = [
     ("occupancy %, achieved", ("Achieved Occupancy",)),
     ("theoretical", ("Theoretical Occupancy",)),
     ("registers", ("Registers Per Thread",)),
+    # Whether a kernel is held by what it issues rather than by its bytes: at 3 TB/s a
+    # value of 6 bytes leaves an H100 time for about 60 instructions (docs/bench-gpu.md).
+    ("issue slots busy %", ("sm__inst_issued.avg.pct_of_peak_sustained_active",)),
+    ("warp instructions (M)", ()),  # smsp__inst_executed.sum, in millions
     ("stalled: no instruction %", ("smsp__warp_issue_stalled_no_instruction_per_warp_active.pct",)),
     ("long scoreboard %", ("smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",)),
     ("barrier %", ("smsp__warp_issue_stalled_barrier_per_warp_active.pct",)),
@@ -70,6 +74,9 @@ def detail(rows: list) -> None:
                     t = m.get("Duration", m.get("gpu__time_duration.sum"))
                     if t and "dram__bytes_read.sum" in m and "dram__bytes_write.sum" in m:
                         vals.append((m["dram__bytes_read.sum"] + m["dram__bytes_write.sum"]) / (t * 1e3))
+                elif heading == "warp instructions (M)":
+                    if "smsp__inst_executed.sum" in m:
+                        vals.append(m["smsp__inst_executed.sum"] / 1e6)
                 else:
                     vals += [m[n] for n in names if n in m][:1]
             cells.append(f"{sum(vals) / len(vals):.1f}" if vals else "")

@@ -18,7 +18,8 @@
 #              workload (Nsight Compute), summed per kernel name
 #   ncu-detail the row-wise kernels (LayerNorms, the SGU's gate pass and bias + combine)
 #              of each workload under Nsight Compute's speed-of-light, occupancy and
-#              launch sections, with DRAM bytes and three stall reasons: why each is slow
+#              launch sections, with DRAM bytes, issue slots busy, instructions executed
+#              and three stall reasons: why each is slow (its bytes, or what it issues)
 #   ceilings   the card's two ceilings as PyTorch reaches them: a device-to-device copy
 #              (bytes read and written) and an 8192-cube bf16 product on random data
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes;
@@ -144,6 +145,7 @@ for s in "$@"; do
       # every layer's forward first), each replayed for its sections: a few seconds a run.
       metrics=dram__bytes_read.sum,dram__bytes_write.sum,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct
       metrics+=,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_barrier_per_warp_active.pct
+      metrics+=,sm__inst_issued.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
       for w in lm bert vision; do
         cmd=$(python3 bench/gpu_bench.py --workloads $w --print-gmlp-command bf16 --warmup 1 --repeats 1) || { status=1; continue; }
         for part in forward:'ln_forward|k_bias_combine' backward:'ln_backward|k_back_gate'; do
