@@ -116,7 +116,7 @@ __global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int
   const int c = e / (ph * pw), py = (e / pw) % ph, px = e % pw;
   const float* pixel = images + (int64_t(c) * Hi + py) * Wi + px;
   for (RowWalk w(B); w.row < int64_t(n) * B; w.next()) {  // patch t = w.quot of image b = w.rem
-    const uint32_t t = uint32_t(w.quot), gy = by_gw.div(t), gx = t - gy * by_gw.d;
+    const uint32_t t = uint32_t(w.quot), gy = by_gw.div(t), gx = by_gw.mod(t);
     out[w.row * P + e] = pixel[w.rem * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
   }
 }
