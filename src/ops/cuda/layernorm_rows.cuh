@@ -108,6 +108,10 @@ __device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, Slots s, co
   return {mu, rs};
 }
 
+// Whether x is the SGU's gate (ZIn): GELU at every value, and in the backward GELU' too.
+template <typename XIn>
+constexpr bool gate_rows = requires(const XIn& x, typename XIn::Raw v) { x.value_and_grad(v, 0); };
+
 // Row r's backward over a thread's N slots of it: xhat and dy w in registers, their two
 // sums over the row by sum (a float2), dx to out (Out::load_row first: what out reads
 // back, dx to add to or the SGU's U; then Out::store, which gives back what it holds).
@@ -119,8 +123,7 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
                                          Slots s, const Out& out, const Sum& sum, const Add& add) {
   // The SGU's gate (ZIn, DzGate): GELU' taken with GELU, from one erf, where a share of
   // up to 8 channels leaves registers for it; wider shares read U again for their store.
-  constexpr bool with_grad = N <= 8 && requires(const XIn& x, typename XIn::Raw v, const Out& o) {
-    x.value_and_grad(v, 0);
+  constexpr bool with_grad = N <= 8 && gate_rows<XIn> && requires(const Out& o) {
     o.store_with_grad(0.f, int64_t(0), 0, 0.f);
   };
   float zg[with_grad ? N : 1];
@@ -179,16 +182,23 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
 // Rows of up to warp_columns() channels take a warp each (four rows to a block of
 // kRowThreads, no barrier between rows), a lane's PerLane channels of 8, 16 or 24; wider
 // rows, up to kHeldColumns, a block of kHeldThreads each, a thread's PerThread of 3, 4,
-// 6 or 8 (the row's sums block reductions, two barriers each). Measured on an H100 (bf16
-// steps, docs/bench-gpu.md): gMLP-S/16's gate (768 channels, 24 a lane) a warp per row
-// took its step from 58 ms to 40.5; the LM's gate of 1,024 (32 a lane) took 337 µs where
-// its bytes take 17, and BERT's of 1,536 (48 a lane) 819, slower than a block per row
-// looping over its channels. A lane's share is unrolled, every channel's GELU and GELU'
-// inlined: 154 KB of code at 24 a lane, 199 KB at 32 (sm_90); a block per row holds a
-// sixth of those channels a thread. Hence a warp per row up to 768 channels, and
-// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) to time a block per row there too (a thread's
-// 3 fill S/16's gate of 768, as 4, 6 and 8 fill 1,024, 1,536 and 2,048).
-constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048;
+// 6 or 8 (the row's sums block reductions, two barriers each). The SGU gate's backward
+// (gate_rows: GELU and GELU' at every value) takes a warp per row only up to a lane's 16
+// (kGateWarpPerLane). Measured on an H100 (bf16 steps, ncu, docs/bench-gpu.md):
+// - the LM's gate of 1,024 at a lane's 32 took 337 µs where its bytes take 17, BERT's
+//   of 1,536 at 48 took 819, slower than a block per row looping over its channels: a
+//   lane's share is unrolled, every channel's GELU and GELU' inlined (199 KB of code at
+//   32 a lane), and the registers left a few warps a multiprocessor;
+// - gMLP-S/16's gate backward of 768, at a lane's 24 (141 registers, 12 warps a
+//   multiprocessor), took 203 µs, and a block per row at a thread's 3 (54 registers)
+//   117: the same 80 M warp instructions both, the slots issued 43% of the time against
+//   70%. That kernel is bound by what it issues, not by its bytes;
+// - the plain LayerNorms (no GELU) go the other way: the backward at 256 channels
+//   (S/16's blocks) 34 µs a warp per row against 127 a block, at 768 (BERT's) 66
+//   against 76; the forwards, the gate's of 768 included, 60 against 69, 25 against 32.
+// GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) lowers the warp rows' bound, to time a block per
+// row there too (a thread's 3 fill 768, as 4, 6 and 8 fill 1,024, 1,536 and 2,048).
+constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048, kGateWarpPerLane = 16;
 static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
 
 // On the CUDA emulator a warp takes rows of up to 16 channels and a block up to 32, each
@@ -210,12 +220,13 @@ inline int warp_columns_max() {
 }
 inline int held_columns() { return emu_rows() == EmuRows::emulator ? 32 : kHeldColumns; }
 
-// Whether a lane's PerLane channels take rows of C: 32 PerLane (on the emulator's own
-// widths 8: up to 5, 16: 10, 24: 16). Lanes past C idle.
-inline bool lane_fits(int per_lane, int C) {
-  if (emu_rows() == EmuRows::emulator) return C <= (per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16);
-  return C <= per_lane * 32;
+// The most channels a lane's PerLane take: 32 PerLane (on the emulator's own widths 8:
+// 5, 16: 10, 24: 16). Lanes past C idle.
+inline int lane_columns(int per_lane) {
+  if (emu_rows() == EmuRows::emulator) return per_lane == 8 ? 5 : per_lane == 16 ? 10 : 16;
+  return per_lane * 32;
 }
+inline bool lane_fits(int per_lane, int C) { return C <= lane_columns(per_lane); }
 // Whether a thread's PerThread channels take rows of C: kHeldThreads PerThread (on the
 // emulator's own widths 3: up to 17, 4: 20, 6: 26, 8: 32).
 inline bool thread_fits(int per_thread, int C) {
@@ -232,11 +243,12 @@ void with_share(int C, F&& f) {
   if (C == Share * Stride) return f(std::integral_constant<int, Share>{}, std::true_type{});
   f(std::integral_constant<int, Share>{}, std::false_type{});
 }
-template <typename F>
+// Widest: the widest share a caller's rows may take (its kernel compiled for no other).
+template <int Widest = 24, typename F>
 void with_per_lane(int C, F&& f) {
   if (lane_fits(8, C)) return with_share<8, 32>(C, f);
-  if (lane_fits(16, C)) return with_share<16, 32>(C, f);
-  with_share<24, 32>(C, f);
+  if (Widest == 16 || lane_fits(16, C)) return with_share<16, 32>(C, f);
+  if constexpr (Widest == 24) with_share<24, 32>(C, f);
 }
 template <typename F>
 void with_per_thread(int C, F&& f) {
@@ -379,8 +391,9 @@ void layernorm_backward_held(const TY* dy, int lddy, XIn xin, const float* mean,
                              int M, int C, Out out, float* dw, float* db, float* dsum) {
   const auto run = [&](auto k) {
     using KT = decltype(k);  // a type, not a constexpr int: g++ 12 would have the lambdas below capture it
-    if (C <= warp_columns()) {
-      with_per_lane(C, [&](auto per_lane, auto full) {
+    constexpr int widest = gate_rows<XIn> ? kGateWarpPerLane : 24;
+    if (C <= std::min(warp_columns(), lane_columns(widest))) {
+      with_per_lane<widest>(C, [&](auto per_lane, auto full) {
         constexpr int K = KT::value, PL = decltype(per_lane)::value, warps = warp_block_warps(K, PL);
         using FT = decltype(full);
         const int rows_per = warp_rows_per(M, warps), chunks = (M + rows_per - 1) / rows_per;
