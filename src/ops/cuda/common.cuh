@@ -148,6 +148,18 @@ inline Launch columns_by_rows(int columns, int64_t rows, int batch = 1) {
   return {dim3(blocks_for(columns, int(block.x)), unsigned(std::clamp<int64_t>((rows + per - 1) / per, 1, kRowBlocks))),
           block};
 }
+// The launch, its batch chosen, of a pass of a few instructions a value (the residuals,
+// the roundings, the rebuilt gate, the patches): a thread's setup (its column,
+// RowWalk's divisions, a bias's load) spent on one row took k_residual_keep to 46 µs of
+// an H100's gMLP-S/16 step where its bytes take 26 (docs/bench-gpu.md). So up to
+// kWalkRows rows a thread where the threads still fill about two waves of an H100
+// (kFillThreads: 132 multiprocessors of 2,048), a row where they would not (a layer's
+// weights).
+constexpr int kWalkRows = 8;
+constexpr int64_t kFillThreads = int64_t(1) << 19;
+inline Launch columns_by_rows_batched(int columns, int64_t rows) {
+  return columns_by_rows(columns, rows, int(std::clamp<int64_t>(int64_t(columns) * rows / kFillThreads, 1, kWalkRows)));
+}
 __device__ inline int column() { return int(blockIdx.x * blockDim.x + threadIdx.x); }
 __device__ inline int64_t first_row() { return int64_t(blockIdx.y) * blockDim.y + threadIdx.y; }
 __device__ inline int64_t row_stride() { return int64_t(gridDim.y) * blockDim.y; }

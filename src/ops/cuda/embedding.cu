@@ -148,7 +148,7 @@ void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, in
 void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
   const int n = (Hi / ph) * (Wi / pw);
   if (n <= 0 || B <= 0) return;
-  const Launch l = columns_by_rows(C * ph * pw, int64_t(n) * B);
+  const Launch l = columns_by_rows_batched(C * ph * pw, int64_t(n) * B);
   GMLP_LAUNCH(k_patches, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(Wi / pw)), out);
   check_launch("patches");
 }

@@ -115,7 +115,7 @@ void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, in
                   uint16_t* out) {
   const int64_t matrix_rows = int64_t(rows) * (stride == 0 ? 1 : count);
   if (matrix_rows == 0 || cols <= 0) return;
-  const Launch l = columns_by_rows(cols, matrix_rows);
+  const Launch l = columns_by_rows_batched(cols, matrix_rows);
   GMLP_LAUNCH(k_round_matrices, l.grid, l.block)(X, rows, cols, ld, stride, matrix_rows, ldo, size, out);
   check_launch("rounding to bf16");
 }

@@ -76,7 +76,7 @@ template <typename XIn, typename YOut>
 void layernorm_apply_with(XIn xin, int M, int C, const float* w, const float* b, const float* mean, const float* rstd,
                           YOut out) {
   if (M <= 0 || C <= 0) return;
-  const Launch l = columns_by_rows(C, M);
+  const Launch l = columns_by_rows_batched(C, M);
   GMLP_LAUNCH(ln_apply_k, l.grid, l.block)(xin, M, C, w, b, mean, rstd, out);
 }
 

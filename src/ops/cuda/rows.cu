@@ -80,21 +80,21 @@ void zero_padding_as(const int32_t* lengths, int T, int B, int C, E* X) {
 
 void residual_bias(const float* x, const float* b, int M, int d, float* out) {
   if (M <= 0 || d <= 0) return;
-  const Launch l = columns_by_rows(d, M);
+  const Launch l = columns_by_rows_batched(d, M);
   GMLP_LAUNCH(k_residual_bias, l.grid, l.block)(x, b, M, d, out);
   check_launch("residual + bias");
 }
 
 void residual_keep(const float* x, const float* keep, const float* h, int M, int B, int d, float* out) {
   if (M <= 0 || d <= 0) return;
-  const Launch l = columns_by_rows(d, M);
+  const Launch l = columns_by_rows_batched(d, M);
   GMLP_LAUNCH(k_residual_keep, l.grid, l.block)(x, keep, h, M, B, d, out);
   check_launch("stochastic-depth residual");
 }
 
 void scale_rows(const float* keep, const float* dx, int M, int B, int d, float* out) {
   if (M <= 0 || d <= 0) return;
-  const Launch l = columns_by_rows(d, M);
+  const Launch l = columns_by_rows_batched(d, M);
   GMLP_LAUNCH(k_scale_rows, l.grid, l.block)(keep, dx, M, B, d, out);
   check_launch("scale rows");
 }
