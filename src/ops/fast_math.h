@@ -8,6 +8,12 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define GMLP_MATH_FN __host__ __device__ inline
+#else
+#define GMLP_MATH_FN inline
+#endif
+
 namespace gmlp::ops::fast {
 
 // GELU's constants, shared by the fast path and the test oracle.
@@ -40,6 +46,20 @@ inline float exp(float x) {
   return p * scale;
 }
 
+// Abramowitz & Stegun 7.1.26: erf(a) = 1 - erf_tail(t, e) for a >= 0, with
+// t = 1 / (1 + kErfT a) and e = exp(-a * a). The CUDA backend takes the same series,
+// with the GPU's own reciprocal and exponential (ops/cuda/gelu.cuh).
+constexpr float kErfT = 0.3275911f;
+#pragma omp declare simd
+GMLP_MATH_FN float erf_tail(float t, float e) {
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  return p * t * e;
+}
+
 // erf(x) given e = exp(-x * x), which GELU's backward also needs for the normal
 // density: it computes the exponential once for both.
 #pragma omp declare simd
@@ -47,13 +67,8 @@ inline float erf_given_exp(float x, float e) {
   // fabs, not a select: GCC turned the select into the whole polynomial (and its
   // division) computed for both signs.
   const float a = __builtin_fabsf(x);
-  const float t = 1.f / (1.f + 0.3275911f * a);
-  float p = 1.061405429f;
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  const float y = 1.f - p * t * e;
+  const float t = 1.f / (1.f + kErfT * a);
+  const float y = 1.f - erf_tail(t, e);
   return x < 0.f ? -y : y;
 }
 

@@ -151,6 +151,10 @@ inline double atomicAdd(double* p, double v) {
   return old;
 }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+// The special function unit's approximations, exact here: the emulator checks a kernel's
+// logic, and its GELU against the CPU's within the tests' tolerances.
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
 // CUDA's device min and max of two ints (the sources take no other kind).
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

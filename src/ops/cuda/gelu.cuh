@@ -6,13 +6,29 @@
 
 namespace gmlp::cuda {
 
-__device__ inline float gelu(float x, bool t) {
-  using ops::fast::kInvSqrt2, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
-  return t ? 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)))
-           : 0.5f * x * (1.f + erff(x * kInvSqrt2));
+// erf(u) given e = exp(-u * u): the CPU engine's series (ops/fast_math.h, within
+// 1.5e-7 of erf), its reciprocal and exponential the GPU's approximate ones (the
+// special function unit's, a relative error near 2^-22 over GELU's range). GELU and
+// GELU' together take 22 PTX instructions so, where erff and expf took 53: the SGU's
+// gate kernels are bound by the instructions they issue (about 130 a value on an H100,
+// docs/bench-gpu.md), and their GELU and GELU' were the largest share.
+__device__ inline float erf_given_exp(float u, float e) {
+  return copysignf(1.f - ops::fast::erf_tail(__fdividef(1.f, 1.f + ops::fast::kErfT * fabsf(u)), e), u);
 }
 
-__device__ inline float gelu_grad(float v, bool t) {
+__device__ inline float gelu(float x, bool t) {
+  using ops::fast::kInvSqrt2, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
+  if (t) return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
+  const float u = x * kInvSqrt2;
+  return 0.5f * x * (1.f + erf_given_exp(u, __expf(-u * u)));
+}
+
+// GELU at v and its derivative together, the exact form's exponential taken once, for
+// its erf and the normal density both.
+struct GeluGrad {
+  float z, dz;
+};
+__device__ inline GeluGrad gelu_and_grad(float v, bool t) {
   using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi, ops::fast::kSqrt2OverPi, ops::fast::kTanhCoef;
   if (t) {
     // With e = exp(-2|u|) (at most 1: no overflow), 1 - tanh^2 u = 4e/(1 + e)^2 and
@@ -22,23 +38,14 @@ __device__ inline float gelu_grad(float v, bool t) {
     const float e = expf(-2.f * fabsf(u)), inv = 1.f / (1.f + e);
     const float one_plus_th = 2.f * (u < 0.f ? e : 1.f) * inv;
     const float dt = 4.f * e * inv * inv * kSqrt2OverPi * (1.f + 3.f * kTanhCoef * v * v);
-    return 0.5f * one_plus_th + 0.5f * v * dt;
+    return {gelu(v, true), 0.5f * one_plus_th + 0.5f * v * dt};
   }
-  return 0.5f * (1.f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
+  const float u = v * kInvSqrt2, e = __expf(-u * u), erf_u = erf_given_exp(u, e);
+  return {0.5f * v * (1.f + erf_u), 0.5f * (1.f + erf_u) + v * (kInvSqrt2Pi * e)};
 }
 
-// GELU at v and its derivative together, the same values as gelu and gelu_grad apart
-// but the exact form's erf taken once: the SGU's gate passes need both at each value,
-// and nvcc inlined two erf evaluations there (their constants twice over in the PTX).
-struct GeluGrad {
-  float z, dz;
-};
-__device__ inline GeluGrad gelu_and_grad(float v, bool t) {
-  using ops::fast::kInvSqrt2, ops::fast::kInvSqrt2Pi;
-  if (t) return {gelu(v, true), gelu_grad(v, true)};
-  const float e = erff(v * kInvSqrt2);
-  return {0.5f * v * (1.f + e), 0.5f * (1.f + e) + v * kInvSqrt2Pi * expf(-0.5f * v * v)};
-}
+// The derivative alone (the unused value dropped when inlined).
+__device__ inline float gelu_grad(float v, bool t) { return gelu_and_grad(v, t).dz; }
 
 // Z's value from what an SGU op was given (ops.h's ZInput): z itself, or GELU(u).
 __device__ inline float z_from(ops::ZInput zin, float u) { return zin.gelu ? gelu(u, zin.form == Gelu::tanh) : u; }
