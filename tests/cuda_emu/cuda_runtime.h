@@ -153,8 +153,11 @@ inline double atomicAdd(double* p, double v) {
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 // The special function unit's approximations, exact here: the emulator checks a kernel's
 // logic, and its GELU against the CPU's within the tests' tolerances.
-inline float __expf(float x) { return std::exp(x); }
-inline float __fdividef(float a, float b) { return a / b; }
+// Macros, not functions of those names: glibc's math.h declares its own __expf.
+inline float gmlp_emu_expf(float x) { return std::exp(x); }
+inline float gmlp_emu_fdividef(float a, float b) { return a / b; }
+#define __expf(x) gmlp_emu_expf(x)
+#define __fdividef(a, b) gmlp_emu_fdividef(a, b)
 // CUDA's device min and max of two ints (the sources take no other kind).
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

@@ -8,10 +8,11 @@ namespace gmlp::cuda {
 
 // erf(u) given e = exp(-u * u): the CPU engine's series (ops/fast_math.h, within
 // 1.5e-7 of erf), its reciprocal and exponential the GPU's approximate ones (the
-// special function unit's, a relative error near 2^-22 over GELU's range). GELU and
-// GELU' together take 22 PTX instructions so, where erff and expf took 53: the SGU's
-// gate kernels are bound by the instructions they issue (about 130 a value on an H100,
-// docs/bench-gpu.md), and their GELU and GELU' were the largest share.
+// special function unit's: __expf within 2 + 1.2|x| ulp, a few ulp wherever e is large
+// enough to matter, well under the series' error). GELU and GELU' together take 22 PTX
+// instructions so, where erff and expf took 53: the SGU's gate kernels are bound by
+// the instructions they issue (about 130 a value on an H100, docs/bench-gpu.md), and
+// their GELU and GELU' were the largest share.
 __device__ inline float erf_given_exp(float u, float e) {
   return copysignf(1.f - ops::fast::erf_tail(__fdividef(1.f, 1.f + ops::fast::kErfT * fabsf(u)), e), u);
 }

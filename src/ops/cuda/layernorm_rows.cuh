@@ -201,7 +201,8 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
 constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048, kGateWarpPerLane = 16;
 static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
 
-// On the CUDA emulator a warp takes rows of up to 16 channels and a block up to 32, each
+// On the CUDA emulator a warp takes rows of up to 16 channels (the gate's backward 10)
+// and a block up to 32, each
 // share at narrower rows (lane_fits, thread_fits), so that the tests' rows take every
 // kernel and every share; unless GMLP_CUDA_EMU_ROWS (layernorm.cu) is `gpu`, under which
 // rows go as they do on a GPU (the tests of the GPU's widths, full rows among them), or
@@ -243,7 +244,8 @@ void with_share(int C, F&& f) {
   if (C == Share * Stride) return f(std::integral_constant<int, Share>{}, std::true_type{});
   f(std::integral_constant<int, Share>{}, std::false_type{});
 }
-// Widest: the widest share a caller's rows may take (its kernel compiled for no other).
+// Widest: the widest share a caller's rows may take (its kernel compiled for no other);
+// the caller keeps C within lane_columns(Widest), or a narrower share takes it.
 template <int Widest = 24, typename F>
 void with_per_lane(int C, F&& f) {
   if (lane_fits(8, C)) return with_share<8, 32>(C, f);
