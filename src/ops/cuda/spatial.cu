@@ -28,14 +28,15 @@ __global__ void clear_upper(float* dW, int ldw, int r0, int r1, int c1) {
   if (r < r1 && c < c1) dW[int64_t(r) * ldw + c] = 0.f;
 }
 
-// Wc[i, j] = W[i, j] (held as Wc holds it), or 0 above the diagonal when lower (Wc
-// T x T, rows ldc apart; the padding between them zero).
+// Wc[i, j] = W[i, j] (held as Wc holds it), or 0 above the diagonal when lower, or
+// W[j, i] when transposed (Wc T x T, rows ldc apart; the padding between them zero).
 template <typename E>
-__global__ void k_copy_w(const float* W, int ldw, int T, bool lower, E* Wc, int ldc) {
+__global__ void k_copy_w(const float* W, int ldw, int T, bool lower, bool transposed, E* Wc, int ldc) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(T) * ldc) return;
   const int i = int(idx / ldc), j = int(idx % ldc);
-  hold(Wc + idx, j >= T || (lower && j > i) ? 0.f : W[int64_t(i) * ldw + j]);
+  const float v = j >= T || (lower && j > i) ? 0.f : transposed ? W[int64_t(j) * ldw + i] : W[int64_t(i) * ldw + j];
+  hold(Wc + idx, v);
 }
 
 // dW[i, j] += the count partial products' [i, j], in order. Causal: j <= i only; dW's
@@ -65,7 +66,8 @@ int parts_at_once(int T) {
 
 // The scratch of one call: for a batch of products whose dW are summed, `parts`
 // partial dW; then, from the next 256 bytes, the W the products read: W itself (floats,
-// not causal), or a copy held as the operands are, its lower triangle alone when causal.
+// not causal), or a copy held as the operands are, its lower triangle alone when causal,
+// or W^T (transposed: never causal).
 template <typename E>
 struct Scratch {
   const E* W = nullptr;
@@ -73,7 +75,7 @@ struct Scratch {
   float* part = nullptr;
 };
 template <typename E>
-Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
+Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts, bool transposed = false) {
   const int64_t TT = int64_t(T) * T;
   const bool copy = causal || !std::is_same_v<E, float>;
   const int ldc = padded_row<E>(T);
@@ -87,7 +89,7 @@ Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts) {
     return out;
   }
   E* Wc = reinterpret_cast<E*>(s + part_bytes);
-  GMLP_LAUNCH(k_copy_w, blocks_for(int64_t(T) * ldc), kThreads)(W, ldw, T, causal, Wc, ldc);
+  GMLP_LAUNCH(k_copy_w, blocks_for(int64_t(T) * ldc), kThreads)(W, ldw, T, causal, transposed, Wc, ldc);
   check_launch("the mixing's copy of W");
   out.W = Wc;
   out.ldw = ldc;
@@ -119,9 +121,15 @@ namespace {
 template <typename E>
 void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, int ld, E* F, int count,
                     int stride) {
-  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0);
+  // F = W G reads W's rows along the products' K, T values each: at gMLP-S/16's T = 196
+  // (392 bytes in bf16, padding or not) cuBLAS took an Ampere kernel (`nn_align2`, 65
+  // µs on an H100), where dG's W^T dF over the same shapes, reading W's padded rows
+  // along its M, took `nt_align8` (52 µs; docs/bench-gpu.md). So where a row of T
+  // values is not a multiple of 16 bytes, F = (W^T)^T G, from a transposed copy.
+  const bool transposed = !causal && !std::is_same_v<E, float> && padded_row<E>(T) != T;
+  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0, transposed);
   if (!causal) {
-    gemm_batched(false, false, T, cols, T, 1.f, s.W, s.ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
+    gemm_batched(transposed, false, T, cols, T, 1.f, s.W, s.ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
     return;
   }
   for (int i0 = 0; i0 < T; i0 += kBlock) {
