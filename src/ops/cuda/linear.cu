@@ -7,11 +7,20 @@ namespace gmlp::cuda {
 namespace {
 
 // The partials as a matrix of chunks rows and K x N columns (col = k * N + c), summed
-// down its columns in one chunk of rows (gridDim.y 1).
+// down its columns in one chunk of rows (gridDim.y 1): a term that loads, then adds
+// (column_sums_in_lanes: kRowBatch rows' loads in flight, added in the same order).
+// Added as each was loaded, a thread's 64 chunks (512 over 8 lanes) went one load at a
+// time: 6.7 µs a launch of 16 to 72 blocks, 123 launches a gMLP-S/16 step (H100).
+struct PartColumn {
+  const float* part;
+  int width;
+  __device__ float load(int j, int col) const { return part[int64_t(j) * width + col]; }
+  __device__ void apply(float v, int, int, float* s) const { s[0] += v; }
+};
 __global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
   const int width = K * N;
   column_sums_in_lanes<1>(
-      chunks, width, chunks, [&](int j, int col, float* s) { s[0] += part[int64_t(j) * width + col]; },
+      chunks, width, chunks, PartColumn{part, width},
       [&](int, int col, float t) {
         const int k = col / N;
         (k == 0 ? o0 : k == 1 ? o1 : o2)[col - k * N] += t;
@@ -37,7 +46,8 @@ __global__ void seed_rows(float* y, const float* b, int M, int out) {
 // chunk of rows, then the chunks' sums (common.cuh). Where y16 is given, x is
 // rounded into it as it is read (rows ld apart too): dY for the bf16 products, its
 // float sums the out-projection's bias gradient, in one pass over it. Where row_scale
-// is given, row r is read times row_scale[r % B] (stochastic depth's keep[b]).
+// is given, row r is read times row_scale[r % B] (stochastic depth's keep[b]). A term
+// that loads, then applies, as PartColumn above.
 template <typename T>
 struct ColumnOf {
   const T* x;
@@ -45,11 +55,11 @@ struct ColumnOf {
   uint16_t* y16;
   const float* row_scale = nullptr;
   ops::FastDiv B;
-  __device__ void operator()(int r, int c, float* s) const {
-    const int64_t i = int64_t(r) * ld + c;
-    float v = value(x[i]);
+  __device__ T load(int r, int c) const { return x[int64_t(r) * ld + c]; }
+  __device__ void apply(T held, int r, int c, float* s) const {
+    float v = value(held);
     if (row_scale) v = row_scale[B.mod(uint32_t(r))] * v;
-    if (y16) y16[i] = ops::to_bf16(v);
+    if (y16) y16[int64_t(r) * ld + c] = ops::to_bf16(v);
     s[0] += v;
   }
 };
