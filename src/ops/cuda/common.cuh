@@ -139,7 +139,7 @@ constexpr int kRowBlocks = 65535;
 struct Launch {
   dim3 grid, block;
 };
-inline Launch columns_by_rows(int columns, int64_t rows, int batch = 1) {
+inline Launch columns_by_rows(int columns, int64_t rows, int batch) {
   const int warps = (columns + 31) / 32;
   int across = kThreads / 32;
   while (warps % across) across /= 2;

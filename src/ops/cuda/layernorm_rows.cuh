@@ -202,11 +202,11 @@ constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048, kGateWarpPerLane = 16;
 static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
 
 // On the CUDA emulator a warp takes rows of up to 16 channels (the gate's backward 10)
-// and a block up to 32, each
-// share at narrower rows (lane_fits, thread_fits), so that the tests' rows take every
-// kernel and every share; unless GMLP_CUDA_EMU_ROWS (layernorm.cu) is `gpu`, under which
-// rows go as they do on a GPU (the tests of the GPU's widths, full rows among them), or
-// `gpu-blocks`, as they do on a GPU under GMLP_CUDA_LN_WARP_COLUMNS=0 (no warp rows).
+// and a block up to 32, each share at narrower rows (lane_fits, thread_fits), so that
+// the tests' rows take every kernel and every share; unless GMLP_CUDA_EMU_ROWS
+// (layernorm.cu) is `gpu`, under which rows go as they do on a GPU (the tests of the
+// GPU's widths, full rows among them), or `gpu-blocks`, as they do on a GPU under
+// GMLP_CUDA_LN_WARP_COLUMNS=0 (no warp rows).
 enum class EmuRows { emulator, gpu, gpu_blocks };
 #if defined(GMLP_CUDA_EMULATED)
 EmuRows emu_rows();

@@ -133,8 +133,9 @@ struct DzGate {
 // grid's rows of threads (channels_by_rows), from its own row (then every R-th of
 // those): no 64-bit index divided per value (a thread per value and its row and
 // channel divided out of a 64-bit index took 151 µs of an H200's gMLP-S/16 step where
-// the bytes take 27, docs/bench-gpu.md). fin adds the bias to F. V adjacent channels a thread, each row's
-// V values in one access (common.cuh's load_vec), where the rows allow (pairs_fit).
+// the bytes take 27, docs/bench-gpu.md). fin adds the bias to F. V adjacent channels a
+// thread, each row's V values in one access (common.cuh's load_vec), where the rows
+// allow (pairs_fit).
 template <int V, typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, int g, const float* extra, bool keep,
                                TU* S) {
