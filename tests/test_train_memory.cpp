@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
@@ -115,6 +118,11 @@ TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
                 .find("label -1"),
             std::string::npos);
   EXPECT_EQ(make_image_set(std::vector<float>(8), {0, 4}, 1, 2, 2, 0, "imgs").n_classes, 5);
+  std::vector<float> nan_pixel(8, 0.5f);
+  nan_pixel[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_NE(test::error_of([&] { make_image_set(nan_pixel, {0, 1}, 1, 2, 2, 0, "imgs"); })
+                .find("imgs: pixel value nan at index 5 is not finite"),
+            std::string::npos);
 
   EXPECT_NE(test::error_of([] { TextCorpus::from_tokens({1, 2, 256}, 256, 2, 0.f, "ids"); })
                 .find("corpus ids: token id 256 at index 2 is outside the vocabulary of 256"),

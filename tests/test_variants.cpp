@@ -874,6 +874,48 @@ TEST(Backward, OncePerForward) {
   }
 }
 
+// A batch's values are checked one by one before any of its work is queued (the
+// messages are built only for a value that fails: model.cpp), each failure naming the
+// value, and a refused batch leaves the model as it was.
+TEST(BatchChecks, AnOutOfRangeValueIsNamedAndTheModelRunsOnAsBefore) {
+  for (const std::string task : {"causal_lm", "mlm"}) {
+    SCOPED_TRACE(task);
+    const ModelConfig c = tiny(task);
+    auto m = make(c);
+    std::mt19937 rng(4);
+    const int B = 3, T = 8;
+    Ids ids = random_ids(size_t(B) * T, c.vocab_size, rng), targets = ids;
+    if (task == "mlm")
+      for (size_t i = 0; i < targets.size(); ++i) targets[i] = i % 3 == 0 ? ids[i] : -1;
+    Batch good;
+    good.B = B;
+    good.T = T;
+    good.stride = T;
+    good.tokens = ids.data();
+    good.targets = targets.data();
+    const double loss = m->forward(good);
+
+    Ids bad_ids = ids, bad_targets = targets;
+    bad_ids[5] = c.vocab_size;
+    bad_targets[6] = c.vocab_size + 44;
+    const Ids lengths = {T, T + 1, T};
+    Batch b = good;
+    b.tokens = bad_ids.data();
+    EXPECT_NE(test::error_of([&] { m->forward(b); }).find("forward: token id 256 outside the vocabulary of 256"),
+              std::string::npos);
+    b = good;
+    b.targets = bad_targets.data();
+    EXPECT_NE(test::error_of([&] { m->forward(b); }).find("forward: target 300 outside the 256 tokens"),
+              std::string::npos);
+    b = good;
+    b.lengths = lengths.data();  // padding: the bidirectional models'
+    EXPECT_NE(test::error_of([&] { m->forward(b); })
+                  .find(task == "mlm" ? "forward: row 1 has length 9, outside [1, 8]" : "padding lengths are for"),
+              std::string::npos);
+    EXPECT_EQ(m->forward(good), loss) << "a refused batch changed what the next one computes";
+  }
+}
+
 // Gradients exist only once something asks for them: a model that runs forwards alone
 // (evaluation, generation, inference) never allocates its parameter-sized gradient
 // buffer; the first grads() makes it, zero, and a backward without a zero_grad first

@@ -69,9 +69,10 @@ TextCorpus TextCorpus::from_tokens(std::vector<int32_t> ids, int vocab_size, int
   require(std::isfinite(val_fraction) && val_fraction >= 0.0f && val_fraction < 1.0f,
           "TextCorpus: val_fraction " + std::to_string(val_fraction) + " is outside [0, 1)");
   for (size_t i = 0; i < ids.size(); ++i)
-    require(ids[i] >= 0 && ids[i] < vocab_size, "corpus " + name + ": token id " + std::to_string(ids[i]) +
-                                                    " at index " + std::to_string(i) + " is outside the vocabulary of " +
-                                                    std::to_string(vocab_size));
+    require(ids[i] >= 0 && ids[i] < vocab_size, [&] {
+      return "corpus " + name + ": token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+             " is outside the vocabulary of " + std::to_string(vocab_size);
+    });
   const int64_t n = int64_t(ids.size());
   require(n >= window, "corpus " + name + " has " + std::to_string(n) + " tokens, fewer than one window of " +
                            std::to_string(window));

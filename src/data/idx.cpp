@@ -188,8 +188,9 @@ ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, 
           what + ": " + std::to_string(labels.size()) + " labels but " + std::to_string(pixels.size()) +
               " pixel values (" + std::to_string(pixels.size() / per) + " images of " + std::to_string(per) + ")");
   for (size_t i = 0; i < pixels.size(); ++i)
-    require(std::isfinite(pixels[i]), what + ": pixel value " + std::to_string(pixels[i]) + " at index " +
-                                          std::to_string(i) + " is not finite");
+    require(std::isfinite(pixels[i]), [&] {
+      return what + ": pixel value " + std::to_string(pixels[i]) + " at index " + std::to_string(i) + " is not finite";
+    });
   ImageSet s;
   s.n = int(labels.size());
   s.channels = channels;

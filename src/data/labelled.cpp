@@ -136,7 +136,8 @@ PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenize
 void gather_rows(const PaddedTokens& p, const size_t* idx, int n, int32_t* tokens_out, int32_t* lengths_out) {
   for (int r = 0; r < n; ++r) {
     const size_t i = idx[r];
-    require(i < size_t(p.rows), "gather_rows: row " + std::to_string(i) + " outside [0, " + std::to_string(p.rows) + ")");
+    require(i < size_t(p.rows),
+            [&] { return "gather_rows: row " + std::to_string(i) + " outside [0, " + std::to_string(p.rows) + ")"; });
     std::memcpy(tokens_out + size_t(r) * p.T, p.tokens.data() + i * size_t(p.T), sizeof(int32_t) * size_t(p.T));
     lengths_out[r] = p.lengths[i];
   }

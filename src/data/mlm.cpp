@@ -23,8 +23,10 @@ int mask_tokens(const int32_t* in, int T, int32_t* inputs, int32_t* targets, con
   eligible.reserve(size_t(T));
   for (int t = 0; t < T; ++t) {
     const int32_t id = in[t];
-    require(id >= 0 && id < V, "mask_tokens: id " + std::to_string(id) + " at position " + std::to_string(t) +
-                                   " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    require(id >= 0 && id < V, [&] {
+      return "mask_tokens: id " + std::to_string(id) + " at position " + std::to_string(t) +
+             " is outside the vocabulary [0, " + std::to_string(V) + ")";
+    });
     if (!tok.is_special(id)) eligible.push_back(t);
   }
   if (inputs != in) std::memcpy(inputs, in, sizeof(int32_t) * size_t(T));

@@ -38,8 +38,10 @@ void NaiveBayes::fit(const LabelledSet& train, double alpha) {
   std::vector<int64_t> counts;  // [|V| * k], grown as words appear
   for (size_t i = 0; i < train.size(); ++i) {
     const int32_t c = train.labels[i];
-    require(c >= 0 && c < k, "naive Bayes: label " + std::to_string(c) + " of example " + std::to_string(i) +
-                                 " outside [0, " + std::to_string(k) + ")");
+    require(c >= 0 && c < k, [&] {
+      return "naive Bayes: label " + std::to_string(c) + " of example " + std::to_string(i) + " outside [0, " +
+             std::to_string(k) + ")";
+    });
     ++docs[size_t(c)];
     for (auto& w : word_tokens(train.texts[i])) {
       auto [it, fresh] = word_index_.emplace(std::move(w), int32_t(word_index_.size()));

@@ -101,7 +101,8 @@ const float* Decoder::prefill(const int32_t* tokens, int T, int stream) {
                                            std::to_string(cfg_.seq_len));
   const int n = cfg_.seq_len, d = cfg_.d_model, V = cfg_.vocab_size;
   for (int t = 0; t < T; ++t)
-    require(tokens[t] >= 0 && tokens[t] < V, "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
+    require(tokens[t] >= 0 && tokens[t] < V,
+            [&] { return "prefill: token id " + std::to_string(tokens[t]) + " outside the vocabulary"; });
   State& st = *st_;
   Backend& be = st.be;
   const size_t sidx = size_t(stream);
@@ -154,11 +155,14 @@ const float* Decoder::step(const int32_t* tokens, const int* which, int R) {
   require(R >= 1 && R <= streams_, "step: " + std::to_string(R) + " streams asked of " + std::to_string(streams_));
   for (int r = 0; r < R; ++r) {
     const int s = which[r];
-    require(s >= 0 && s < streams_, "step: no stream " + std::to_string(s));
-    require(len_[size_t(s)] < n, "step: the context of stream " + std::to_string(s) + " is full (" +
-                                     std::to_string(n) + " tokens)");
-    require(tokens[r] >= 0 && tokens[r] < V, "step: token id " + std::to_string(tokens[r]) + " outside the vocabulary");
-    for (int q = 0; q < r; ++q) require(which[q] != s, "step: stream " + std::to_string(s) + " given twice");
+    require(s >= 0 && s < streams_, [&] { return "step: no stream " + std::to_string(s); });
+    require(len_[size_t(s)] < n, [&] {
+      return "step: the context of stream " + std::to_string(s) + " is full (" + std::to_string(n) + " tokens)";
+    });
+    require(tokens[r] >= 0 && tokens[r] < V,
+            [&] { return "step: token id " + std::to_string(tokens[r]) + " outside the vocabulary"; });
+    for (int q = 0; q < r; ++q)
+      require(which[q] != s, [&] { return "step: stream " + std::to_string(s) + " given twice"; });
   }
   State& st = *st_;
   Backend& be = st.be;

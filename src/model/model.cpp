@@ -353,9 +353,10 @@ void Model::forward_queued(const Batch& in) {
   last_lengths_ = in.lengths != nullptr;
   if (in.lengths) {
     for (int b = 0; b < B; ++b)
-      require(in.lengths[b] >= 1 && in.lengths[b] <= T, "forward: row " + std::to_string(b) + " has length " +
-                                                            std::to_string(in.lengths[b]) + ", outside [1, " +
-                                                            std::to_string(T) + "]");
+      require(in.lengths[b] >= 1 && in.lengths[b] <= T, [&] {
+        return "forward: row " + std::to_string(b) + " has length " + std::to_string(in.lengths[b]) + ", outside [1, " +
+               std::to_string(T) + "]";
+      });
     be_->upload(a.lengths.data(), in.lengths, sizeof(int32_t) * size_t(B));
   }
   last_keep_ = in.keep != nullptr;
@@ -433,8 +434,9 @@ void Model::embed_forward(const Batch& in, float* x) {
     for (int t = 0; t < T; ++t)
       for (int b = 0; b < B; ++b) {
         const int32_t id = in.tokens[int64_t(b) * in.stride + t];
-        require(id >= 0 && id < V, "forward: token id " + std::to_string(id) + " outside the vocabulary of " +
-                                       std::to_string(V));
+        require(id >= 0 && id < V, [&] {
+          return "forward: token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(V);
+        });
         a.tokens_h[size_t(t) * B + b] = id;
       }
     be_->upload(a.tokens.data(), a.tokens_h.data(), sizeof(int32_t) * size_t(M));
@@ -489,7 +491,9 @@ void Model::targets_forward(const Batch& in) {
       for (int b = 0; b < B; ++b) {
         const int32_t y = in.targets[int64_t(b) * in.stride + t];
         if (y < 0) continue;
-        require(y < out, "forward: target " + std::to_string(y) + " outside the " + std::to_string(out) + " tokens");
+        require(y < out, [&] {
+          return "forward: target " + std::to_string(y) + " outside the " + std::to_string(out) + " tokens";
+        });
         head_rows_.push_back(t * B + b);
         sel_targets_.push_back(y);
       }
@@ -506,9 +510,10 @@ void Model::targets_forward(const Batch& in) {
     std::copy(in.targets, in.targets + B, a.targets_h.begin());
   }
   for (int r = 0; r < rows; ++r)
-    require(a.targets_h[size_t(r)] < out, "forward: target " + std::to_string(a.targets_h[size_t(r)]) +
-                                              " outside the " + std::to_string(out) +
-                                              (cfg_.per_token_output() ? " tokens" : " classes"));
+    require(a.targets_h[size_t(r)] < out, [&] {
+      return "forward: target " + std::to_string(a.targets_h[size_t(r)]) + " outside the " + std::to_string(out) +
+             (cfg_.per_token_output() ? " tokens" : " classes");
+    });
   be_->upload(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
 }
 

@@ -148,8 +148,10 @@ ClassEval score_set(Model& model, const int32_t* labels, size_t count, int batch
     if (!mine(comm, int64_t(s / size_t(batch)))) continue;
     const int n = int(std::min(count - s, size_t(batch)));
     for (int i = 0; i < n; ++i)
-      require(labels[s + size_t(i)] < k, std::string(who) + ": label " + std::to_string(labels[s + size_t(i)]) +
-                                             " outside the model's " + std::to_string(k) + " classes");
+      require(labels[s + size_t(i)] < k, [&] {
+        return std::string(who) + ": label " + std::to_string(labels[s + size_t(i)]) + " outside the model's " +
+               std::to_string(k) + " classes";
+      });
     Batch b = make(s, n);
     b.targets = labels + s;
     nats += model.forward(b) * double(n);
@@ -166,8 +168,10 @@ ClassEval evaluate_texts(Model& model, const Tokenizer& tok, const LabelledSet& 
   require(c.task == Task::classify, "evaluate_texts: the model's task is \"" + name_of(c.task) + "\", not \"classify\"");
   const int k = c.n_classes;
   for (size_t i = 0; i < set.size(); ++i)
-    require(set.labels[i] >= 0 && set.labels[i] < k, "evaluate_texts: label " + std::to_string(set.labels[i]) +
-                                                         " outside the model's " + std::to_string(k) + " classes");
+    require(set.labels[i] >= 0 && set.labels[i] < k, [&] {
+      return "evaluate_texts: label " + std::to_string(set.labels[i]) + " outside the model's " + std::to_string(k) +
+             " classes";
+    });
   // This rank's batches of texts (every batch without a communicator), scored through
   // the probabilities, so that a chunked text is scored as classify_text reads it.
   std::vector<std::string> texts;

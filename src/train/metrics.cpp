@@ -18,9 +18,10 @@ std::vector<int64_t> confusion_matrix(const std::vector<int32_t>& truth, const s
                                                 std::to_string(predicted.size()) + " predictions");
   std::vector<int64_t> m(size_t(k) * k, 0);
   for (size_t i = 0; i < truth.size(); ++i) {
-    require(truth[i] >= 0 && truth[i] < k && predicted[i] >= 0 && predicted[i] < k,
-            "confusion_matrix: example " + std::to_string(i) + " has true label " + std::to_string(truth[i]) +
-                " and prediction " + std::to_string(predicted[i]) + ", outside [0, " + std::to_string(k) + ")");
+    require(truth[i] >= 0 && truth[i] < k && predicted[i] >= 0 && predicted[i] < k, [&] {
+      return "confusion_matrix: example " + std::to_string(i) + " has true label " + std::to_string(truth[i]) +
+             " and prediction " + std::to_string(predicted[i]) + ", outside [0, " + std::to_string(k) + ")";
+    });
     ++m[size_t(truth[i]) * k + size_t(predicted[i])];
   }
   return m;
