@@ -1588,6 +1588,26 @@ TEST(CudaCli, AnOpProfileListsEveryOpTheRunIssued) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad")));
 }
 
+// The emulator's host-only switch (tests/cuda_emu/README.md): launches and products
+// counted and skipped, so that a run times gmlp's own side of each step; a value other
+// than 0 or 1 ends the run naming the variable.
+TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
+  REQUIRE_GPU();
+  if (!std::getenv("GMLP_CUDA_EMULATOR")) GTEST_SKIP() << "a switch of the emulator's: a GPU runs every launch";
+  const std::string bench = test::gmlp_exe() + " bench --device cuda --config " + test::source_dir() +
+                            "/configs/tiny.json --mode train --warmup 1 --repeats 2 --set model.n_layers=2 2>&1";
+  auto r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + bench);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("host only\\): ([0-9]+) launches and ([0-9]+) matrix products")))
+      << r.output;
+  EXPECT_GT(std::stol(m[1].str()), 0) << r.output;
+  EXPECT_GT(std::stol(m[2].str()), 0) << r.output;
+  r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=yes " + bench);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("GMLP_CUDA_EMULATOR_HOST_ONLY=yes: expected 0 or 1"), std::string::npos) << r.output;
+}
+
 // `gmlp bench` under GMLP_CUDA_PROFILE=1 times its timed steps alone: not the warmup,
 // not the model's set-up, not the 2048- and 4096-square products it measures the
 // device's peak with. On a GPU only (CudaGpuOnly is not among the emulator's suites:

@@ -163,6 +163,29 @@ bool reverse_order() {
   return reverse;
 }
 
+// Whether the emulator times the host alone (GMLP_CUDA_EMULATOR_HOST_ONLY=1): a launch,
+// a product, a fill or a device-to-device copy is counted and does nothing, so that a
+// run's time is the host's own work (gmlp's side of each op, its checks, its uploads),
+// without the CUDA runtime's launch cost. Every result is then garbage: for timing
+// (docs/gpu.md, "The host's side of a step"), never for tests of values.
+bool host_only() {
+  static const bool on = [] {
+    const char* v = std::getenv("GMLP_CUDA_EMULATOR_HOST_ONLY");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+    die(std::string("GMLP_CUDA_EMULATOR_HOST_ONLY=") + v + ": expected 0 or 1");
+  }();
+  return on;
+}
+struct HostOnlyCounts {
+  uint64_t launches = 0, products = 0;
+  ~HostOnlyCounts() {
+    if (host_only())
+      std::fprintf(stderr, "CUDA emulator (host only): %llu launches and %llu matrix products skipped\n",
+                   static_cast<unsigned long long>(launches), static_cast<unsigned long long>(products));
+  }
+} g_skipped;
+
 // The k-th of n in the scheduler's order.
 unsigned in_order(unsigned k, unsigned n) { return reverse_order() ? n - 1 - k : k; }
 // One stack per thread of the largest block yet, each above a page no access may touch:
@@ -337,6 +360,10 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
     record(cudaErrorInvalidConfiguration);
     return;
   }
+  if (host_only()) {
+    ++g_skipped.launches;
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_launch_mutex);
   Run r;
   r.site = &site;
@@ -435,6 +462,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
                   : kind == cudaMemcpyDeviceToDevice ? src_dev && dst_dev
                                                      : kind == cudaMemcpyDefault;
   if (!ok) return record(cudaErrorInvalidValue);
+  if (gmlp::emu::host_only() && kind == cudaMemcpyDeviceToDevice) return cudaSuccess;  // the device's work
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -442,6 +470,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (!gmlp::emu::on_device(p, bytes)) return record(cudaErrorInvalidValue);
+  if (gmlp::emu::host_only()) return cudaSuccess;
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -569,6 +598,10 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
   if (!device_matrix(A, lda, a_rows, a_cols) || !device_matrix(B, ldb, b_rows, b_cols) ||
       !device_matrix(C, ldc, m, n))
     gmlp::emu::fail("a cuBLAS product given memory that is not the device's, or past the end of an allocation");
+  if (gmlp::emu::host_only()) {
+    ++gmlp::emu::g_skipped.products;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       float acc = 0.f;  // fp32 accumulation, as cuBLAS's
@@ -810,6 +843,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   int m, n, k;
   if (!lt_shape(*desc, *Adesc, *Bdesc, *Cdesc, *Ddesc, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (gmlp::emu::host_only()) {
+    ++gmlp::emu::g_skipped.products;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const int lda = int(Adesc->ld), ldb = int(Bdesc->ld), ldc = int(Ddesc->ld);
   if (Adesc->type == CUDA_R_16BF)
