@@ -817,6 +817,28 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
     got[2] = want[2];
     EXPECT_EQ(got, want);
   }
+  {  // many roundings in one pass: 70 copies (two launches of cuda::kBf16Copies), of
+     // 0 to 400 values from anywhere in x (its specials among them), each to its own
+     // slot of y with a gap after it that no copy writes
+    const int count = 70;
+    std::vector<ops::Bf16Copy> copies;
+    U16 y0(size_t(count) * 410, 0xabcd), want = y0;
+    const U16 xb = bits(x);
+    uint16_t* dy = up16(y0);
+    for (int k = 0; k < count; ++k) {
+      const size_t n = k == 3 ? 0 : size_t(k * 37 % 401), from = size_t(k * 13 % 600), at = size_t(k) * 410;
+      copies.push_back({dx + from, n, dy + at});
+      std::copy(xb.begin() + long(from), xb.begin() + long(from + n), want.begin() + long(at));
+    }
+    d.be.to_bf16_many(copies.data(), count);
+    U16 got = down16(dy, y0.size());
+    for (size_t i = 0; i < got.size(); ++i)  // x[2], a NaN, rounds to the instruction's NaN (above)
+      if (std::isnan(ops::from_bf16(want[i]))) {
+        EXPECT_TRUE(std::isnan(ops::from_bf16(got[i]))) << i;
+        got[i] = want[i];
+      }
+    EXPECT_EQ(got, want);
+  }
   {  // and summing columns as it rounds: rows in three chunks, columns in two tiles
     const int M = 700, N = 45;
     const Vec v = randn(size_t(M) * N, 17, 3.f), sums0 = randn(N, 18);

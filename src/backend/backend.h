@@ -79,6 +79,11 @@ class Backend {
     no_bf16("gemm_bf16");
   }
   virtual void to_bf16(const float*, size_t, uint16_t*) { no_bf16("to_bf16"); }
+  // Several such roundings, count of them, as one pass where the device can (a step's
+  // projection weights, every layer's: one launch instead of two a layer).
+  virtual void to_bf16_many(const ops::Bf16Copy* copies, int count) {
+    for (int i = 0; i < count; ++i) to_bf16(copies[i].x, copies[i].n, copies[i].y);
+  }
   // M rows of N floats rounded into y, their column sums added to sums as they are read:
   // dY rounded for the out-projection's products, its bias gradient in the same pass.
   // Where row_scale is given, row r is taken times row_scale[r % B] (stochastic depth's

@@ -373,12 +373,16 @@ void Model::forward_queued(const Batch& in) {
   // work queued before it.
   targets_forward(in);
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
-  if (a.bf16 && grad_enabled_)  // the projections' weights as their bf16 products take them
+  if (a.bf16 && grad_enabled_) {  // the projections' weights as their bf16 products take them
+    std::vector<ops::Bf16Copy> copies;
+    copies.reserve(size_t(2) * cfg_.n_layers);
     for (int l = 0; l < cfg_.n_layers; ++l) {
       const BlockParams& p = W.blocks[size_t(l)];
-      be_->to_bf16(p.proj_in_w, a.f * a.d, a.proj_w16(l));
-      be_->to_bf16(p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d);
+      copies.push_back({p.proj_in_w, a.f * a.d, a.proj_w16(l)});
+      copies.push_back({p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d});
     }
+    be_->to_bf16_many(copies.data(), int(copies.size()));
+  }
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
     block_forward(*be_, cfg_, W.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,

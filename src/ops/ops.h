@@ -158,6 +158,13 @@ struct ZInput {
   const float* bias = nullptr;  // [f] or null, added to every row of U as it is read
   float* dbias = nullptr;       // [f] or null: the backward adds dL/d(bias), dU's column sums
 };
+// n floats at x rounded into bf16 bits at y: one of several roundings a backend that
+// holds bf16 makes in one pass (Backend::to_bf16_many: a step's projection weights).
+struct Bf16Copy {
+  const float* x;
+  size_t n;
+  uint16_t* y;
+};
 // U and F kept for the backward as bf16 bit patterns ([M, f] and [M, g]) instead of
 // floats: the CUDA backend's path under --precision bf16 (docs/gpu.md "Precision"); the
 // CPU ops refuse it. The forward reads U from u (the in-projection's product wrote it

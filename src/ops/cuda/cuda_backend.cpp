@@ -154,6 +154,10 @@ class CudaBackend final : public Backend {
     const Entry entry("to_bf16");
     cuda::to_bf16(x, n, y);
   }
+  void to_bf16_many(const ops::Bf16Copy* copies, int count) override {
+    const Entry entry("to_bf16");
+    cuda::to_bf16_many(copies, count);
+  }
   void to_bf16_summing_columns(const float* x, int M, int N, uint16_t* y, float* sums, const float* row_scale,
                                int B) override {
     const Entry entry("to_bf16_summing_columns");

@@ -58,6 +58,10 @@ void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, in
                   uint16_t* out);
 // n values of x rounded into y (Backend::to_bf16: the weights' copies, dY).
 void to_bf16(const float* x, size_t n, uint16_t* y);
+// count roundings, kBf16Copies at a launch (Backend::to_bf16_many: a step's projection
+// weights).
+constexpr int kBf16Copies = 64;
+void to_bf16_many(const ops::Bf16Copy* copies, int count);
 // y [M, N] = r + x W^T + b over bf16 x [M, K] and W [N, K] (r null: x W^T + b) in one
 // cuBLASLt product, the bias in its epilogue and r read as its C; false where
 // GMLP_CUDA_LT=off or cuBLASLt offers no algorithm for the shape (the caller seeds y

@@ -4,6 +4,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -126,6 +127,47 @@ void to_bf16(const float* x, size_t n, uint16_t* y) {
   const size_t rows = n / kRow, rest = n % kRow;
   if (rows) to_bf16_rows(x, int(rows), int(kRow), int(kRow), 0, 1, int(kRow), 0, y);
   if (rest) to_bf16_rows(x + rows * kRow, 1, int(rest), int(rest), 0, 1, int(rest), 0, y + rows * kRow);
+}
+
+namespace {
+// Up to kBf16Copies roundings, their pointers and sizes passed by value (1.5 KB of the
+// launch's parameters), so that nothing is uploaded: an upload from host memory waits
+// for the work queued before it. A row of blocks per copy (blockIdx.y), each thread
+// every gridDim.x * blockDim.x-th value of its copy. The annotated LM's step rounded its
+// twelve weight matrices in twelve launches, gMLP-S/16's sixty in sixty, 6 µs each
+// where their bytes take 1 (docs/bench-gpu.md).
+struct Bf16Copies {
+  const float* x[kBf16Copies];
+  uint16_t* y[kBf16Copies];
+  int64_t n[kBf16Copies];
+};
+__global__ void k_round_copies(Bf16Copies c) {
+  const int k = int(blockIdx.y);
+  const float* x = c.x[k];
+  uint16_t* y = c.y[k];
+  const int64_t n = c.n[k], step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) y[i] = ops::to_bf16(x[i]);
+}
+}  // namespace
+
+void to_bf16_many(const ops::Bf16Copy* copies, int count) {
+  for (int k0 = 0; k0 < count; k0 += kBf16Copies) {
+    Bf16Copies c{};
+    int64_t most = 0;
+    const int k1 = std::min(count, k0 + kBf16Copies);
+    for (int k = k0; k < k1; ++k) {
+      c.x[k - k0] = copies[k].x;
+      c.y[k - k0] = copies[k].y;
+      c.n[k - k0] = int64_t(copies[k].n);
+      most = std::max(most, c.n[k - k0]);
+    }
+    if (most == 0) continue;
+    // About four values a thread of the largest copy (the weights' rows are floats one
+    // after another: each warp reads 128 bytes at a time).
+    const unsigned across = unsigned(std::clamp<int64_t>((most + 4 * kThreads - 1) / (4 * kThreads), 1, 65535));
+    GMLP_LAUNCH(k_round_copies, dim3(across, unsigned(k1 - k0)), kThreads)(c);
+    check_launch("rounding to bf16 (many)");
+  }
 }
 
 namespace {
