@@ -1243,15 +1243,18 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
                         {Sgu::split, 2, true, true, false, true},     {Sgu::multiplicative, 1, false, true, false, true},
                         {Sgu::additive, 2, true, false, false, true},  {Sgu::split, 1, false, true, true, false, 18},
                         // Gates that fill the GPU's shares (the full-row kernels): 768 a
-                        // warp's 24 a lane forward (a block's 3 a thread backward), 512 a
-                        // warp's 16 a lane both ways, 1,024 and 1,536 a block's 4 and 6 a
-                        // thread; and 1,400, a block's 6 a thread, partly;
+                        // warp's 24 a lane forward (a block of 128's 6 a thread backward),
+                        // 512 a warp's 16 a lane both ways, 1,024 and 1,536 a block's 4 and
+                        // 6 a thread; and 1,400 and 700, a block's 6 a thread (of 256, of
+                        // 128), partly;
                         {Sgu::split, 1, false, false, false, false, 1536, "gpu"},
+                        {Sgu::split, 1, false, true, false, false, 1400, "gpu"},
                         {Sgu::split, 1, true, false, false, false, 1024, "gpu"},
                         {Sgu::multiplicative, 1, true, true, false, true, 1024, "gpu"},
                         {Sgu::split, 2, false, true, false, false, 3072, "gpu"},
                         {Sgu::additive, 1, false, false, true, false, 1400, "gpu"},
-                        // 768 a block's 3 a thread: S/16's gate under GMLP_CUDA_LN_WARP_COLUMNS=0
+                        // 768 a block of 128's 6 a thread, as the forward takes it too
+                        // under GMLP_CUDA_LN_WARP_COLUMNS=0 (a block of 256's 3 a thread)
                         {Sgu::split, 1, false, true, false, true, 1536, "gpu-blocks"}};
   Backend& cb = cpu_backend();
   for (const Case& k : cases) {

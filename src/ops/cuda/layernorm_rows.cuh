@@ -198,7 +198,14 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
 //   against 76; the forwards, the gate's of 768 included, 60 against 69, 25 against 32.
 // GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) lowers the warp rows' bound, to time a block per
 // row there too (a thread's 3 fill 768, as 4, 6 and 8 fill 1,024, 1,536 and 2,048).
+//
+// Above a lane's 16, the gate's backward takes rows of up to 768 channels a block of
+// kGateRowThreads each, a thread's 6 (kGateRowShare), not kHeldThreads' 3: BERT's gate
+// at a thread's 6 issued 103 warp instructions a value where S/16's at 3 issued 132
+// (ncu, session 42), a row's two block reductions and its setup spread over twice the
+// channels; at most 80 registers as BERT's kernel (six blocks, 24 warps a multiprocessor).
 constexpr int kWarpColumnsMax = 768, kHeldColumns = 2048, kGateWarpPerLane = 16;
+constexpr int kGateRowThreads = 128, kGateRowShare = 6;
 static_assert(kWarpColumnsMax <= kHeldColumns, "a warp's rows are held rows");
 
 // On the CUDA emulator a warp takes rows of up to 16 channels (the gate's backward 10)
@@ -235,6 +242,12 @@ inline bool thread_fits(int per_thread, int C) {
     return C <= (per_thread == 3 ? 17 : per_thread == 4 ? 20 : per_thread == 6 ? 26 : 32);
   return C <= per_thread * kHeldThreads;
 }
+// Whether the gate's backward takes rows of C a block of kGateRowThreads (on the
+// emulator's own widths up to 17, where other rows take a thread's 3).
+inline bool gate_row_fits(int C) {
+  if (emu_rows() == EmuRows::emulator) return C <= 17;
+  return C <= kGateRowShare * kGateRowThreads;
+}
 
 // f(share, full) for the smallest share of 8, 16, 24 (a lane's) or 3, 4, 6, 8 (a
 // thread's) that takes C channels, share a std::integral_constant<int, N> and full a
@@ -252,9 +265,12 @@ void with_per_lane(int C, F&& f) {
   if (Widest == 16 || lane_fits(16, C)) return with_share<16, 32>(C, f);
   if constexpr (Widest == 24) with_share<24, 32>(C, f);
 }
-template <typename F>
+// Smallest: the smallest share a caller's rows may take (the gate's backward: 4, its
+// narrower rows a block of kGateRowThreads).
+template <int Smallest = 3, typename F>
 void with_per_thread(int C, F&& f) {
-  if (thread_fits(3, C)) return with_share<3, kHeldThreads>(C, f);
+  if constexpr (Smallest <= 3)
+    if (thread_fits(3, C)) return with_share<3, kHeldThreads>(C, f);
   if (thread_fits(4, C)) return with_share<4, kHeldThreads>(C, f);
   if (thread_fits(6, C)) return with_share<6, kHeldThreads>(C, f);
   with_share<8, kHeldThreads>(C, f);
@@ -341,14 +357,15 @@ __global__ void GMLP_BOUNDS(32 * warp_block_warps(K, PerLane), warp_backward_blo
 // The backward, a block per row: a block takes a chunk of rows one after another (every
 // thread the same rows, so each reaches the barriers), each thread adding its slots'
 // terms in registers; the chunk's sums go to part as the warp kernel's do. About 512
-// chunks whatever M, at least 8 rows each. Three blocks a multiprocessor up to a
-// thread's 6 (at most 80 registers): the GPU's GELU (gelu.cuh) took BERT's gate of
-// 1,536 from 76 registers to 87 unbounded, where 80 is the most for three blocks (ncu
-// measured 76, three blocks, 37.5% occupancy); bounded, 78 and no spill.
-inline int block_rows_per(int M) { return M > 8 * 512 ? (M + 511) / 512 : 8; }
+// chunks of kHeldThreads whatever M (1,024 of kGateRowThreads, half the warps each), at
+// least 8 rows each. 24 warps a multiprocessor up to a thread's 6 (at most 80
+// registers): the GPU's GELU (gelu.cuh) took BERT's gate of 1,536 from 76 registers to
+// 87 unbounded, where 80 is the most for three blocks of kHeldThreads (ncu measured 76,
+// three blocks, 37.5% occupancy); bounded, 78 and no spill.
+inline int block_rows_per(int M, int chunks = 512) { return M > 8 * chunks ? (M + chunks - 1) / chunks : 8; }
 
-template <int K, int PerThread, bool Full, typename XIn, typename Out, typename TY>
-__global__ void GMLP_BOUNDS(kHeldThreads, PerThread <= 6 ? 3 : 2)
+template <int K, int PerThread, bool Full, int Threads, typename XIn, typename Out, typename TY>
+__global__ void GMLP_BOUNDS(Threads, (PerThread <= 6 ? 3 : 2) * kHeldThreads / Threads)
     ln_backward_block_k(const TY* dy, int lddy, XIn xin, const float* mean, const float* rstd, const float* w, int M,
                         int C, int rows_per, Out out, float* part) {
   __shared__ float2 sh[32];
@@ -357,7 +374,7 @@ __global__ void GMLP_BOUNDS(kHeldThreads, PerThread <= 6 ? 3 : 2)
   for (int k = 0; k < K; ++k)
     GMLP_UNROLL
     for (int j = 0; j < PerThread; ++j) acc[k][j] = 0.f;
-  const RowSlots<kHeldThreads, Full> s{int(threadIdx.x)};
+  const RowSlots<Threads, Full> s{int(threadIdx.x)};
   const int64_t r0 = int64_t(blockIdx.x) * rows_per, r1 = r0 + rows_per < M ? r0 + rows_per : M;
   for (int64_t r = r0; r < r1; ++r)
     ln_backward_slots<K, PerThread>(
@@ -408,16 +425,28 @@ void layernorm_backward_held(const TY* dy, int lddy, XIn xin, const float* mean,
         finish_column_sums(part, chunks, K, C, dw, db, dsum);
       });
     } else {
-      with_per_thread(C, [&](auto per_thread, auto full) {
-        using PT = decltype(per_thread);
+      const auto block_rows = [&](auto per_thread, auto full, auto threads) {
         constexpr int K = KT::value;
+        using PT = decltype(per_thread);
         using FT = decltype(full);
-        const int rows_per = block_rows_per(M), chunks = (M + rows_per - 1) / rows_per;
+        using TH = decltype(threads);
+        const int rows_per = block_rows_per(M, 512 * kHeldThreads / TH::value),
+                  chunks = (M + rows_per - 1) / rows_per;
         float* part = static_cast<float*>(scratch(sizeof(float) * size_t(K) * size_t(chunks) * C));
-        GMLP_LAUNCH((ln_backward_block_k<K, PT::value, FT::value>), unsigned(chunks), kHeldThreads)(
+        GMLP_LAUNCH((ln_backward_block_k<K, PT::value, FT::value, TH::value>), unsigned(chunks), unsigned(TH::value))(
             dy, lddy, xin, mean, rstd, w, M, C, rows_per, out, part);
         finish_column_sums(part, chunks, K, C, dw, db, dsum);
-      });
+      };
+      using Held = std::integral_constant<int, kHeldThreads>;
+      if constexpr (gate_rows<XIn>) {
+        if (gate_row_fits(C))
+          return with_share<kGateRowShare, kGateRowThreads>(C, [&](auto per_thread, auto full) {
+            block_rows(per_thread, full, std::integral_constant<int, kGateRowThreads>{});
+          });
+        with_per_thread<4>(C, [&](auto per_thread, auto full) { block_rows(per_thread, full, Held{}); });
+      } else {
+        with_per_thread(C, [&](auto per_thread, auto full) { block_rows(per_thread, full, Held{}); });
+      }
     }
   };
   if (dsum)
