@@ -194,11 +194,16 @@ inline int rows_per_chunk(int M) { return M > 256 * 65535 ? (M + 65534) / 65535 
 // chunks left 64 blocks at d 512, 8,192 rows: a few per SM, each thread a long chain of
 // loads); then the lanes' sums are added in lane order. Fixed order throughout.
 constexpr int kColTile = 32, kRowLanes = 8;
+// The second stage's row lanes (finish_column_sums): its blocks are few (one per 32 of
+// K x N columns: 72 for a LayerNorm of 768 channels), so each takes 32 lanes, four times
+// the loads in flight of the first stage's 8: with 8, gMLP-S/16's 123 finishes took 6.7
+// µs a launch on an H100, and the gate's, over 512 chunks of 2,304 columns, the most.
+constexpr int kFinishLanes = 32;
 // width: the columns a thread takes (a term's kWidth, below).
 inline dim3 column_sum_grid(int N, int chunks, int width = 1) {
   return dim3(blocks_for(N, kColTile * width), unsigned(chunks));
 }
-inline dim3 column_sum_block() { return dim3(kColTile, kRowLanes); }
+inline dim3 column_sum_block(int lanes = kRowLanes) { return dim3(kColTile, unsigned(lanes)); }
 
 // How many adjacent columns a term takes a thread: its kWidth (the SGU's gate pass, by
 // pairs where the rows allow), or one.
@@ -213,10 +218,10 @@ constexpr int width_of() {
 // added in lane order and handed to sink(k, c, sum). Every (r, c) is one thread's,
 // once. Every thread reaches the barrier. A term of width V takes columns c to c + V - 1
 // (N a multiple of V), its sums s[k * V + v].
-template <int K, typename Term, typename Sink>
+template <int K, int Lanes = kRowLanes, typename Term, typename Sink>
 __device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Term& term, const Sink& sink) {
   constexpr int V = width_of<Term>();
-  __shared__ float lanes[K][kRowLanes][kColTile * V];
+  __shared__ float lanes[K][Lanes][kColTile * V];
   const int c = (int(blockIdx.x) * kColTile + int(threadIdx.x)) * V;
   const int r0 = int(blockIdx.y) * rows_per, r1 = min(M, r0 + rows_per);
   float s[K * V];
@@ -227,16 +232,16 @@ __device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Te
       // A term that loads, then applies (the SGU's gate pass): R rows' loads in flight
       // at once, then those rows applied in order.
       constexpr int R = kRowBatch / V;
-      for (; r + (R - 1) * kRowLanes < r1; r += R * kRowLanes) {
+      for (; r + (R - 1) * Lanes < r1; r += R * Lanes) {
         decltype(term.load(r, c)) pre[R];
         GMLP_UNROLL
-        for (int b = 0; b < R; ++b) pre[b] = term.load(r + b * kRowLanes, c);
+        for (int b = 0; b < R; ++b) pre[b] = term.load(r + b * Lanes, c);
         GMLP_UNROLL
-        for (int b = 0; b < R; ++b) term.apply(pre[b], r + b * kRowLanes, c, s);
+        for (int b = 0; b < R; ++b) term.apply(pre[b], r + b * Lanes, c, s);
       }
-      for (; r < r1; r += kRowLanes) term.apply(term.load(r, c), r, c, s);
+      for (; r < r1; r += Lanes) term.apply(term.load(r, c), r, c, s);
     } else {
-      for (; r < r1; r += kRowLanes) term(r, c, s);
+      for (; r < r1; r += Lanes) term(r, c, s);
     }
   }
   for (int k = 0; k < K; ++k)
@@ -246,7 +251,7 @@ __device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Te
   for (int v = 0; v < V && c + v < N; ++v)
     for (int k = 0; k < K; ++k) {
       float t = 0.f;
-      for (int j = 0; j < kRowLanes; ++j) t += lanes[k][j][threadIdx.x * V + v];
+      for (int j = 0; j < Lanes; ++j) t += lanes[k][j][threadIdx.x * V + v];
       sink(k, c + v, t);
     }
 }
@@ -263,8 +268,9 @@ __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term&
 // The second stage: o_k[c] += the sum over the chunks of part[(chunk * K + k) * N + c],
 // for k < K (at most 3: o_1 and o_2 only where K asks); part read as chunks rows of
 // K x N columns, summed as the first stage sums its rows (a block per 32 of those
-// columns, each row lane every 8th chunk, then the lanes in order: a fixed order, and
-// not one thread per column adding hundreds of chunks in a chain). Launched (linear.cu).
+// columns, each of its kFinishLanes row lanes every 32nd chunk, then the lanes in order:
+// a fixed order, and not one thread per column adding hundreds of chunks in a chain).
+// Launched (linear.cu).
 void finish_column_sums(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2);
 
 // One lane's value from lane ^ o, for the sums below: a number, or a float2 (two sums

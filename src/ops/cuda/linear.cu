@@ -19,7 +19,7 @@ struct PartColumn {
 };
 __global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
   const int width = K * N;
-  column_sums_in_lanes<1>(
+  column_sums_in_lanes<1, kFinishLanes>(
       chunks, width, chunks, PartColumn{part, width},
       [&](int, int col, float t) {
         const int k = col / N;
@@ -30,8 +30,8 @@ __global__ void finish_column_sums_k(const float* part, int chunks, int K, int N
 }  // namespace
 
 void finish_column_sums(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
-  GMLP_LAUNCH(finish_column_sums_k, blocks_for(int64_t(K) * N, kColTile), column_sum_block())(part, chunks, K, N, o0,
-                                                                                              o1, o2);
+  GMLP_LAUNCH(finish_column_sums_k, blocks_for(int64_t(K) * N, kColTile), column_sum_block(kFinishLanes))(
+      part, chunks, K, N, o0, o1, o2);
 }
 
 namespace {
