@@ -23,13 +23,13 @@ class LabelledBuilder {
   }
   // `where` names the example (path:line, or a list and an index) in errors.
   void add(const std::string& label, std::string_view text, const std::string& where) {
-    require(!label.empty(), where + ": empty label");
+    require(!label.empty(), [&] { return where + ": empty label"; });
     // Labels become class names: stored as JSON in checkpoints and printed in reports.
     utf8_code_points(label, where + ": label");
     for (const unsigned char ch : label)
-      require(ch >= 0x20 && ch != 0x7f, where + ": the label holds a control character (byte " +
-                                            std::to_string(int(ch)) + ")");
-    require(!text.empty(), where + ": empty text after the label \"" + label + "\"");
+      require(ch >= 0x20 && ch != 0x7f,
+              [&] { return where + ": the label holds a control character (byte " + std::to_string(int(ch)) + ")"; });
+    require(!text.empty(), [&] { return where + ": empty text after the label \"" + label + "\""; });
     auto it = index_.find(label);
     if (it == index_.end()) {
       if (fixed_) {
@@ -112,7 +112,7 @@ PaddedTokens encode_padded(const std::vector<std::string>& texts, const Tokenize
     } catch (const Error& e) {
       throw Error("encode_padded: text " + std::to_string(i) + ": " + e.what());
     }
-    require(!ids.empty(), "encode_padded: text " + std::to_string(i) + " encodes to no tokens");
+    require(!ids.empty(), [&] { return "encode_padded: text " + std::to_string(i) + " encodes to no tokens"; });
     const size_t len = ids.size(), t = size_t(T);
     if (len <= t) {
       add_row(ids.data(), len, i);

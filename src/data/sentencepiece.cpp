@@ -95,8 +95,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   size_t check(int32_t id) const {
-    require(id >= 0 && id < vocab_size(), "sentencepiece tokenizer: token id " + std::to_string(id) +
-                                              " outside [0, " + std::to_string(vocab_size()) + ")");
+    require(id >= 0 && id < vocab_size(), [&] {
+      return "sentencepiece tokenizer: token id " + std::to_string(id) + " outside [0, " +
+             std::to_string(vocab_size()) + ")";
+    });
     return size_t(id);
   }
   std::string serialized_;
@@ -285,7 +287,8 @@ std::string base64_decode(std::string_view in, const std::string& what) {
         d = 0;
       } else {
         d = table[uint8_t(c)];
-        require(d >= 0 && pad == 0, what + ": invalid base64 character at offset " + std::to_string(i + k));
+        require(d >= 0 && pad == 0,
+                [&] { return what + ": invalid base64 character at offset " + std::to_string(i + k); });
       }
       v = v << 6 | uint32_t(d);
     }

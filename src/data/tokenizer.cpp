@@ -138,8 +138,9 @@ class ByteTokenizer final : public Tokenizer {
 
  private:
   void check(int32_t id) const {
-    require(id >= 0 && id < vocab_size(), "byte tokenizer: token id " + std::to_string(id) + " outside [0, " +
-                                              std::to_string(vocab_size()) + ")");
+    require(id >= 0 && id < vocab_size(), [&] {
+      return "byte tokenizer: token id " + std::to_string(id) + " outside [0, " + std::to_string(vocab_size()) + ")";
+    });
   }
   Specials specials_;
 };
@@ -201,8 +202,9 @@ class CharTokenizer final : public Tokenizer {
 
  private:
   size_t check(int32_t id) const {
-    require(id >= 0 && id < vocab_size(), "char tokenizer: token id " + std::to_string(id) + " outside [0, " +
-                                              std::to_string(vocab_size()) + ")");
+    require(id >= 0 && id < vocab_size(), [&] {
+      return "char tokenizer: token id " + std::to_string(id) + " outside [0, " + std::to_string(vocab_size()) + ")";
+    });
     return size_t(id);
   }
   std::vector<char32_t> chars_;

@@ -284,8 +284,8 @@ void ModelConfig::validate(bool open) const {
   // sequences into them.
   for (const auto& name : class_names)
     for (const unsigned char ch : name)
-      require(ch >= 0x20 && ch != 0x7f, "config: 'class_names' holds a control character (byte " +
-                                            std::to_string(int(ch)) + ")");
+      require(ch >= 0x20 && ch != 0x7f,
+              [&] { return "config: 'class_names' holds a control character (byte " + std::to_string(int(ch)) + ")"; });
   require(normalization.is_null() || task == Task::vision, "config: 'normalization' is for vision models only");
   if (classes && !(open && n_classes == 0))
     require(n_classes >= 2, "config: task \"" + name_of(task) + "\" needs 'n_classes' >= 2, got " +

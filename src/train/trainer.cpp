@@ -338,11 +338,14 @@ TrainSummary train(const TrainOptions& opts) {
         comm.size() > 1);
     const DataParallel::Vote vote = dp.agree(r.loss, stop || g_stop_requested.load());
     const double loss = vote.loss, gnorm = r.grad_norm;
-    require(std::isfinite(loss), "training diverged: loss is " + std::to_string(loss) + " at step " +
-                                     std::to_string(st.step + 1) + " (try a lower lr); the last checkpoint is kept");
-    require(std::isfinite(gnorm), "training diverged: the gradient of '" + first_non_finite_grad(model) +
-                                      "' is not finite at step " + std::to_string(st.step + 1) +
-                                      " (try a lower lr); the last checkpoint is kept");
+    require(std::isfinite(loss), [&] {
+      return "training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(st.step + 1) +
+             " (try a lower lr); the last checkpoint is kept";
+    });
+    require(std::isfinite(gnorm), [&] {
+      return "training diverged: the gradient of '" + first_non_finite_grad(model) + "' is not finite at step " +
+             std::to_string(st.step + 1) + " (try a lower lr); the last checkpoint is kept";
+    });
     ++st.step;
     window_time += seconds_since(t0);
     window_units += task->units_per_batch();
