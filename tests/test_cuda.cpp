@@ -826,7 +826,9 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
     const U16 xb = bits(x);
     uint16_t* dy = up16(y0);
     for (int k = 0; k < count; ++k) {
-      const size_t n = k == 3 ? 0 : size_t(k * 37 % 401), from = size_t(k * 13 % 600), at = size_t(k) * 410;
+      // copy 1 from x[0], over the specials; copy 3 empty
+      const size_t n = k == 3 ? 0 : k == 1 ? 300 : size_t(k * 37 % 401), from = k == 1 ? 0 : size_t(k * 13 % 600),
+                   at = size_t(k) * 410;
       copies.push_back({dx + from, n, dy + at});
       std::copy(xb.begin() + long(from), xb.begin() + long(from + n), want.begin() + long(at));
     }
@@ -1253,8 +1255,8 @@ TEST(CudaOps, SguHoldingUAndFInBf16IsTheCpuSguOnTheRoundedValues) {
                         {Sgu::multiplicative, 1, true, true, false, true, 1024, "gpu"},
                         {Sgu::split, 2, false, true, false, false, 3072, "gpu"},
                         {Sgu::additive, 1, false, false, true, false, 1400, "gpu"},
-                        // 768 a block of 128's 6 a thread, as the forward takes it too
-                        // under GMLP_CUDA_LN_WARP_COLUMNS=0 (a block of 256's 3 a thread)
+                        // 768 with a block per row throughout (GMLP_CUDA_LN_WARP_COLUMNS=0):
+                        // the backward a block of 128's 6 a thread, the forward 256's 3
                         {Sgu::split, 1, false, true, false, true, 1536, "gpu-blocks"}};
   Backend& cb = cpu_backend();
   for (const Case& k : cases) {

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -178,11 +179,11 @@ bool host_only() {
   return on;
 }
 struct HostOnlyCounts {
-  uint64_t launches = 0, products = 0;
+  std::atomic<uint64_t> launches{0}, products{0};  // host threads may launch at once
   ~HostOnlyCounts() {
     if (host_only())
       std::fprintf(stderr, "CUDA emulator (host only): %llu launches and %llu matrix products skipped\n",
-                   static_cast<unsigned long long>(launches), static_cast<unsigned long long>(products));
+                   static_cast<unsigned long long>(launches.load()), static_cast<unsigned long long>(products.load()));
   }
 } g_skipped;
 
@@ -742,6 +743,10 @@ void lt_product(const cublasLtMatmulDescOpaque& d, int m, int n, int k, float al
       (beta != 0.f && !device_matrix(C, ldc, m, n)) || !device_matrix(D, ldc, m, n) ||
       (d.epilogue == CUBLASLT_EPILOGUE_BIAS && !gmlp::emu::on_device(d.bias, sizeof(float) * size_t(m))))
     gmlp::emu::fail("a cuBLASLt product given memory that is not the device's, or past the end of an allocation");
+  if (gmlp::emu::host_only()) {
+    ++gmlp::emu::g_skipped.products;
+    return;
+  }
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       float acc = 0.f;
@@ -843,10 +848,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   int m, n, k;
   if (!lt_shape(*desc, *Adesc, *Bdesc, *Cdesc, *Ddesc, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (gmlp::emu::host_only()) {
-    ++gmlp::emu::g_skipped.products;
-    return CUBLAS_STATUS_SUCCESS;
-  }
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const int lda = int(Adesc->ld), ldb = int(Bdesc->ld), ldc = int(Ddesc->ld);
   if (Adesc->type == CUDA_R_16BF)

@@ -197,7 +197,7 @@ constexpr int kColTile = 32, kRowLanes = 8;
 // The second stage's row lanes (finish_column_sums): its blocks are few (one per 32 of
 // K x N columns: 72 for a LayerNorm of 768 channels), so each takes 32 lanes, four times
 // the loads in flight of the first stage's 8: with 8, gMLP-S/16's 123 finishes took 6.7
-// µs a launch on an H100, and the gate's, over 512 chunks of 2,304 columns, the most.
+// µs a launch on an H100, the gate's (then 512 chunks of 2,304 columns) the most.
 constexpr int kFinishLanes = 32;
 // width: the columns a thread takes (a term's kWidth, below).
 inline dim3 column_sum_grid(int N, int chunks, int width = 1) {

@@ -14,7 +14,7 @@ constexpr int kRowThreads = 128;  // a warp-per-row kernel's blocks: four rows
 constexpr int kHeldThreads = 256;  // a block-per-row kernel's
 
 // A thread's slots of a row: channel(j) = first + Stride j (Stride 32: a warp's lanes;
-// kHeldThreads: a block's threads). A slot past C loads channel C - 1 (any of the row
+// kHeldThreads or kGateRowThreads: a block's threads). A slot past C loads channel C - 1 (any of the row
 // would do) and drops it, so that no load is conditional. Full: the row fills every
 // slot (C = N Stride, as every row of the bench's models does), so that no slot is
 // clamped or tested, and each load's address is the row's plus a constant: otherwise a
@@ -197,7 +197,8 @@ __device__ inline void ln_backward_slots(const TY* dyr, XIn xin, int64_t r, floa
 //   (S/16's blocks) 34 µs a warp per row against 127 a block, at 768 (BERT's) 66
 //   against 76; the forwards, the gate's of 768 included, 60 against 69, 25 against 32.
 // GMLP_CUDA_LN_WARP_COLUMNS (0 to 768) lowers the warp rows' bound, to time a block per
-// row there too (a thread's 3 fill 768, as 4, 6 and 8 fill 1,024, 1,536 and 2,048).
+// row there too (a thread's 3 fill 768, as 4, 6 and 8 fill 1,024, 1,536 and 2,048; the
+// gate's backward, below, a block of 128's 6).
 //
 // Above a lane's 16, the gate's backward takes rows of up to 768 channels a block of
 // kGateRowThreads each, a thread's 6 (kGateRowShare), not kHeldThreads' 3: BERT's gate

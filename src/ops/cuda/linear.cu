@@ -10,14 +10,16 @@ namespace {
 // down its columns in one chunk of rows (gridDim.y 1): a term that loads, then adds
 // (column_sums_in_lanes: kRowBatch rows' loads in flight, added in the same order).
 // Added as each was loaded, a thread's 64 chunks (512 over 8 lanes) went one load at a
-// time: 6.7 µs a launch of 16 to 72 blocks, 123 launches a gMLP-S/16 step (H100).
+// time: 6.7 µs a launch of 16 to 72 blocks, 123 launches a gMLP-S/16 step (H100); now
+// kFinishLanes lanes a block (common.cuh), a thread's 32 of the gate's 1,024 chunks.
 struct PartColumn {
   const float* part;
   int width;
   __device__ float load(int j, int col) const { return part[int64_t(j) * width + col]; }
   __device__ void apply(float v, int, int, float* s) const { s[0] += v; }
 };
-__global__ void finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
+__global__ void GMLP_BOUNDS(kColTile * kFinishLanes, 1)
+    finish_column_sums_k(const float* part, int chunks, int K, int N, float* o0, float* o1, float* o2) {
   const int width = K * N;
   column_sums_in_lanes<1, kFinishLanes>(
       chunks, width, chunks, PartColumn{part, width},
