@@ -10,7 +10,8 @@
 #   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
 #              (bench=lm,bert: those workloads alone)
 #   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
-#              bf16, for their validation losses against each other and the CPU's
+#              bf16, for their validation losses against each other and the CPU's; then
+#              400 bf16 steps of the annotated LM, its training loop's speed
 #   profile    where a step's time goes: gmlp's device time per op (GMLP_CUDA_PROFILE)
 #              and PyTorch's per kernel (torch.profiler), the LM and BERT-size workloads
 #              (profile=vision: another)
@@ -174,7 +175,13 @@ for s in "$@"; do
       done
       # The check: bf16's last validation loss within 2% of fp32's (and both
       # beside the CPU's, 1.4077 nats at step 2400 since session 29).
-      step train-check python3 bench/train_check.py "$out" ;;
+      step train-check python3 bench/train_check.py "$out"
+      # The annotated LM under `gmlp train`, bf16: its tok/s lines beside the bench's
+      # step, the training loop's own host work (until session 43 every step scanned,
+      # and downloaded, the whole gradient; docs/bench-gpu.md).
+      step train-annotated build/gmlp train --device cuda --precision bf16 --config configs/annotated.json \
+        --set train.steps=400 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+        --out /tmp/gmlp-annotated --overwrite --no-progress ;;
     profile | profile=*)
       w=lm,bert
       [[ $s == profile=* ]] && w=${s#profile=}

@@ -5,7 +5,8 @@
 # most, so everything runs in one call, most needed first, each step bounded:
 #   info, ceilings   stop the call at once if the kit does not run (a retry stays possible)
 #   tests            the CUDA tests against the CPU engine
-#   train            the default LM in fp32 and bf16, and the 2% check
+#   train            the default LM in fp32 and bf16, the 2% check, and the annotated LM's
+#                    training loop (400 bf16 steps)
 #   python           the Python module's tests with device="cuda"
 #   bench            bench/gpu_bench.py, two passes, on an idle GPU
 #   ncu              every kernel's device time in one bf16 step of each workload
@@ -95,6 +96,7 @@ echo "===== summary ($((SECONDS - t0)) s of $budget)"
 grep -hE '^== [^:]+: exit [0-9]+ after' "$work"/*.log
 grep -hE '^\[  (PASSED|FAILED)  \]|tests ran' "$work/tests.log"
 grep -hE '^train' "$work"/train-check.log 2>/dev/null
+grep -hE 'tok/s' "$work"/train-annotated.log 2>/dev/null | tail -n 2 | sed 's/^/annotated LM, gmlp train: /'
 grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
