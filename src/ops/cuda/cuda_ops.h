@@ -56,12 +56,11 @@ void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 // the last: the bf16 products' operand copies and the SGU's held U.
 void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, int count, int ldo, int64_t size,
                   uint16_t* out);
-// n values of x rounded into y (Backend::to_bf16: the weights' copies, dY).
-void to_bf16(const float* x, size_t n, uint16_t* y);
 // count roundings, kBf16Copies at a launch (Backend::to_bf16_many: a step's projection
-// weights).
+// weights); and one, n values of x into y (Backend::to_bf16).
 constexpr int kBf16Copies = 64;
 void to_bf16_many(const ops::Bf16Copy* copies, int count);
+void to_bf16(const float* x, size_t n, uint16_t* y);
 // y [M, N] = r + x W^T + b over bf16 x [M, K] and W [N, K] (r null: x W^T + b) in one
 // cuBLASLt product, the bias in its epilogue and r read as its C; false where
 // GMLP_CUDA_LT=off or cuBLASLt offers no algorithm for the shape (the caller seeds y

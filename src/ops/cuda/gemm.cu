@@ -121,14 +121,6 @@ void to_bf16_rows(const float* X, int rows, int cols, int ld, int64_t stride, in
   check_launch("rounding to bf16");
 }
 
-void to_bf16(const float* x, size_t n, uint16_t* y) {
-  // As rows of at most 2^30 values (the rounding kernel's column count is an int).
-  constexpr size_t kRow = size_t(1) << 30;
-  const size_t rows = n / kRow, rest = n % kRow;
-  if (rows) to_bf16_rows(x, int(rows), int(kRow), int(kRow), 0, 1, int(kRow), 0, y);
-  if (rest) to_bf16_rows(x + rows * kRow, 1, int(rest), int(rest), 0, 1, int(rest), 0, y + rows * kRow);
-}
-
 namespace {
 // Up to kBf16Copies roundings, their pointers and sizes passed by value (1.5 KB of the
 // launch's parameters), so that nothing is uploaded: an upload from host memory waits
@@ -168,6 +160,11 @@ void to_bf16_many(const ops::Bf16Copy* copies, int count) {
     GMLP_LAUNCH(k_round_copies, dim3(across, unsigned(k1 - k0)), kThreads)(c);
     check_launch("rounding to bf16 (many)");
   }
+}
+
+void to_bf16(const float* x, size_t n, uint16_t* y) {
+  const ops::Bf16Copy one{x, n, y};
+  to_bf16_many(&one, 1);
 }
 
 namespace {

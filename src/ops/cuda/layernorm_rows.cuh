@@ -14,10 +14,10 @@ constexpr int kRowThreads = 128;  // a warp-per-row kernel's blocks: four rows
 constexpr int kHeldThreads = 256;  // a block-per-row kernel's
 
 // A thread's slots of a row: channel(j) = first + Stride j (Stride 32: a warp's lanes;
-// kHeldThreads or kGateRowThreads: a block's threads). A slot past C loads channel C - 1 (any of the row
-// would do) and drops it, so that no load is conditional. Full: the row fills every
-// slot (C = N Stride, as every row of the bench's models does), so that no slot is
-// clamped or tested, and each load's address is the row's plus a constant: otherwise a
+// kHeldThreads or kGateRowThreads: a block's threads). A slot past C loads channel
+// C - 1 (any of the row would do) and drops it, so that no load is conditional. Full:
+// the row fills every slot (C = N Stride, as every row of the bench's models does), so
+// that no slot is clamped or tested, and each load's address is the row's plus a constant: otherwise a
 // slot's clamp, test and 64-bit address took some twenty PTX instructions of the sixty
 // to ninety a value of the SGU's gate LayerNorm (a row's GELU and GELU' included).
 template <int Stride, bool Full>
