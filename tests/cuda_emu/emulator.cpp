@@ -149,18 +149,22 @@ struct Run {
 
 Run* g_run = nullptr;
 
+// A switch of two values from the environment: false where unset, empty or `off`, true
+// where `on`; anything else ends the process naming the variable.
+bool env_switch(const char* name, const char* off, const char* on) {
+  const char* v = std::getenv(name);
+  if (!v || !*v || std::strcmp(v, off) == 0) return false;
+  if (std::strcmp(v, on) == 0) return true;
+  die(std::string(name) + "=" + v + ": expected " + off + " or " + on);
+}
+
 // Whether blocks and threads run in decreasing index order, each warp running ahead
 // (GMLP_CUDA_EMULATOR_ORDER=reverse; run_block_fibers). A thread that reads what
 // another writes with no barrier between them, or a block that reads what another block
 // of its launch writes, sees the new value in one order and the old in the other: the
 // tests, run both ways, then disagree with the CPU in one.
 bool reverse_order() {
-  static const bool reverse = [] {
-    const char* v = std::getenv("GMLP_CUDA_EMULATOR_ORDER");
-    if (!v || !*v || std::strcmp(v, "forward") == 0) return false;
-    if (std::strcmp(v, "reverse") == 0) return true;
-    die(std::string("GMLP_CUDA_EMULATOR_ORDER=") + v + ": expected forward or reverse");
-  }();
+  static const bool reverse = env_switch("GMLP_CUDA_EMULATOR_ORDER", "forward", "reverse");
   return reverse;
 }
 
@@ -170,12 +174,7 @@ bool reverse_order() {
 // without the CUDA runtime's launch cost. Every result is then garbage: for timing
 // (docs/gpu.md, "The host's side of a step"), never for tests of values.
 bool host_only() {
-  static const bool on = [] {
-    const char* v = std::getenv("GMLP_CUDA_EMULATOR_HOST_ONLY");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
-    if (std::strcmp(v, "1") == 0) return true;
-    die(std::string("GMLP_CUDA_EMULATOR_HOST_ONLY=") + v + ": expected 0 or 1");
-  }();
+  static const bool on = env_switch("GMLP_CUDA_EMULATOR_HOST_ONLY", "0", "1");
   return on;
 }
 struct HostOnlyCounts {
