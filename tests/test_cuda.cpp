@@ -640,6 +640,48 @@ TEST(CudaOps, GemmEveryTransposeAndAnOffsetView) {
     }
 }
 
+// Backend::upload_beside, the next training batch's images' way up (src/train/
+// batch_ahead.h): from page-locked host memory, on a stream of its own. The work queued
+// after await_uploads() sees its bytes; after finish_uploads() the host may write the
+// source again. On the emulator the copy happens at the first wait for it (tests/cuda_emu/
+// emulator.cpp), so work queued without await_uploads() would scale garbage here.
+TEST(CudaOps, AnUploadBesideLandsForTheWorkThatAwaitsIt) {
+  REQUIRE_GPU();
+  Backend& be = backend_for(Device::cuda);
+  constexpr size_t n = 1000;
+  HostBuffer<float> host(be, n);
+  for (size_t i = 0; i < n; ++i) host.data()[i] = 0.5f * float(i);
+  DeviceBuffer<float> dev(be, n);
+  be.upload_beside(dev.data(), host.data(), sizeof(float) * n);
+  be.await_uploads();
+  be.scale(dev.data(), n, 2.f);
+  be.finish_uploads();
+  std::fill(host.data(), host.data() + n, -1.f);  // the host's again
+  std::vector<float> back(n);
+  be.download(back.data(), dev.data(), sizeof(float) * n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], float(i)) << "value " << i;
+}
+
+// The emulator's rule for the host's side (no GPU tool sees a host write racing a copy):
+// writing an upload's source before anything waited for the upload ends the process,
+// naming the bytes.
+TEST(CudaOps, TheEmulatorEndsAHostThatWritesAnUploadsSourceTooSoon) {
+  REQUIRE_GPU();
+  if (!std::getenv("GMLP_CUDA_EMULATOR")) GTEST_SKIP() << "a check of the emulator's: a GPU copies when it copies";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Backend& be = backend_for(Device::cuda);
+        HostBuffer<float> host(be, 1000);
+        std::fill(host.data(), host.data() + 1000, 1.f);
+        DeviceBuffer<float> dev(be, 1000);
+        be.upload_beside(dev.data(), host.data(), 4000);
+        host.data()[7] = 2.f;
+        be.synchronize();
+      },
+      "the host wrote the 4000 bytes at [0-9]+ while an asynchronous upload from them was in flight");
+}
+
 // bf16 products both ways (GMLP_CUDA_BF16_GEMM), every transpose, offset views with
 // padded rows, K = 0. Over bf16 copies made first (native): the CPU's float product of
 // the inputs rounded to bf16 (ours: to nearest), to the order of the sums, and not the
@@ -1570,6 +1612,41 @@ TEST(CudaCli, AGpuRunStoppedAndResumedIsTheUninterruptedRunBitForBit) {
   EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights())) << "final weights";
 }
 
+// A vision run from image files draws each step's batch while the device runs the step
+// before, and sends its images up beside it (src/train/batch_ahead.h). A run stopped and
+// resumed on the GPU is still the uninterrupted run to the bit (the batch drawn ahead of a
+// checkpoint must not have moved the RNG the checkpoint saves), and a GPU run ends where
+// a CPU run ends (the same draws in the same order). Shifts and stochastic depth draw
+// from the run's RNG. On the emulator an upload lands only when work waits for it, and a
+// host that rewrites its source before then ends the process.
+TEST(CudaCli, AVisionRunFromFilesDrawsAheadAndIsTheStepByStepRun) {
+  REQUIRE_GPU();
+  test::TempDir dir("gpu_vision");
+  test::write_vision_set(dir.file("data"));
+  const std::string common = test::gmlp_exe() + " train --data " + dir.file("data") +
+                             " --task vision --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2"
+                             " --batch-size 16 --lr 1e-2 --no-progress --steps 10 --log-every 1 --eval-every 5"
+                             " --ckpt-every 4 --set model.survival_prob=0.7 --set train.augment_shift=1";
+  auto r = test::run_command(common + " --device cpu --out " + dir.file("cpu") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(common + " --device cuda --out " + dir.file("straight") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(common + " --device cuda --stop-after 6 --out " + dir.file("split") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("split") +
+                        " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> cpu = test::train_losses(dir.file("cpu")), a = test::train_losses(dir.file("straight")),
+                            b = test::train_losses(dir.file("split"));
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a, b) << "the resumed GPU run's losses equal the uninterrupted one's exactly";
+  ASSERT_EQ(cpu.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
+  auto ma = load_model(model_file(dir.file("straight"))), mb = load_model(model_file(dir.file("split")));
+  ASSERT_EQ(ma->num_params(), mb->num_params());
+  EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights())) << "final weights";
+}
+
 // GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls
 // and device time, in a table whose shares add up to the whole; the counts are the
 // model's own (each forward embeds once and runs every layer's SGU once). Off, nothing
@@ -1615,9 +1692,10 @@ TEST(CudaCli, AnOpProfileListsEveryOpTheRunIssued) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad")));
 }
 
-// The emulator's host-only switch (tests/cuda_emu/README.md): launches and products
-// counted and skipped, so that a run times gmlp's own side of each step; a value other
-// than 0 or 1 ends the run naming the variable.
+// The emulator's host-only switch (tests/cuda_emu/README.md): launches, products and
+// uploads beside counted and skipped, so that a run times gmlp's own side of each step,
+// and the time the device would wait for the host summed; a value other than 0 or 1
+// ends the run naming the variable.
 TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
   REQUIRE_GPU();
   if (!std::getenv("GMLP_CUDA_EMULATOR")) GTEST_SKIP() << "a switch of the emulator's: a GPU runs every launch";
@@ -1626,10 +1704,24 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
   auto r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + bench);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("host only\\): ([0-9]+) launches and ([0-9]+) matrix products")))
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("host only\\): ([0-9]+) launches, ([0-9]+) matrix products")))
       << r.output;
   EXPECT_GT(std::stol(m[1].str()), 0) << r.output;
   EXPECT_GT(std::stol(m[2].str()), 0) << r.output;
+  // A vision run from files sends every step's images but the first's up beside the step
+  // before (src/train/batch_ahead.h); the device's idle time between steps is counted.
+  test::TempDir dir("host_only_vision");
+  test::write_vision_set(dir.file("data"));
+  r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + test::gmlp_exe() + " train --device cuda --data " +
+                        dir.file("data") + " --task vision --set model.d_model=16 --set model.d_ffn=32"
+                        " --set model.n_layers=2 --batch-size 16 --steps 6 --eval-every 100 --no-progress --out " +
+                        dir.file("run") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("matrix products and ([0-9]+) uploads beside skipped; the "
+                                                        "device waited for the host ([0-9]+) times, ([0-9.]+) ms")))
+      << r.output;
+  EXPECT_EQ(std::stol(m[1].str()), 5) << r.output;
+  EXPECT_GE(std::stol(m[2].str()), 6) << "at least once after each step's read\n" << r.output;
   r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=yes " + bench);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("GMLP_CUDA_EMULATOR_HOST_ONLY=yes: expected 0 or 1"), std::string::npos) << r.output;

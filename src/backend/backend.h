@@ -10,6 +10,7 @@
 // ops/ops.h, which documents them.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,22 @@ class Backend {
   virtual void zero(void* p, size_t bytes) = 0;
   // Waits until the work queued so far has finished (timing; the CPU runs synchronously).
   virtual void synchronize() = 0;
+
+  // ---- host memory to upload from, and uploads beside the device's work (the next
+  // training batch's images while this step runs: src/train/batch_ahead.h). A GPU's host
+  // memory is page-locked, which its copy engine reads while the GPU computes; the
+  // CPU's is the heap. alloc_host's memory is not zeroed.
+  virtual void* alloc_host(size_t bytes) { return bytes ? std::malloc(bytes) : nullptr; }
+  virtual void release_host(void* p) { std::free(p); }
+  // Queues an upload from alloc_host memory that runs beside the work queued before it
+  // rather than after it. The work queued from here on sees dst only after
+  // await_uploads(); the host may write host_src again only after finish_uploads() (or
+  // synchronize()): a GPU copies whenever it gets to it. The CPU copies at once.
+  virtual void upload_beside(void* dst, const void* host_src, size_t bytes) { upload(dst, host_src, bytes); }
+  // The work queued from now on waits for every upload beside queued before.
+  virtual void await_uploads() {}
+  // Returns when every upload beside queued so far has read its source.
+  virtual void finish_uploads() {}
   // GMLP_CUDA_PROFILE's window (docs/gpu.md "Profiling"): under the variable a device
   // times its ops from the start; on discards what it timed so far and times from here,
   // off stops timing. `gmlp bench` times its timed steps alone. Nothing on the CPU.
@@ -255,6 +272,38 @@ class DeviceBuffer {
   T* data() const { return p_; }
   size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
+
+ private:
+  Backend* be_ = nullptr;
+  size_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+// A buffer of a backend's host memory for uploads (Backend::alloc_host), freed with its
+// owner: page-locked on a GPU.
+template <typename T>
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Backend& be, size_t n) : be_(&be), n_(n), p_(static_cast<T*>(be.alloc_host(n * sizeof(T)))) {
+    require(p_ || n == 0, [&] { return "cannot allocate " + std::to_string(n * sizeof(T)) + " bytes of host memory"; });
+  }
+  ~HostBuffer() {
+    if (be_ && p_) be_->release_host(p_);
+  }
+  HostBuffer(HostBuffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    if (this != &o) {
+      if (be_ && p_) be_->release_host(p_);
+      be_ = o.be_;
+      n_ = o.n_;
+      p_ = o.p_;
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  T* data() const { return p_; }
+  size_t size() const { return n_; }
 
  private:
   Backend* be_ = nullptr;

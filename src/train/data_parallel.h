@@ -34,6 +34,11 @@ class DataParallel {
   // This rank's rows of the global batch (the batch itself on one process); sets
   // share(). The global batch's rows must divide among the ranks.
   const Batch& shard(const Batch& global);
+  // This rank's rows of a global batch of B rows (all of them on one process).
+  struct Rows {
+    int first, count;
+  };
+  Rows rows(int B) const { return {comm_.rank() * (B / comm_.size()), B / comm_.size()}; }
   // This rank's fraction of the global batch's targets.
   double share() const { return share_; }
 

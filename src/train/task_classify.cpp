@@ -13,6 +13,7 @@
 #include "gmlp/trainer.h"
 #include "gmlp/metrics.h"
 #include "gmlp/naive_bayes.h"
+#include "backend/backend.h"
 #include "train/tasks.h"
 
 namespace gmlp {
@@ -148,7 +149,8 @@ class VisionTask : public TrainTask {
  public:
   VisionTask(const ModelConfig& cfg, ImageSet train, ImageSet test, int B, int shift)
       : cfg_(cfg), train_(std::move(train)), test_(std::move(test)), B_(B), shift_(shift),
-        images_(size_t(B) * train_.image_size()), labels_(size_t(B)), keep_(size_t(cfg.n_layers) * B) {
+        images_(cpu_backend(), size_t(B) * train_.image_size()), labels_(size_t(B)),
+        keep_(size_t(cfg.n_layers) * B) {
     batch_.B = B;
     batch_.T = cfg.seq_len;
     batch_.images = images_.data();
@@ -188,13 +190,17 @@ class VisionTask : public TrainTask {
   }
   std::string summarize(const nlohmann::json& v) const override { return eval_summary(v); }
   void set_fill(float f) { fill_ = f; }
+  void place_batches(Backend& be) override {
+    images_ = HostBuffer<float>(be, images_.size());
+    batch_.images = images_.data();
+  }
 
  private:
   ModelConfig cfg_;
   ImageSet train_, test_;
   int B_, shift_;
   float fill_ = 0.f;
-  std::vector<float> images_;
+  HostBuffer<float> images_;
   std::vector<int32_t> labels_;
   std::vector<float> keep_;
   Batch batch_;

@@ -18,6 +18,8 @@
 
 namespace gmlp {
 
+class Backend;
+
 class TrainTask {
  public:
   virtual ~TrainTask() = default;
@@ -31,7 +33,12 @@ class TrainTask {
   virtual int64_t data_signature() const = 0;
   virtual uint64_t data_fingerprint() const = 0;
   // Draws the next training batch (all randomness from rng, so resumption is exact).
+  // Its arrays stay the task's until the next call.
   virtual const Batch& next_batch(Rng& rng) = 0;
+  // Puts the batches' large arrays (a vision batch's images) in be's host memory for
+  // uploads (Backend::alloc_host: page-locked on a GPU), from which a batch uploads
+  // beside the device's work (src/train/batch_ahead.h). The others' stay on the heap.
+  virtual void place_batches(Backend& /*be*/) {}
   // Units of work per batch for throughput: tokens (text) or images.
   virtual int64_t units_per_batch() const = 0;
   virtual const char* unit() const = 0;

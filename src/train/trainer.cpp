@@ -24,6 +24,7 @@
 #include "gmlp/optimizer.h"
 #include "gmlp/safetensors.h"
 #include "gmlp/progress.h"
+#include "train/batch_ahead.h"
 #include "train/data_parallel.h"
 #include "train/selection.h"
 #include "train/tasks.h"
@@ -240,6 +241,8 @@ TrainSummary train(const TrainOptions& opts) {
   }
   DataParallel dp(comm, model);
   dp.check_in_sync(st.step);  // every rank starts from the same weights
+  task->place_batches(model.backend());
+  BatchAhead ahead(*task, rc.model, dp, model.backend());
 
   int64_t saved_step = -1;
   std::vector<float> whole_m, whole_v;  // a sharded optimizer's moments, gathered on rank 0 to be saved
@@ -319,12 +322,7 @@ TrainSummary train(const TrainOptions& opts) {
       break;
     }
     auto t0 = Clock::now();
-    Batch batch = task->next_batch(st.rng);
-    // The dropout masks' seed comes from the run's RNG after the batch's draws, the
-    // same on every rank (the masks go by global batch row): a resumed run, and any
-    // number of ranks, drop the same. Evaluation batches never carry any.
-    draw_dropout(rc.model, st.rng, batch);
-    const Batch& shard = dp.shard(batch);
+    const Batch shard = ahead.take(st.rng);
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     // The backward starts the gradients' reductions across ranks, layer by layer. A step
     // whose loss or gradient is not finite updates nothing (decided on the device, which
@@ -334,6 +332,7 @@ TrainSummary train(const TrainOptions& opts) {
         model, opt, shard, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
         [&] {
           if (opt.sharded()) dp.allgather_weights();
+          if (st.step + 1 < tc.steps) ahead.draw(st.rng);  // while the device runs this step
         },
         comm.size() > 1);
     const DataParallel::Vote vote = dp.agree(r.loss, stop || g_stop_requested.load());

@@ -67,10 +67,17 @@ cudaError_t cudaFree(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemset(void* p, int value, size_t bytes);
 cudaError_t cudaDeviceSynchronize();
-// Streams and events (NCCL's reduction stream, src/ops/cuda/nccl.cpp): every call runs to
-// completion when it is made, so work is always in issue order and these order nothing.
+// Streams and events (NCCL's reduction stream, src/ops/cuda/nccl.cpp; the backend's
+// uploads beside the device's work): launches, products and synchronous copies run to
+// completion when they are made, in issue order; an asynchronous upload on a
+// non-blocking stream waits, uncopied, for the first wait for it (emulator.cpp says why).
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+// Page-locked host memory, and uploads from it that return before they copy.
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 // Timing events (src/ops/cuda/op_profile.cpp): the host time of each record.
 cudaError_t cudaEventCreate(cudaEvent_t* event);

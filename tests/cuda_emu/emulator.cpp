@@ -177,12 +177,48 @@ bool host_only() {
   static const bool on = env_switch("GMLP_CUDA_EMULATOR_HOST_ONLY", "0", "1");
   return on;
 }
+// What a host-only run skipped, and how long the device would have sat idle waiting for
+// the host: from the end of each wait for the device (a read-back, a synchronous upload,
+// a synchronisation) to the next work queued for it (a launch, a product, a fill, a
+// device copy, an upload beside), the host's work in between is time a GPU that had
+// finished spends doing nothing. Host threads may launch at once: atomics and a mutex.
 struct HostOnlyCounts {
-  std::atomic<uint64_t> launches{0}, products{0};  // host threads may launch at once
+  std::atomic<uint64_t> launches{0}, products{0}, beside{0};
+  std::mutex m;
+  bool idle = false;  // the device has nothing queued since the last wait
+  std::chrono::steady_clock::time_point idle_since;
+  double idle_ms = 0;
+  uint64_t gaps = 0;
+  void waited() {
+    if (!host_only()) return;
+    std::lock_guard<std::mutex> lock(m);
+    if (idle) return;  // still idle: a second wait adds nothing for the device to do
+    idle = true;
+    idle_since = std::chrono::steady_clock::now();
+  }
+  void work() {
+    if (!host_only()) return;
+    std::lock_guard<std::mutex> lock(m);
+    if (!idle) return;
+    idle = false;
+    idle_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count();
+    ++gaps;
+  }
+  void skip_launch() {
+    ++launches;
+    work();
+  }
+  void skip_product() {
+    ++products;
+    work();
+  }
   ~HostOnlyCounts() {
     if (host_only())
-      std::fprintf(stderr, "CUDA emulator (host only): %llu launches and %llu matrix products skipped\n",
-                   static_cast<unsigned long long>(launches.load()), static_cast<unsigned long long>(products.load()));
+      std::fprintf(stderr,
+                   "CUDA emulator (host only): %llu launches, %llu matrix products and %llu uploads beside skipped; "
+                   "the device waited for the host %llu times, %.3f ms in all\n",
+                   static_cast<unsigned long long>(launches.load()), static_cast<unsigned long long>(products.load()),
+                   static_cast<unsigned long long>(beside.load()), static_cast<unsigned long long>(gaps), idle_ms);
   }
 } g_skipped;
 
@@ -361,7 +397,7 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
     return;
   }
   if (host_only()) {
-    ++g_skipped.launches;
+    g_skipped.skip_launch();
     return;
   }
   std::lock_guard<std::mutex> lock(g_launch_mutex);
@@ -456,40 +492,151 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
+namespace {
+void legacy_waited();  // below, with the uploads beside
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
+  if (kind != cudaMemcpyDeviceToDevice) legacy_waited();
   const bool dst_dev = gmlp::emu::on_device(dst, bytes), src_dev = gmlp::emu::on_device(src, bytes);
   const bool ok = kind == cudaMemcpyHostToDevice   ? dst_dev && !src_dev
                   : kind == cudaMemcpyDeviceToHost ? src_dev && !dst_dev
                   : kind == cudaMemcpyDeviceToDevice ? src_dev && dst_dev
                                                      : kind == cudaMemcpyDefault;
   if (!ok) return record(cudaErrorInvalidValue);
-  if (gmlp::emu::host_only() && kind == cudaMemcpyDeviceToDevice) return cudaSuccess;  // the device's work
+  if (gmlp::emu::host_only() && kind == cudaMemcpyDeviceToDevice) {  // the device's work
+    gmlp::emu::g_skipped.work();
+    return cudaSuccess;
+  }
   std::memmove(dst, src, bytes);
+  // A copy to or from the host waits for the legacy stream's work first and returns when
+  // it is done; a device copy is queued like a launch.
+  if (kind == cudaMemcpyDeviceToDevice)
+    gmlp::emu::g_skipped.work();
+  else
+    gmlp::emu::g_skipped.waited();
   return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (!gmlp::emu::on_device(p, bytes)) return record(cudaErrorInvalidValue);
+  gmlp::emu::g_skipped.work();
   if (gmlp::emu::host_only()) return cudaSuccess;
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // every call runs to completion
-
-// Streams are tokens: the emulator runs every call to completion in order. An event
-// holds the host time it was recorded at, so that elapsed times (GMLP_CUDA_PROFILE)
-// measure the emulated work between two records.
-struct CUevent_st {
-  std::chrono::steady_clock::time_point at;
-  bool recorded = false;
+// ---- streams, events, page-locked memory and the uploads beside the device's work
+//
+// Launches, products and the synchronous copies run to completion when they are made,
+// so work on the legacy stream is always in issue order. An asynchronous upload on a
+// stream of its own (cudaStreamNonBlocking) is different on a GPU: its copy engine runs
+// it whenever it gets to it, beside the other streams' work. Two rules follow, and the
+// emulator makes breaking either fail loudly:
+//  - The device's other work sees the upload's bytes only if it waits for an event
+//    recorded behind it. The emulator copies at the first such wait, not before: work
+//    that reads the destination without waiting sees the bytes from before.
+//  - The host may write the upload's source again only once it has waited for the
+//    upload: for its event, its stream or the device, or with a synchronous call on the
+//    legacy stream after that stream was made to wait for it (a read-back alone does not
+//    wait for another stream). The emulator hashes the source when the upload is queued
+//    and again at every wait until the host's, and a host that wrote it in between ends
+//    the process, naming the bytes.
+struct CUstream_st {
+  bool beside = false;  // non-blocking: its copies wait for nothing and nothing waits for them
+  uint64_t queued = 0;  // copies queued on it so far
 };
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  static char tokens[64];
-  static unsigned next = 0;
-  *stream = reinterpret_cast<cudaStream_t>(&tokens[next++ % 64]);
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at;  // the host time of its record (GMLP_CUDA_PROFILE's elapsed times)
+  bool recorded = false;
+  cudaStream_t stream = nullptr;  // where, and behind how many of its copies, it was recorded
+  uint64_t behind = 0;
+};
+
+namespace {
+
+struct Beside {
+  void* dst;
+  const void* src;
+  size_t bytes;
+  uint64_t hash;
+  cudaStream_t stream;
+  uint64_t seq;
+  bool copied = false;  // its bytes are the device's: work waited for it
+  bool legacy = false;  // the legacy stream's work waited for it: its next synchronous call waits for it too
+};
+std::mutex g_beside_mutex;
+std::vector<Beside> g_beside;  // queued, or copied but not yet waited for by the host
+std::map<const char*, size_t> g_pinned;  // cudaMallocHost's allocations, start -> bytes
+
+bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || !s->beside; }
+
+uint64_t hash_bytes(const void* p, size_t n) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+void check_source(const Beside& c) {
+  if (hash_bytes(c.src, c.bytes) != c.hash)
+    gmlp::emu::die("the host wrote the " + std::to_string(c.bytes) + " bytes at " +
+                   std::to_string(reinterpret_cast<uintptr_t>(c.src)) +
+                   " while an asynchronous upload from them was in flight: a GPU may copy either the old bytes or "
+                   "the new (wait for the upload's event, its stream or the device before writing them)");
+}
+
+// The uploads that `match` picks: copied now if not yet (work waits for them: `legacy`
+// when that is the legacy stream's), and forgotten if `host_waited` (the host waited for
+// them: their sources are the host's again), their sources checked either way.
+template <typename Match>
+void settle(Match match, bool legacy, bool host_waited) {
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  auto keep = g_beside.begin();
+  for (auto it = g_beside.begin(); it != g_beside.end(); ++it) {
+    if (!match(*it)) {
+      *keep++ = *it;
+      continue;
+    }
+    check_source(*it);
+    if (!it->copied) std::memmove(it->dst, it->src, it->bytes);
+    it->copied = true;
+    it->legacy = it->legacy || legacy;
+    if (!host_waited) *keep++ = *it;
+  }
+  g_beside.erase(keep, g_beside.end());
+}
+auto up_to(cudaEvent_t e) {
+  return [s = e->stream, n = e->behind](const Beside& c) { return c.stream == s && c.seq <= n; };
+}
+auto every() {
+  return [](const Beside&) { return true; };
+}
+// A synchronous copy returns once the legacy stream's work before it is done, the waits
+// for uploads among it.
+void legacy_waited() {
+  settle([](const Beside& c) { return c.legacy; }, false, true);
+}
+
+}  // namespace
+
+cudaError_t cudaDeviceSynchronize() {
+  settle(every(), false, true);
+  gmlp::emu::g_skipped.waited();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  *stream = new CUstream_st;  // never destroyed: the emulator's streams live as long as the process
+  (*stream)->beside = (flags & cudaStreamNonBlocking) != 0;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (is_legacy(stream)) return cudaDeviceSynchronize();  // the legacy stream waits for every blocking one
+  settle([stream](const Beside& c) { return c.stream == stream; }, false, true);
+  gmlp::emu::g_skipped.waited();
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
@@ -501,22 +648,73 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return record(cudaErrorInvalidValue);
   event->at = std::chrono::steady_clock::now();
   event->recorded = true;
+  event->stream = is_legacy(stream) ? nullptr : stream;
+  event->behind = event->stream ? stream->queued : 0;
   return cudaSuccess;
 }
 cudaError_t cudaProfilerStart() { return cudaSuccess; }
 cudaError_t cudaProfilerStop() { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return record(event ? cudaSuccess : cudaErrorInvalidValue); }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (!event) return record(cudaErrorInvalidValue);
+  if (event->stream) settle(up_to(event), false, true);
+  gmlp::emu::g_skipped.waited();
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms || !start || !end || !start->recorded || !end->recorded) return record(cudaErrorInvalidValue);
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return record(event ? cudaSuccess : cudaErrorInvalidValue);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  if (!event) return record(cudaErrorInvalidValue);
+  if (event->stream) settle(up_to(event), is_legacy(stream), false);  // whatever waits for it runs after it
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void* q = nullptr;
+  if (posix_memalign(&q, 4096, bytes) != 0 || !q) return record(cudaErrorMemoryAllocation);
+  std::memset(q, 0xFF, bytes);  // as garbage as fresh device memory
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  g_pinned[static_cast<const char*>(q)] = bytes;
+  *p = q;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  auto it = g_pinned.find(static_cast<const char*>(p));
+  if (it == g_pinned.end()) return record(cudaErrorInvalidValue);
+  const char *lo = it->first, *hi = it->first + it->second;
+  for (const Beside& c : g_beside)
+    if (static_cast<const char*>(c.src) < hi && static_cast<const char*>(c.src) + c.bytes > lo)
+      gmlp::emu::die("cudaFreeHost of page-locked memory that a queued upload still reads");
+  g_pinned.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  // Only the uploads the backend makes: host to device.
+  if (kind != cudaMemcpyHostToDevice || !gmlp::emu::on_device(dst, bytes) || gmlp::emu::on_device(src, bytes))
+    return record(cudaErrorInvalidValue);
+  if (is_legacy(stream)) return cudaMemcpy(dst, src, bytes, kind);  // in issue order, as every launch
+  gmlp::emu::g_skipped.work();
+  if (gmlp::emu::host_only()) {  // from page-locked memory the copy engine does it all
+    ++gmlp::emu::g_skipped.beside;
+    return cudaSuccess;
+  }
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  g_beside.push_back({dst, src, bytes, hash_bytes(src, bytes), stream, ++stream->queued});
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError() {
@@ -601,7 +799,7 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
       !device_matrix(C, ldc, m, n))
     gmlp::emu::fail("a cuBLAS product given memory that is not the device's, or past the end of an allocation");
   if (gmlp::emu::host_only()) {
-    ++gmlp::emu::g_skipped.products;
+    gmlp::emu::g_skipped.skip_product();
     return CUBLAS_STATUS_SUCCESS;
   }
   for (int j = 0; j < n; ++j)
@@ -745,7 +943,7 @@ void lt_product(const cublasLtMatmulDescOpaque& d, int m, int n, int k, float al
       (d.epilogue == CUBLASLT_EPILOGUE_BIAS && !gmlp::emu::on_device(d.bias, sizeof(float) * size_t(m))))
     gmlp::emu::fail("a cuBLASLt product given memory that is not the device's, or past the end of an allocation");
   if (gmlp::emu::host_only()) {
-    ++gmlp::emu::g_skipped.products;
+    gmlp::emu::g_skipped.skip_product();
     return;
   }
   for (int j = 0; j < n; ++j)

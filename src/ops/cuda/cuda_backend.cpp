@@ -1,6 +1,7 @@
 // The CUDA backend, built as the module libgmlp_cuda.so: device memory from cudaMalloc,
 // and the ops of ops/cuda/, which take the same shapes as the CPU ops. Everything runs on the default stream, in issue
-// order; reading a result back (a download, the loss, the gradient norm) waits for it.
+// order, but the uploads beside (a stream of their own); reading a result back (a download, the loss, the gradient
+// norm) waits for it.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -133,6 +134,52 @@ class CudaBackend final : public Backend {
     if (bytes) check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
   }
   void synchronize() override { check(int(cudaDeviceSynchronize()), "synchronize"); }
+
+  void* alloc_host(size_t bytes) override {
+    if (!bytes) return nullptr;
+    use_device();
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocHost(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB of page-locked host memory: " +
+                  cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void release_host(void* p) override {
+    if (!p) return;
+    // Never throws (called from destructors); an upload from p may still be queued.
+    if (select_device() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
+    cudaFreeHost(p);
+  }
+  // The uploads beside go on a stream of their own that waits for nothing (non-blocking:
+  // the legacy stream's work neither waits for it nor makes it wait), so the copy engine
+  // takes them while the kernels run; one event, recorded behind the latest, stands for
+  // them all (a stream runs its copies in order).
+  void upload_beside(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    use_device();
+    if (!copies_) {
+      check(int(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking)), "cudaStreamCreate (uploads)");
+      check(int(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming)), "cudaEventCreate (uploads)");
+    }
+    check(int(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copies_)), "upload beside");
+    check(int(cudaEventRecord(uploaded_, copies_)), "cudaEventRecord (uploads)");
+    unawaited_ = unfinished_ = true;
+  }
+  void await_uploads() override {
+    if (!unawaited_) return;
+    use_device();
+    check(int(cudaStreamWaitEvent(cudaStreamLegacy, uploaded_, 0)), "cudaStreamWaitEvent (uploads)");
+    unawaited_ = false;
+  }
+  void finish_uploads() override {
+    if (!unfinished_) return;
+    use_device();
+    check(int(cudaEventSynchronize(uploaded_)), "waiting for the uploads");
+    unfinished_ = false;
+  }
   void profile_ops(bool on) override { cuda::profile_ops(on); }
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
@@ -369,6 +416,9 @@ class CudaBackend final : public Backend {
  private:
   std::unordered_map<void*, size_t> sizes_;  // what each allocation holds, for the count
   bool bf16_ = false;                        // the precision set last
+  cudaStream_t copies_ = nullptr;            // the uploads beside, made on the first
+  cudaEvent_t uploaded_ = nullptr;
+  bool unawaited_ = false, unfinished_ = false;
 };
 
 }  // namespace
