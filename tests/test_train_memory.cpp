@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,9 @@
 #include "gmlp/image.h"
 #include "gmlp/labelled.h"
 #include "gmlp/trainer.h"
+#include "ops/parallel.h"
 #include "test_util.h"
+#include "train/tasks.h"
 
 namespace gmlp {
 namespace {
@@ -127,6 +130,50 @@ TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
   EXPECT_NE(test::error_of([] { TextCorpus::from_tokens({1, 2, 256}, 256, 2, 0.f, "ids"); })
                 .find("corpus ids: token id 256 at index 2 is outside the vocabulary of 256"),
             std::string::npos);
+}
+
+
+// A vision batch is random_shift's of the images it picks, draw for draw, though the task
+// makes its draws first and its copies afterwards, on the team (a batch large enough to
+// be threaded): the same RNG gives the same images, labels and shifts, and is left where
+// a step-by-step draw leaves it. The images are the task's normalised ones, and what
+// shifts in is black, normalised.
+TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
+  constexpr int n = 37, C = 2, H = 32, W = 32, B = 64, shift = 3;
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> px(0.f, 1.f);
+  std::vector<float> pixels(size_t(n) * C * H * W);
+  for (float& v : pixels) v = px(gen);
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 5;
+  TrainData d;
+  d.images = make_image_set(pixels, labels, C, H, W, 0, "imgs");
+  RunConfig rc;
+  rc.model = ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+  rc.train.batch_size = B;
+  rc.train.augment_shift = shift;
+  TaskInputs in;
+  in.memory = &d;
+  auto task = make_task(rc, in);
+  ASSERT_GE(int64_t(B) * C * H * W, ops::kParallelValues) << "the copies must go to the team";
+
+  ImageSet ref = d.images;
+  const Normalization norm = Normalization::from_json(rc.model.normalization, "normalization");
+  normalize(ref, norm);
+  const float fill = -norm.mean[0] / norm.std[0];
+  Rng drawn(11), stepwise(11);
+  for (int round = 0; round < 2; ++round) {  // the second batch overwrites the first's memory
+    const Batch& b = task->next_batch(drawn);
+    ASSERT_EQ(b.B, B);
+    std::vector<float> want(ref.image_size());
+    for (int r = 0; r < B; ++r) {
+      const int i = int(stepwise.below(uint64_t(n)));
+      EXPECT_EQ(b.targets[r], labels[size_t(i)]) << "row " << r;
+      random_shift(ref.image(i), want.data(), C, H, W, shift, stepwise, fill);
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), b.images + size_t(r) * want.size())) << "row " << r;
+    }
+    EXPECT_EQ(drawn.state(), stepwise.state());
+  }
 }
 
 }  // namespace

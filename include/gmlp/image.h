@@ -81,9 +81,10 @@ void normalize(float* images, size_t count, int channels, size_t hw, const Norma
 // pixels that come from outside the image are `fill`. src and dst must not overlap.
 void shift_image(const float* src, float* dst, int channels, int height, int width, int dy, int dx,
                  float fill = 0.0f);
-// A random shift of up to max_shift pixels in each direction: dy then dx, each drawn as
-// rng.below(2 * max_shift + 1) - max_shift. max_shift 0 copies and draws nothing.
-// Returns {dy, dx}.
+// A random shift of up to max_shift pixels in each direction: {dy, dx}, dy drawn first,
+// each as rng.below(2 * max_shift + 1) - max_shift. max_shift 0: {0, 0}, drawing nothing.
+std::pair<int, int> draw_shift(int max_shift, Rng& rng);
+// shift_image by draw_shift's shift. Returns {dy, dx}.
 std::pair<int, int> random_shift(const float* src, float* dst, int channels, int height, int width,
                                  int max_shift, Rng& rng, float fill = 0.0f);
 

@@ -311,15 +311,17 @@ void shift_image(const float* src, float* dst, int channels, int height, int wid
   }
 }
 
+std::pair<int, int> draw_shift(int max_shift, Rng& rng) {
+  require(max_shift >= 0, [&] { return "random_shift: max_shift must be >= 0, got " + std::to_string(max_shift); });
+  if (max_shift == 0) return {0, 0};
+  const uint64_t span = 2 * uint64_t(max_shift) + 1;
+  const int dy = int(rng.below(span)) - max_shift;
+  return {dy, int(rng.below(span)) - max_shift};
+}
+
 std::pair<int, int> random_shift(const float* src, float* dst, int channels, int height, int width, int max_shift,
                                  Rng& rng, float fill) {
-  require(max_shift >= 0, "random_shift: max_shift must be >= 0, got " + std::to_string(max_shift));
-  int dy = 0, dx = 0;
-  if (max_shift > 0) {
-    const uint64_t span = 2 * uint64_t(max_shift) + 1;
-    dy = int(rng.below(span)) - max_shift;
-    dx = int(rng.below(span)) - max_shift;
-  }
+  const auto [dy, dx] = draw_shift(max_shift, rng);
   shift_image(src, dst, channels, height, width, dy, dx, fill);
   return {dy, dx};
 }
