@@ -158,6 +158,19 @@ TEST(Distributed, TwoRanksOnTheCudaEmulatorSumOverNcclToTheOneProcessRun) {
            " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4", "val_loss", {},
            "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
 }
+
+// A GPU rank draws the whole vision batch, as every rank does, but sends up only its own
+// rows of it, beside the step before (src/train/batch_ahead.h).
+TEST(Distributed, VisionOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) {
+  test::TempDir data("dist_vision_emu");
+  test::write_vision_set(data.file("set"));
+  same_run(single() + " train --device cpu", launch_on_emulator(2),
+           " --task vision --data " + data.file("set") +
+               " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+               " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
+               " --no-progress --steps 8 --log-every 1 --eval-every 4",
+           "val_acc", {}, "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
+}
 #endif
 
 TEST(Distributed, MaskedLmOnTwoRanksIsTheOneProcessRun) {

@@ -178,17 +178,18 @@ bool host_only() {
   return on;
 }
 // What a host-only run skipped, and how long the device would have sat idle waiting for
-// the host: from the end of each wait for the device (a read-back, a synchronous upload,
-// a synchronisation) to the next work queued for it (a launch, a product, a fill, a
-// device copy, an upload beside), the host's work in between is time a GPU that had
-// finished spends doing nothing. Host threads may launch at once: atomics and a mutex.
+// the host: from the end of each wait for the legacy stream's work (a read-back, a
+// synchronous upload, a synchronisation of the device, of that stream or of an event
+// recorded on it) to the next work queued for it (a launch, a product, a fill, a device
+// copy, an upload beside), the host's work in between is time a GPU that had finished
+// spends doing nothing. A wait for another stream alone (an upload beside) leaves the
+// legacy stream's work running. Host threads may launch at once: atomics and a mutex.
 struct HostOnlyCounts {
   std::atomic<uint64_t> launches{0}, products{0}, beside{0};
   std::mutex m;
   bool idle = false;  // the device has nothing queued since the last wait
   std::chrono::steady_clock::time_point idle_since;
-  double idle_ms = 0;
-  uint64_t gaps = 0;
+  std::vector<double> gaps;  // each wait's ms
   void waited() {
     if (!host_only()) return;
     std::lock_guard<std::mutex> lock(m);
@@ -201,8 +202,7 @@ struct HostOnlyCounts {
     std::lock_guard<std::mutex> lock(m);
     if (!idle) return;
     idle = false;
-    idle_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count();
-    ++gaps;
+    gaps.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count());
   }
   void skip_launch() {
     ++launches;
@@ -212,13 +212,18 @@ struct HostOnlyCounts {
     ++products;
     work();
   }
+  // A run's set-up waits are few and long, a training loop's one or two a step: the median is a step's.
   ~HostOnlyCounts() {
-    if (host_only())
-      std::fprintf(stderr,
-                   "CUDA emulator (host only): %llu launches, %llu matrix products and %llu uploads beside skipped; "
-                   "the device waited for the host %llu times, %.3f ms in all\n",
-                   static_cast<unsigned long long>(launches.load()), static_cast<unsigned long long>(products.load()),
-                   static_cast<unsigned long long>(beside.load()), static_cast<unsigned long long>(gaps), idle_ms);
+    if (!host_only()) return;
+    double all = 0;
+    for (double g : gaps) all += g;
+    std::sort(gaps.begin(), gaps.end());
+    std::fprintf(stderr,
+                 "CUDA emulator (host only): %llu launches, %llu matrix products and %llu uploads beside skipped; "
+                 "the device waited for the host %zu times, %.3f ms in all, %.4f ms the median wait\n",
+                 static_cast<unsigned long long>(launches.load()), static_cast<unsigned long long>(products.load()),
+                 static_cast<unsigned long long>(beside.load()), gaps.size(), all,
+                 gaps.empty() ? 0.0 : gaps[gaps.size() / 2]);
   }
 } g_skipped;
 
@@ -636,7 +641,6 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (is_legacy(stream)) return cudaDeviceSynchronize();  // the legacy stream waits for every blocking one
   settle([stream](const Beside& c) { return c.stream == stream; }, false, true);
-  gmlp::emu::g_skipped.waited();
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
@@ -660,8 +664,10 @@ cudaError_t cudaProfilerStart() { return cudaSuccess; }
 cudaError_t cudaProfilerStop() { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return record(cudaErrorInvalidValue);
-  if (event->stream) settle(up_to(event), false, true);
-  gmlp::emu::g_skipped.waited();
+  if (event->stream)
+    settle(up_to(event), false, true);  // a stream of its own: the legacy stream's work may still be running
+  else
+    gmlp::emu::g_skipped.waited();
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
