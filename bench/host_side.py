@@ -8,11 +8,23 @@ shows it (docs/gpu.md, "The host's side of a step").
 
   python3 bench/host_side.py                          # ./build, the three workloads, two passes
   python3 bench/host_side.py --builds old=/tmp/a new=build   # two builds side by side, pass by pass
+  python3 bench/host_side.py --workloads vision-files  # `gmlp train` on image files instead
 
 The workloads are bench/gpu_bench.py's, in bf16 (its --print-gmlp-command gives the
 command lines). Per build and workload: the host's milliseconds per training step (the
 median of `gmlp bench`'s timed steps) and the launches and matrix products a step
 issues (the emulator's counts of two runs, repeats R and 2R, differenced).
+
+`vision-files` is `gmlp train` of gMLP-S/16 (one channel, batch 64, bf16) on 512
+random 224x224 images in an IDX folder written for it: a run from files draws, shifts
+and uploads each batch, which the bench, with its batch kept on the device, never does.
+Per build: the host's milliseconds a step (the trainer's own images/s over the run's
+second half); how often a step the device would sit idle waiting for the host (the
+emulator's count of the stretches from a wait for the device's work to the next work
+queued for it, over runs of S and 2S steps, differenced); and the median of those
+stretches (a run's few set-up waits aside, a step's), which is what a GPU that had
+finished its step loses to the host before the next. The emulator with these counts
+came in session 44: an older build is measured with the new emulator's files copied in.
 """
 from __future__ import annotations
 
@@ -57,11 +69,71 @@ def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int]:
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"host_side: {shlex.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    counts = re.search(r"host only\): (\d+) launches and (\d+) matrix products", r.stderr)
+    counts = re.search(r"host only\): (\d+) launches(?: and|,) (\d+) matrix products", r.stderr)
     if not counts:
         sys.exit(f"host_side: {build}'s emulator has no host-only switch:\n{r.stderr}")
     result = json.loads(r.stdout.strip().splitlines()[-1])
     return result["median_s"], int(counts[1]), int(counts[2])
+
+
+VISION_STEPS = 100
+
+
+def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: int = 10) -> None:
+    import random
+    rnd = random.Random(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", n), ("t10k", 16)):
+        pixels = rnd.randbytes(count * side * side)
+        labels = bytes(rnd.randrange(classes) for _ in range(count))
+        (folder / f"{split}-images-idx3-ubyte").write_bytes(
+            b"\0\0\x08\x03" + b"".join(v.to_bytes(4, "big") for v in (count, side, side)) + pixels)
+        (folder / f"{split}-labels-idx1-ubyte").write_bytes(b"\0\0\x08\x01" + count.to_bytes(4, "big") + labels)
+
+
+def train_vision(build: pathlib.Path, data: pathlib.Path, out: pathlib.Path, steps: int) -> tuple[float, int, float, int]:
+    """gmlp train on image files, host only: (host ms a step over the second half, the device's waits for the host,
+    the median wait in ms, uploads beside)."""
+    cmd = [str(build / "gmlp"), "train", "--device", "cuda", "--precision", "bf16", "--config",
+           str(ROOT / "configs" / "gmlp-s.json"), "--data", str(data), "--set", "model.image_channels=1",
+           "--set", "model.n_classes=10", "--set", "train.warmup=10", "--batch-size", "64", "--steps", str(steps),
+           "--log-every", str(steps // 2), "--eval-every", str(10 * steps), "--ckpt-every", str(10 * steps),
+           "--no-progress", "--out", str(out)]
+    env = dict(os.environ, GMLP_CUDA_EMULATOR=str(build / "libgmlp_cuda_emu.so"), GMLP_CUDA_EMULATOR_HOST_ONLY="1",
+               OMP_NUM_THREADS="2")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"host_side: {shlex.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    waits = re.search(r"(\d+) uploads beside skipped; the device waited for the host (\d+) times, [0-9.]+ ms in all, "
+                      r"([0-9.]+) ms the median wait", r.stderr)
+    if not waits:
+        sys.exit(f"host_side: {build}'s emulator does not count the device's waits for the host:\n{r.stderr}")
+    lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    per_s = [l["images_per_s"] for l in lines if "images_per_s" in l][-1]
+    return 1e3 * 64 / per_s, int(waits[2]), float(waits[3]), int(waits[1])
+
+
+def vision_files(builds: list) -> None:
+    import tempfile
+    print("\n| workload | build | host ms a step, pass by pass | the device's waits for the host a step "
+          "| median wait, ms, pass by pass | uploads beside a step |")
+    print("|---|---|---|---:|---|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = pathlib.Path(tmp) / "images"
+        write_idx_set(data)
+        rows = {name: ([], [], 0.0, 0.0) for name, _ in builds}
+        for p in range(2):
+            for name, path in builds:  # the builds side by side within each pass
+                _, waits1, _, up1 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}a", VISION_STEPS)
+                host, waits2, median, up2 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}b", 2 * VISION_STEPS)
+                rows[name][0].append(host)
+                rows[name][1].append(median)
+                rows[name] = (rows[name][0], rows[name][1], (waits2 - waits1) / VISION_STEPS,
+                              (up2 - up1) / VISION_STEPS)
+        for name, _ in builds:
+            host, median, waits, up = rows[name]
+            print(f"| vision-files | {name} | {', '.join(f'{h:.2f}' for h in host)} | {waits:.0f} | "
+                  f"{', '.join(f'{m:.4f}' for m in median)} | {up:.0f} |")
 
 
 def main() -> None:
@@ -79,8 +151,15 @@ def main() -> None:
             if not (path / f).exists():
                 sys.exit(f"host_side: {path / f} does not exist (a build with the CUDA emulator)")
         builds.append((name or d, path))
-    cmds = commands(args.workloads)
-    print(f"CPU: {cpu_line()}; bf16 training steps, `gmlp bench` under GMLP_CUDA_EMULATOR_HOST_ONLY=1\n")
+    wanted = args.workloads.split(",")
+    print(f"CPU: {cpu_line()}; bf16 training steps under GMLP_CUDA_EMULATOR_HOST_ONLY=1")
+    bench_workloads = [w for w in wanted if w != "vision-files"]
+    if "vision-files" in wanted:
+        vision_files(builds)
+    if not bench_workloads:
+        return
+    cmds = commands(",".join(bench_workloads))
+    print("\n`gmlp bench`:\n")
     print("| workload | build | host ms a step, pass by pass | launches a step | matrix products a step |")
     print("|---|---|---|---:|---:|")
     for w, cmd in cmds.items():

@@ -11,7 +11,8 @@
 #              (bench=lm,bert: those workloads alone)
 #   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
 #              bf16, for their validation losses against each other and the CPU's; then
-#              400 bf16 steps of the annotated LM, its training loop's speed
+#              400 bf16 steps of the annotated LM, its training loop's speed, and 300 of
+#              gMLP-S/16 on image files beside `gmlp bench`'s step of that model
 #   profile    where a step's time goes: gmlp's device time per op (GMLP_CUDA_PROFILE)
 #              and PyTorch's per kernel (torch.profiler), the LM and BERT-size workloads
 #              (profile=vision: another)
@@ -181,7 +182,19 @@ for s in "$@"; do
       # and downloaded, the whole gradient; docs/bench-gpu.md).
       step train-annotated build/gmlp train --device cuda --precision bf16 --config configs/annotated.json \
         --set train.steps=400 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
-        --out /tmp/gmlp-annotated --overwrite --no-progress ;;
+        --out /tmp/gmlp-annotated --overwrite --no-progress
+      # gMLP-S/16 trained from image files (512 random 224x224 grey images in IDX; one
+      # channel, batch 64, bf16), its img/s lines beside `gmlp bench`'s step of the same
+      # model, whose batch stays on the device: since session 44 each batch is drawn, and
+      # its images sent up, while the step before runs (src/train/batch_ahead.h).
+      python3 -c 'import pathlib, sys; sys.path.insert(0, "bench"); import host_side
+host_side.write_idx_set(pathlib.Path("/tmp/gmlp-images"))'
+      vision=(--precision bf16 --config configs/gmlp-s.json --set model.image_channels=1 --set model.n_classes=10
+              --batch-size 64)
+      step train-vision build/gmlp train --device cuda "${vision[@]}" --data /tmp/gmlp-images \
+        --set train.steps=300 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+        --out /tmp/gmlp-vision --overwrite --no-progress
+      step bench-vision-64 build/gmlp bench --device cuda "${vision[@]}" --mode train --warmup 5 --repeats 50 ;;
     profile | profile=*)
       w=lm,bert
       [[ $s == profile=* ]] && w=${s#profile=}

@@ -5,8 +5,8 @@
 # most, so everything runs in one call, most needed first, each step bounded:
 #   info, ceilings   stop the call at once if the kit does not run (a retry stays possible)
 #   tests            the CUDA tests against the CPU engine
-#   train            the default LM in fp32 and bf16, the 2% check, and the annotated LM's
-#                    training loop (400 bf16 steps)
+#   train            the default LM in fp32 and bf16, the 2% check, the annotated LM's
+#                    training loop (400 bf16 steps) and gMLP-S/16's on image files
 #   python           the Python module's tests with device="cuda"
 #   bench            bench/gpu_bench.py, two passes, on an idle GPU
 #   ncu              every kernel's device time in one bf16 step of each workload
@@ -58,7 +58,7 @@ for w in lm bert vision; do
 done
 
 checks 200 tests
-checks 90 train
+checks 100 train
 checks 60 python
 
 # The sanitizer's tests, and those a log shows finished (passed or failed).
@@ -97,6 +97,8 @@ grep -hE '^== [^:]+: exit [0-9]+ after' "$work"/*.log
 grep -hE '^\[  (PASSED|FAILED)  \]|tests ran' "$work/tests.log"
 grep -hE '^train' "$work"/train-check.log 2>/dev/null
 grep -hE 'tok/s' "$work"/train-annotated.log 2>/dev/null | tail -n 2 | sed 's/^/annotated LM, gmlp train: /'
+grep -hE 'img/s' "$work"/train-vision.log 2>/dev/null | tail -n 2 | sed 's/^/gMLP-S\/16 from files, gmlp train: /'
+grep -hE 'ms per step' "$work"/bench-vision-64.log 2>/dev/null | sed 's/^/gMLP-S\/16, gmlp bench: /'
 grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
