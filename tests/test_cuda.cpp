@@ -652,6 +652,7 @@ TEST(CudaOps, AnUploadBesideLandsForTheWorkThatAwaitsIt) {
   HostBuffer<float> host(be, n);
   for (size_t i = 0; i < n; ++i) host.data()[i] = 0.5f * float(i);
   DeviceBuffer<float> dev(be, n);
+  be.synchronize();  // its zeroing, queued on the device's own stream, before the upload
   be.upload_beside(dev.data(), host.data(), sizeof(float) * n);
   be.await_uploads();
   be.scale(dev.data(), n, 2.f);
@@ -662,24 +663,33 @@ TEST(CudaOps, AnUploadBesideLandsForTheWorkThatAwaitsIt) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], float(i)) << "value " << i;
 }
 
-// The emulator's rule for the host's side (no GPU tool sees a host write racing a copy):
-// writing an upload's source before anything waited for the upload ends the process,
-// naming the bytes.
-TEST(CudaOps, TheEmulatorEndsAHostThatWritesAnUploadsSourceTooSoon) {
+// The emulator's rules for an upload beside that no GPU tool checks: writing its source
+// before anything waited for it ends the process, naming the bytes; so does an upload
+// into memory that a fill queued before it on the device's own stream (a new buffer's
+// zeroing) still has to write, which on a GPU may land after it; and so does one from
+// memory that is not page-locked.
+TEST(CudaOps, TheEmulatorEndsAnUploadBesideThatRacesTheHostOrAFill) {
   REQUIRE_GPU();
-  if (!std::getenv("GMLP_CUDA_EMULATOR")) GTEST_SKIP() << "a check of the emulator's: a GPU copies when it copies";
+  if (!std::getenv("GMLP_CUDA_EMULATOR")) GTEST_SKIP() << "checks of the emulator's: a GPU copies when it copies";
+  const std::string style = GTEST_FLAG_GET(death_test_style);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
-      {
-        Backend& be = backend_for(Device::cuda);
-        HostBuffer<float> host(be, 1000);
-        std::fill(host.data(), host.data() + 1000, 1.f);
-        DeviceBuffer<float> dev(be, 1000);
-        be.upload_beside(dev.data(), host.data(), 4000);
-        host.data()[7] = 2.f;
-        be.synchronize();
-      },
-      "the host wrote the 4000 bytes at [0-9]+ while an asynchronous upload from them was in flight");
+  Backend& be = backend_for(Device::cuda);
+  auto upload = [&](bool wait_for_fill, bool pinned, bool write_early) {
+    HostBuffer<float> host(be, 1000);
+    std::vector<float> pageable(1000, 1.f);
+    std::fill(host.data(), host.data() + 1000, 1.f);
+    DeviceBuffer<float> dev(be, 1000);
+    if (wait_for_fill) be.synchronize();
+    be.upload_beside(dev.data(), pinned ? host.data() : pageable.data(), 4000);
+    if (write_early) host.data()[7] = 2.f;
+    be.synchronize();
+  };
+  upload(true, true, false);  // by the rules: nothing to report
+  EXPECT_DEATH(upload(true, true, true),
+               "the host wrote the 4000 bytes at [0-9]+ while an asynchronous upload from them was in flight");
+  EXPECT_DEATH(upload(false, true, false), "a fill queued before it on the legacy stream, not yet waited for");
+  EXPECT_DEATH(upload(true, false, false), "an asynchronous upload from memory that cudaMallocHost did not give");
+  GTEST_FLAG_SET(death_test_style, style);
 }
 
 // bf16 products both ways (GMLP_CUDA_BF16_GEMM), every transpose, offset views with
@@ -1708,8 +1718,9 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
       << r.output;
   EXPECT_GT(std::stol(m[1].str()), 0) << r.output;
   EXPECT_GT(std::stol(m[2].str()), 0) << r.output;
-  // A vision run from files sends every step's images but the first's up beside the step
-  // before (src/train/batch_ahead.h); the device's idle time between steps is counted.
+  // A vision run from files sends every step's images up beside the device's work (the
+  // first step's, and then each next one's while the step before runs: src/train/
+  // batch_ahead.h); the device's idle time between steps is counted.
   test::TempDir dir("host_only_vision");
   test::write_vision_set(dir.file("data"));
   r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + test::gmlp_exe() + " train --device cuda --data " +
@@ -1720,7 +1731,7 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("matrix products and ([0-9]+) uploads beside skipped; the "
                                                         "device waited for the host ([0-9]+) times, ([0-9.]+) ms")))
       << r.output;
-  EXPECT_EQ(std::stol(m[1].str()), 5) << r.output;
+  EXPECT_EQ(std::stol(m[1].str()), 6) << r.output;
   EXPECT_GE(std::stol(m[2].str()), 6) << "at least once after each step's read\n" << r.output;
   r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=yes " + bench);
   EXPECT_NE(r.exit_code, 0) << r.output;

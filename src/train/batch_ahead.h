@@ -25,25 +25,28 @@ class BatchAhead {
  public:
   BatchAhead(TrainTask& task, const ModelConfig& cfg, DataParallel& dp, Backend& be)
       : task_(task), cfg_(cfg), dp_(dp), be_(be) {}
-  // This step's batch, this rank's rows of it: the batch drawn ahead if there is one
-  // (its images then on the device, and the step's work queued from here waiting for
-  // their upload), else one drawn now. rng: the run's, left as the batch's draws leave it.
+  // This step's batch, this rank's rows of it: the batch drawn ahead if there is one,
+  // else one drawn now. On a device its images are in device memory, and the step's work
+  // queued from here waits for their upload (the model's own input buffer is then made
+  // only by evaluations). rng: the run's, left as the batch's draws leave it.
   Batch take(Rng& rng);
   // Draws the next step's batch from a copy of rng (the run's, which stays as it is until
   // take()), and on a device queues its images' upload beside the work queued so far.
   void draw(const Rng& rng);
 
  private:
+  void draw_from(Rng& rng);  // into next_ and, on a device, staged_
   TrainTask& task_;
   const ModelConfig& cfg_;
   DataParallel& dp_;
   Backend& be_;
   bool ready_ = false;
-  Batch next_;                    // the batch drawn ahead, the whole of it
+  Batch next_;                    // the batch drawn last, the whole of it
   Rng after_;                     // the run's RNG after its draws
   const float* staged_ = nullptr;  // this rank's rows of its images, on the device
   // Two, taken in turn: the upload for step t+1 may run while step t's kernels still
-  // read step t's images, and step t-1's finished before step t was queued.
+  // read step t's images, and step t-1's finished before step t was queued. Made
+  // together, with one wait, when the first batch is drawn.
   DeviceBuffer<float> images_[2];
   int turn_ = 0;
 };

@@ -498,12 +498,15 @@ cudaError_t cudaFree(void* p) {
 }
 
 namespace {
-void legacy_waited();  // below, with the uploads beside
+// Below, with the uploads beside: the host has waited for the legacy stream's work up
+// to its op `upto`, and a fill queued on that stream.
+void legacy_done(uint64_t upto);
+void queued_fill(const void* p, size_t bytes);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
-  if (kind != cudaMemcpyDeviceToDevice) legacy_waited();
+  if (kind != cudaMemcpyDeviceToDevice) legacy_done(UINT64_MAX);
   const bool dst_dev = gmlp::emu::on_device(dst, bytes), src_dev = gmlp::emu::on_device(src, bytes);
   const bool ok = kind == cudaMemcpyHostToDevice   ? dst_dev && !src_dev
                   : kind == cudaMemcpyDeviceToHost ? src_dev && !dst_dev
@@ -530,6 +533,7 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   gmlp::emu::g_skipped.work();
   if (gmlp::emu::host_only()) return cudaSuccess;
   std::memset(p, value, bytes);
+  queued_fill(p, bytes);
   return cudaSuccess;
 }
 
@@ -550,14 +554,15 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
 //    and again at every wait until the host's, and a host that wrote it in between ends
 //    the process, naming the bytes.
 struct CUstream_st {
-  bool beside = false;  // non-blocking: its copies wait for nothing and nothing waits for them
-  uint64_t queued = 0;  // copies queued on it so far
+  bool beside = false;        // non-blocking: its copies wait for nothing and nothing waits for them
+  uint64_t queued = 0;        // copies queued on it so far
+  uint64_t after_legacy = 0;  // its copies from now on come after the legacy stream's ops up to this one
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point at;  // the host time of its record (GMLP_CUDA_PROFILE's elapsed times)
   bool recorded = false;
-  cudaStream_t stream = nullptr;  // where, and behind how many of its copies, it was recorded
-  uint64_t behind = 0;
+  cudaStream_t stream = nullptr;  // where it was recorded (nullptr: the legacy stream), behind how many of its copies
+  uint64_t behind = 0;            // (or of the legacy stream's ops)
 };
 
 namespace {
@@ -569,11 +574,20 @@ struct Beside {
   uint64_t hash;
   cudaStream_t stream;
   uint64_t seq;
-  bool copied = false;  // its bytes are the device's: work waited for it
-  bool legacy = false;  // the legacy stream's work waited for it: its next synchronous call waits for it too
+  bool copied = false;     // its bytes are the device's: work waited for it
+  uint64_t legacy_at = 0;  // the legacy stream's op that waited for it (0: none did): the host's wait past it is a wait for it
+};
+// A fill queued on the legacy stream that the host has not waited for: on a GPU it may
+// land after an upload beside queued later into the same memory.
+struct Fill {
+  const char* p;
+  size_t bytes;
+  uint64_t op;
 };
 std::mutex g_beside_mutex;
 std::vector<Beside> g_beside;  // queued, or copied but not yet waited for by the host
+std::vector<Fill> g_fills;
+uint64_t g_legacy_ops = 0;  // the legacy stream's fills and waits for uploads, numbered
 std::map<const char*, size_t> g_pinned;  // cudaMallocHost's allocations, start -> bytes
 
 bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || !s->beside; }
@@ -593,12 +607,12 @@ void check_source(const Beside& c) {
                    "the new (wait for the upload's event, its stream or the device before writing them)");
 }
 
-// The uploads that `match` picks: copied now if not yet (work waits for them: `legacy`
-// when that is the legacy stream's), and forgotten if `host_waited` (the host waited for
-// them: their sources are the host's again), their sources checked either way.
+// The uploads that `match` picks: copied now if not yet (work waits for them: at the
+// legacy stream's op `legacy_at` when that stream's), and forgotten if `host_waited` (the
+// host waited for them: their sources are the host's again), their sources checked
+// either way. With g_beside_mutex held.
 template <typename Match>
-void settle(Match match, bool legacy, bool host_waited) {
-  std::lock_guard<std::mutex> lock(g_beside_mutex);
+void settle_locked(Match match, uint64_t legacy_at, bool host_waited) {
   auto keep = g_beside.begin();
   for (auto it = g_beside.begin(); it != g_beside.end(); ++it) {
     if (!match(*it)) {
@@ -608,10 +622,15 @@ void settle(Match match, bool legacy, bool host_waited) {
     check_source(*it);
     if (!it->copied) std::memmove(it->dst, it->src, it->bytes);
     it->copied = true;
-    it->legacy = it->legacy || legacy;
+    if (!it->legacy_at) it->legacy_at = legacy_at;
     if (!host_waited) *keep++ = *it;
   }
   g_beside.erase(keep, g_beside.end());
+}
+template <typename Match>
+void settle(Match match, uint64_t legacy_at, bool host_waited) {
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  settle_locked(match, legacy_at, host_waited);
 }
 auto up_to(cudaEvent_t e) {
   return [s = e->stream, n = e->behind](const Beside& c) { return c.stream == s && c.seq <= n; };
@@ -619,16 +638,24 @@ auto up_to(cudaEvent_t e) {
 auto every() {
   return [](const Beside&) { return true; };
 }
-// A synchronous copy returns once the legacy stream's work before it is done, the waits
-// for uploads among it.
-void legacy_waited() {
-  settle([](const Beside& c) { return c.legacy; }, false, true);
+// The host has waited for the legacy stream's work up to its op `upto`: the fills among
+// it are done, and so are the uploads it waited for.
+void legacy_done(uint64_t upto) {
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  settle_locked([upto](const Beside& c) { return c.legacy_at && c.legacy_at <= upto; }, 0, true);
+  g_fills.erase(std::remove_if(g_fills.begin(), g_fills.end(), [upto](const Fill& f) { return f.op <= upto; }),
+                g_fills.end());
+}
+void queued_fill(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  g_fills.push_back({static_cast<const char*>(p), bytes, ++g_legacy_ops});
 }
 
 }  // namespace
 
 cudaError_t cudaDeviceSynchronize() {
-  settle(every(), false, true);
+  settle(every(), 0, true);
+  legacy_done(UINT64_MAX);
   gmlp::emu::g_skipped.waited();
   return cudaSuccess;
 }
@@ -639,8 +666,12 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (is_legacy(stream)) return cudaDeviceSynchronize();  // the legacy stream waits for every blocking one
-  settle([stream](const Beside& c) { return c.stream == stream; }, false, true);
+  if (is_legacy(stream)) {  // its own work, not a non-blocking stream's
+    legacy_done(UINT64_MAX);
+    gmlp::emu::g_skipped.waited();
+    return cudaSuccess;
+  }
+  settle([stream](const Beside& c) { return c.stream == stream; }, 0, true);
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
@@ -657,17 +688,20 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->at = std::chrono::steady_clock::now();
   event->recorded = true;
   event->stream = is_legacy(stream) ? nullptr : stream;
-  event->behind = event->stream ? stream->queued : 0;
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  event->behind = event->stream ? stream->queued : g_legacy_ops;
   return cudaSuccess;
 }
 cudaError_t cudaProfilerStart() { return cudaSuccess; }
 cudaError_t cudaProfilerStop() { return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return record(cudaErrorInvalidValue);
-  if (event->stream)
-    settle(up_to(event), false, true);  // a stream of its own: the legacy stream's work may still be running
-  else
+  if (event->stream) {
+    settle(up_to(event), 0, true);  // a stream of its own: the legacy stream's work may still be running
+  } else {
+    legacy_done(event->behind);
     gmlp::emu::g_skipped.waited();
+  }
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -677,7 +711,16 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   if (!event) return record(cudaErrorInvalidValue);
-  if (event->stream) settle(up_to(event), is_legacy(stream), false);  // whatever waits for it runs after it
+  if (event->stream) {  // whatever waits for the uploads before it runs after them
+    uint64_t at = 0;
+    if (is_legacy(stream)) {
+      std::lock_guard<std::mutex> lock(g_beside_mutex);
+      at = ++g_legacy_ops;
+    }
+    settle(up_to(event), at, false);
+  } else if (!is_legacy(stream)) {  // a non-blocking stream's later copies come after the legacy ops before it
+    stream->after_legacy = std::max(stream->after_legacy, event->behind);
+  }
   return cudaSuccess;
 }
 
@@ -714,11 +757,24 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     return record(cudaErrorInvalidValue);
   if (is_legacy(stream)) return cudaMemcpy(dst, src, bytes, kind);  // in issue order, as every launch
   gmlp::emu::g_skipped.work();
+  std::lock_guard<std::mutex> lock(g_beside_mutex);
+  // gmlp's uploads beside are from page-locked memory (Backend::upload_beside): from
+  // pageable memory a GPU may copy in line with the host, and the overlap is lost.
+  const char* s = static_cast<const char*>(src);
+  auto pin = g_pinned.upper_bound(s);
+  if (pin == g_pinned.begin() || (--pin, s + bytes > pin->first + pin->second))
+    gmlp::emu::die("an asynchronous upload from memory that cudaMallocHost did not give: gmlp uploads beside the "
+                   "device's work from page-locked memory only (Backend::alloc_host)");
+  const char* d = static_cast<const char*>(dst);
+  for (const Fill& f : g_fills)
+    if (f.op > stream->after_legacy && d < f.p + f.bytes && f.p < d + bytes)
+      gmlp::emu::die("an asynchronous upload into device memory that a fill queued before it on the legacy stream, "
+                     "not yet waited for, also writes: on a GPU the fill may land after the upload (Backend::alloc "
+                     "zeroes on the legacy stream: wait for the device after allocating)");
   if (gmlp::emu::host_only()) {  // from page-locked memory the copy engine does it all
     ++gmlp::emu::g_skipped.beside;
     return cudaSuccess;
   }
-  std::lock_guard<std::mutex> lock(g_beside_mutex);
   g_beside.push_back({dst, src, bytes, hash_bytes(src, bytes), stream, ++stream->queued});
   return cudaSuccess;
 }
