@@ -1602,24 +1602,33 @@ TEST(CudaCli, ARunResumesAcrossDevicesAndEndsWhereACpuRunEnds) {
 // in which the GPU happens to run things (the embedding's gradient once did, through
 // atomic adds), so a run stopped and resumed on the GPU logs the uninterrupted run's
 // losses and ends with its weights exactly, as on the CPU (EndToEnd.ResumedRun...).
+// `train` (a gmlp train command on the GPU, without --out) run straight to its end in
+// dir/straight, and stopped after 6 steps and resumed in dir/split: the two must log the
+// same `steps` losses and end with the same weights, to the bit. Returns the losses.
+std::vector<double> expect_resumed_run_is_straight(const std::string& train, const test::TempDir& dir, size_t steps) {
+  for (const std::string& cmd :
+       {train + " --out " + dir.file("straight"), train + " --stop-after 6 --out " + dir.file("split"),
+        test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("split")}) {
+    const auto r = test::run_command(cmd + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    if (r.exit_code != 0) return {};
+  }
+  const std::vector<double> a = test::train_losses(dir.file("straight")), b = test::train_losses(dir.file("split"));
+  EXPECT_EQ(a.size(), steps);
+  EXPECT_EQ(a, b) << "the resumed GPU run's losses equal the uninterrupted one's exactly";
+  auto ma = load_model(model_file(dir.file("straight"))), mb = load_model(model_file(dir.file("split")));
+  EXPECT_TRUE(ma->num_params() == mb->num_params() &&
+              std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights()))
+      << "final weights";
+  return a;
+}
+
 TEST(CudaCli, AGpuRunStoppedAndResumedIsTheUninterruptedRunBitForBit) {
   REQUIRE_GPU();
   test::TempDir dir("gpu_resume");
-  const std::string common = test::gmlp_exe() + " train --device cuda --data " + test::kGplText +
-                             " --steps 10 --log-every 1 --ckpt-every 4 --eval-every 5" + kTinyRun;
-  auto r = test::run_command(common + " --out " + dir.file("straight") + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_command(common + " --stop-after 6 --out " + dir.file("split") + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_command(test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("split") +
-                        " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<double> a = test::train_losses(dir.file("straight")), b = test::train_losses(dir.file("split"));
-  ASSERT_EQ(a.size(), 10u);
-  EXPECT_EQ(a, b) << "the resumed GPU run's losses equal the uninterrupted one's exactly";
-  auto ma = load_model(model_file(dir.file("straight"))), mb = load_model(model_file(dir.file("split")));
-  ASSERT_EQ(ma->num_params(), mb->num_params());
-  EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights())) << "final weights";
+  expect_resumed_run_is_straight(test::gmlp_exe() + " train --device cuda --data " + test::kGplText +
+                                     " --steps 10 --log-every 1 --ckpt-every 4 --eval-every 5" + kTinyRun,
+                                 dir, 10);
 }
 
 // A vision run from image files draws each step's batch while the device runs the step
@@ -1637,24 +1646,12 @@ TEST(CudaCli, AVisionRunFromFilesDrawsAheadAndIsTheStepByStepRun) {
                              " --task vision --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2"
                              " --batch-size 16 --lr 1e-2 --no-progress --steps 10 --log-every 1 --eval-every 5"
                              " --ckpt-every 4 --set model.survival_prob=0.7 --set train.augment_shift=1";
-  auto r = test::run_command(common + " --device cpu --out " + dir.file("cpu") + " 2>&1");
+  const auto r = test::run_command(common + " --device cpu --out " + dir.file("cpu") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_command(common + " --device cuda --out " + dir.file("straight") + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_command(common + " --device cuda --stop-after 6 --out " + dir.file("split") + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_command(test::gmlp_exe() + " train --resume --device cuda --no-progress --out " + dir.file("split") +
-                        " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<double> cpu = test::train_losses(dir.file("cpu")), a = test::train_losses(dir.file("straight")),
-                            b = test::train_losses(dir.file("split"));
-  ASSERT_EQ(a.size(), 10u);
-  EXPECT_EQ(a, b) << "the resumed GPU run's losses equal the uninterrupted one's exactly";
-  ASSERT_EQ(cpu.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
-  auto ma = load_model(model_file(dir.file("straight"))), mb = load_model(model_file(dir.file("split")));
-  ASSERT_EQ(ma->num_params(), mb->num_params());
-  EXPECT_TRUE(std::equal(ma->weights(), ma->weights() + ma->num_params(), mb->weights())) << "final weights";
+  const std::vector<double> cpu = test::train_losses(dir.file("cpu")),
+                            gpu = expect_resumed_run_is_straight(common + " --device cuda", dir, 10);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < gpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
 }
 
 // GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls
@@ -1724,12 +1721,14 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
   test::TempDir dir("host_only_vision");
   test::write_vision_set(dir.file("data"));
   r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + test::gmlp_exe() + " train --device cuda --data " +
-                        dir.file("data") + " --task vision --set model.d_model=16 --set model.d_ffn=32"
+                        dir.file("data") +
+                        " --task vision --set model.d_model=16 --set model.d_ffn=32"
                         " --set model.n_layers=2 --batch-size 16 --steps 6 --eval-every 100 --no-progress --out " +
                         dir.file("run") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("matrix products and ([0-9]+) uploads beside skipped; the "
-                                                        "device waited for the host ([0-9]+) times, ([0-9.]+) ms")))
+  ASSERT_TRUE(std::regex_search(r.output, m,
+                                std::regex("matrix products and ([0-9]+) uploads beside skipped; the "
+                                           "device waited for the host ([0-9]+) times, ([0-9.]+) ms")))
       << r.output;
   EXPECT_EQ(std::stol(m[1].str()), 6) << r.output;
   EXPECT_GE(std::stol(m[2].str()), 6) << "at least once after each step's read\n" << r.output;

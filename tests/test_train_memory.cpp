@@ -132,7 +132,6 @@ TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
             std::string::npos);
 }
 
-
 // A vision batch is random_shift's of the images it picks, draw for draw, though the task
 // makes its draws first and its copies afterwards, on the team (a batch large enough to
 // be threaded): the same RNG gives the same images, labels and shifts, and is left where
@@ -149,7 +148,8 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
   TrainData d;
   d.images = make_image_set(pixels, labels, C, H, W, 0, "imgs");
   RunConfig rc;
-  rc.model = ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+  rc.model =
+      ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
   rc.train.batch_size = B;
   rc.train.augment_shift = shift;
   TaskInputs in;

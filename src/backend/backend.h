@@ -249,19 +249,22 @@ class Communicator;
 // (no CUDA build, a CUDA module without NCCL, no libnccl on the machine).
 DeviceReducer& device_reducer(Device device, Communicator& host);
 
-// A buffer of backend memory, freed with its owner.
-template <typename T>
-class DeviceBuffer {
+// A buffer of one of a backend's two memories, freed with its owner: its own memory
+// (Host false: alloc, release) or its host memory for uploads (Host true: alloc_host,
+// release_host).
+template <typename T, bool Host>
+class BackendBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Backend& be, size_t n) : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(n * sizeof(T)))) {}
-  ~DeviceBuffer() {
-    if (be_ && p_) be_->release(p_);
+  BackendBuffer() = default;
+  BackendBuffer(Backend& be, size_t n)
+      : be_(&be), n_(n), p_(static_cast<T*>(Host ? be.alloc_host(n * sizeof(T)) : be.alloc(n * sizeof(T)))) {
+    require(p_ || n == 0, [&] { return "cannot allocate " + std::to_string(n * sizeof(T)) + " bytes"; });
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  ~BackendBuffer() { free(); }
+  BackendBuffer(BackendBuffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
+  BackendBuffer& operator=(BackendBuffer&& o) noexcept {
     if (this != &o) {
-      if (be_ && p_) be_->release(p_);
+      free();
       be_ = o.be_;
       n_ = o.n_;
       p_ = o.p_;
@@ -274,41 +277,27 @@ class DeviceBuffer {
   bool empty() const { return n_ == 0; }
 
  private:
+  void free() {
+    if (!be_ || !p_) return;
+    if (Host)
+      be_->release_host(p_);
+    else
+      be_->release(p_);
+  }
   Backend* be_ = nullptr;
   size_t n_ = 0;
   T* p_ = nullptr;
 };
 
-// A buffer of a backend's host memory for uploads (Backend::alloc_host), freed with its
-// owner: page-locked on a GPU.
+// A buffer of backend memory.
 template <typename T>
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(Backend& be, size_t n) : be_(&be), n_(n), p_(static_cast<T*>(be.alloc_host(n * sizeof(T)))) {
-    require(p_ || n == 0, [&] { return "cannot allocate " + std::to_string(n * sizeof(T)) + " bytes of host memory"; });
-  }
-  ~HostBuffer() {
-    if (be_ && p_) be_->release_host(p_);
-  }
-  HostBuffer(HostBuffer&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
-    if (this != &o) {
-      if (be_ && p_) be_->release_host(p_);
-      be_ = o.be_;
-      n_ = o.n_;
-      p_ = o.p_;
-      o.p_ = nullptr;
-    }
-    return *this;
-  }
-  T* data() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  Backend* be_ = nullptr;
-  size_t n_ = 0;
-  T* p_ = nullptr;
+class DeviceBuffer : public BackendBuffer<T, false> {
+  using BackendBuffer<T, false>::BackendBuffer;
+};
+// A buffer of a backend's host memory for uploads: page-locked on a GPU.
+template <typename T>
+class HostBuffer : public BackendBuffer<T, true> {
+  using BackendBuffer<T, true>::BackendBuffer;
 };
 
 // A float buffer in backend memory with a host copy, and which of the two is newer: a

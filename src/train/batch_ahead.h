@@ -41,8 +41,8 @@ class BatchAhead {
   DataParallel& dp_;
   Backend& be_;
   bool ready_ = false;
-  Batch next_;                    // the batch drawn last, the whole of it
-  Rng after_;                     // the run's RNG after its draws
+  Batch next_;                     // the batch drawn last, the whole of it
+  Rng after_;                      // the run's RNG after its draws
   const float* staged_ = nullptr;  // this rank's rows of its images, on the device
   // Two, taken in turn: the upload for step t+1 may run while step t's kernels still
   // read step t's images, and step t-1's finished before step t was queued. Made

@@ -5,15 +5,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/backend.h"
 #include "gmlp/classify.h"
 #include "gmlp/error.h"
-#include "gmlp/image.h"
 #include "gmlp/evaluate.h"
+#include "gmlp/image.h"
 #include "gmlp/labelled.h"
-#include "gmlp/trainer.h"
 #include "gmlp/metrics.h"
 #include "gmlp/naive_bayes.h"
-#include "backend/backend.h"
+#include "gmlp/trainer.h"
 #include "ops/parallel.h"
 #include "train/tasks.h"
 
@@ -149,8 +149,14 @@ class TextClassifyTask : public TrainTask {
 class VisionTask : public TrainTask {
  public:
   VisionTask(const ModelConfig& cfg, ImageSet train, ImageSet test, int B, int shift)
-      : cfg_(cfg), train_(std::move(train)), test_(std::move(test)), B_(B), shift_(shift),
-        images_(cpu_backend(), size_t(B) * train_.image_size()), picks_(size_t(B)), labels_(size_t(B)),
+      : cfg_(cfg),
+        train_(std::move(train)),
+        test_(std::move(test)),
+        B_(B),
+        shift_(shift),
+        images_(cpu_backend(), size_t(B) * train_.image_size()),
+        picks_(size_t(B)),
+        labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
     batch_.B = B;
     batch_.T = cfg.seq_len;

@@ -17,13 +17,13 @@
 #include <sstream>
 
 #include "gmlp/checkpoint.h"
-#include "gmlp/metrics.h"
 #include "gmlp/error.h"
 #include "gmlp/evaluate.h"
 #include "gmlp/files.h"
+#include "gmlp/metrics.h"
 #include "gmlp/optimizer.h"
-#include "gmlp/safetensors.h"
 #include "gmlp/progress.h"
+#include "gmlp/safetensors.h"
 #include "train/batch_ahead.h"
 #include "train/data_parallel.h"
 #include "train/selection.h"

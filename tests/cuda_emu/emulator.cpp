@@ -502,7 +502,7 @@ namespace {
 // to its op `upto`, and a fill queued on that stream.
 void legacy_done(uint64_t upto);
 void queued_fill(const void* p, size_t bytes);
-}
+}  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;
@@ -574,8 +574,9 @@ struct Beside {
   uint64_t hash;
   cudaStream_t stream;
   uint64_t seq;
-  bool copied = false;     // its bytes are the device's: work waited for it
-  uint64_t legacy_at = 0;  // the legacy stream's op that waited for it (0: none did): the host's wait past it is a wait for it
+  bool copied = false;  // its bytes are the device's: work waited for it
+  uint64_t legacy_at =
+      0;  // the legacy stream's op that waited for it (0: none did): the host's wait past it is a wait for it
 };
 // A fill queued on the legacy stream that the host has not waited for: on a GPU it may
 // land after an upload beside queued later into the same memory.
@@ -587,7 +588,7 @@ struct Fill {
 std::mutex g_beside_mutex;
 std::vector<Beside> g_beside;  // queued, or copied but not yet waited for by the host
 std::vector<Fill> g_fills;
-uint64_t g_legacy_ops = 0;  // the legacy stream's fills and waits for uploads, numbered
+uint64_t g_legacy_ops = 0;               // the legacy stream's fills and waits for uploads, numbered
 std::map<const char*, size_t> g_pinned;  // cudaMallocHost's allocations, start -> bytes
 
 bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || !s->beside; }
@@ -763,14 +764,16 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   const char* s = static_cast<const char*>(src);
   auto pin = g_pinned.upper_bound(s);
   if (pin == g_pinned.begin() || (--pin, s + bytes > pin->first + pin->second))
-    gmlp::emu::die("an asynchronous upload from memory that cudaMallocHost did not give: gmlp uploads beside the "
-                   "device's work from page-locked memory only (Backend::alloc_host)");
+    gmlp::emu::die(
+        "an asynchronous upload from memory that cudaMallocHost did not give: gmlp uploads beside the "
+        "device's work from page-locked memory only (Backend::alloc_host)");
   const char* d = static_cast<const char*>(dst);
   for (const Fill& f : g_fills)
     if (f.op > stream->after_legacy && d < f.p + f.bytes && f.p < d + bytes)
-      gmlp::emu::die("an asynchronous upload into device memory that a fill queued before it on the legacy stream, "
-                     "not yet waited for, also writes: on a GPU the fill may land after the upload (Backend::alloc "
-                     "zeroes on the legacy stream: wait for the device after allocating)");
+      gmlp::emu::die(
+          "an asynchronous upload into device memory that a fill queued before it on the legacy stream, "
+          "not yet waited for, also writes: on a GPU the fill may land after the upload (Backend::alloc "
+          "zeroes on the legacy stream: wait for the device after allocating)");
   if (gmlp::emu::host_only()) {  // from page-locked memory the copy engine does it all
     ++gmlp::emu::g_skipped.beside;
     return cudaSuccess;

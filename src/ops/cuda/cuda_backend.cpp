@@ -142,8 +142,8 @@ class CudaBackend final : public Backend {
     const cudaError_t e = cudaMallocHost(&p, bytes);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB of page-locked host memory: " +
-                  cudaGetErrorString(e));
+      throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) +
+                  " MiB of page-locked host memory: " + cudaGetErrorString(e));
     }
     return p;
   }
