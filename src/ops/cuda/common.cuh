@@ -68,17 +68,23 @@ __device__ inline float hold(T* p, float v) {
 }
 
 // V adjacent values at p (p aligned to V of them) in one access: two bf16 values a
-// 4-byte load, two floats an 8-byte one. A pass that moves bf16 a value a thread issues
-// 2-byte accesses, a warp's 64 bytes of a row; by pairs, a warp reads 128. Through
-// memcpy under the emulator (g++ would take the wider type's access for aliasing).
+// 4-byte load, two floats an 8-byte one, eight bf16 or four floats a 16-byte one. A pass
+// that moves bf16 a value a thread issues 2-byte accesses, a warp's 64 bytes of a row;
+// by pairs, a warp reads 128. Through memcpy under the emulator (g++ would take the wider
+// type's access for aliasing).
+struct alignas(16) Bits16 {
+  uint64_t lo, hi;
+};
 template <int V, typename T>
-using VecBits = std::conditional_t<V * sizeof(T) == 4, uint32_t, std::conditional_t<V * sizeof(T) == 8, uint64_t, T>>;
+using VecBits = std::conditional_t<
+    V * sizeof(T) == 4, uint32_t,
+    std::conditional_t<V * sizeof(T) == 8, uint64_t, std::conditional_t<V * sizeof(T) == 16, Bits16, T>>>;
 template <int V, typename T>
 __device__ inline void load_vec(const T* p, T (&out)[V]) {
   if constexpr (V == 1) {
     out[0] = *p;
   } else {
-    static_assert(sizeof(VecBits<V, T>) == V * sizeof(T), "two bf16 values or two floats");
+    static_assert(sizeof(VecBits<V, T>) == V * sizeof(T), "4, 8 or 16 bytes");
 #if defined(GMLP_CUDA_EMULATED)
     std::memcpy(out, p, sizeof(out));
 #else

@@ -259,38 +259,46 @@ __global__ void k_back_gate(BackGate<TU, TF, V> pass, int M, int rows_per, float
 
 // Bias gradient, in two fixed-order stages in double. First a block per (position t,
 // head k, piece z): the sum of dF over the piece's rows of t (b = z, z + pieces, ...
-// of the B) and the head's gh columns, a row's columns read by adjacent threads. Then a
-// thread per (head k, entry i): the sums of its positions, t = i, or t >= n - 1 for the
-// last entry (a Toeplitz model run past its window), each position's pieces in order.
+// of the B) and the head's gh columns. Then a thread per (head k, entry i): the sums of
+// its positions, t = i, or t >= n - 1 for the last entry (a Toeplitz model run past its
+// window), each position's pieces in order.
 // A block per position alone (196 blocks for gMLP-S/16, each thread a long chain of
-// loads) took 170 µs of an H200's step where the bytes take 9 (docs/bench-gpu.md).
-// Each thread takes its channels in turn, and each channel's rows kBiasRows at a time,
-// their loads issued together: a load at a time (a row's channels, then the next row)
-// left a multiprocessor some 4 KB of loads in flight, and the kernel took 42 µs of an
-// H100's gMLP-S/16 step where its bytes take 13. On the CUDA emulator two rows at once
-// and two pieces a position (below), so that the tests' batches of three rows take both
-// the batched loads (rows 0 and 2) and a row left over (1).
+// loads) took 170 µs of an H200's step where the bytes take 9 (docs/bench-gpu.md). Each
+// thread taking its channels in turn, a value a load, and each channel's rows four at a
+// time, took 42 µs of an H100's gMLP-S/16 step, then 24.8 (session 42), where the bytes
+// take 11.5: a warp's load was 64 bytes of bf16, and a multiprocessor had about 16 KB of
+// loads in flight. Now the block's threads take the piece's (row, V channels) items in
+// turn, V channels a 16-byte load where the head's columns allow (eight bf16 or four
+// floats, Vec), kBiasRows items a thread at once, so that a row's 96 loads of 16 bytes
+// (S/16's head of 768 bf16) spread over the block rather than a row's 768 values over
+// its 256 threads. On the CUDA emulator two items at once and two pieces a position
+// (below), so that the tests' small batches take the batched loads and one left over.
 #if defined(GMLP_CUDA_EMULATED)
 constexpr int kBiasRows = 2;
 #else
 constexpr int kBiasRows = 4;
 #endif
-template <typename E>
-__global__ void k_bias_grad_rows(const E* dF, int B, int g, int gh, double* part) {
+template <typename E, int V>
+__global__ void k_bias_grad_rows(const E* dF, int B, int g, ops::FastDiv groups, double* part) {
   __shared__ double sh[32];
   const int t = int(blockIdx.x), k = int(blockIdx.y), z = int(blockIdx.z), pieces = int(gridDim.z);
-  const E* head = dF + int64_t(t) * B * g + int64_t(k) * gh;  // row (t, 0)'s head k
+  const int n_groups = int(groups.d);  // a head's gh / V loads a row
+  const E* head = dF + int64_t(t) * B * g + int64_t(k) * n_groups * V;  // row (t, 0)'s head k
+  const int items = (B - z + pieces - 1) / pieces * n_groups;           // rows b = z + j pieces
   double s = 0.0;
-  for (int c = int(threadIdx.x); c < gh; c += int(blockDim.x)) {
-    int b = z;
-    for (; b + (kBiasRows - 1) * pieces < B; b += kBiasRows * pieces) {
-      E v[kBiasRows];
-      GMLP_UNROLL
-      for (int j = 0; j < kBiasRows; ++j) v[j] = head[int64_t(b + j * pieces) * g + c];
-      GMLP_UNROLL
-      for (int j = 0; j < kBiasRows; ++j) s += value(v[j]);
+  for (int i0 = int(threadIdx.x); i0 < items; i0 += kBiasRows * int(blockDim.x)) {
+    E v[kBiasRows][V];
+    GMLP_UNROLL
+    for (int j = 0; j < kBiasRows; ++j) {  // items past the end load the last, and drop it
+      const uint32_t i = uint32_t(min(i0 + j * int(blockDim.x), items - 1)), row = groups.div(i);
+      load_vec<V>(head + int64_t(z + int(row) * pieces) * g + int64_t(i - row * uint32_t(n_groups)) * V, v[j]);
     }
-    for (; b < B; b += pieces) s += value(head[int64_t(b) * g + c]);
+    GMLP_UNROLL
+    for (int j = 0; j < kBiasRows; ++j) {
+      if (i0 + j * int(blockDim.x) >= items) break;
+      GMLP_UNROLL
+      for (int e = 0; e < V; ++e) s += value(v[j][e]);
+    }
   }
   s = block_sum(s, sh);
   if (threadIdx.x == 0) part[(int64_t(k) * gridDim.x + t) * pieces + z] = s;
@@ -406,8 +414,12 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   zero_padding(p.lengths, T, B, d.g, dG);
   const int pieces = bias_grad_pieces(T, p.heads, B);
   double* part = static_cast<double*>(scratch(sizeof(double) * size_t(T) * p.heads * pieces));
-  GMLP_LAUNCH(k_bias_grad_rows, dim3(unsigned(T), unsigned(p.heads), unsigned(pieces)), kThreads)(dF, B, d.g, d.gh,
-                                                                                                  part);
+  const dim3 grid(unsigned(T), unsigned(p.heads), unsigned(pieces));
+  constexpr int kVec = int(16 / sizeof(TU));  // dF is held as U is
+  if (d.gh % kVec == 0 && d.g % kVec == 0 && vec_aligned<kVec>(dF))
+    GMLP_LAUNCH((k_bias_grad_rows<TU, kVec>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh / kVec)), part);
+  else
+    GMLP_LAUNCH((k_bias_grad_rows<TU, 1>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh)), part);
   GMLP_LAUNCH(k_bias_grad_finish, blocks_for(p.heads * p.n), kThreads)(part, T, p.heads, p.n, pieces, g.bias);
   check_launch("sgu bias gradient");
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
