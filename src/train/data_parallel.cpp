@@ -35,7 +35,8 @@ const Batch& DataParallel::shard(const Batch& g) {
   require(g.B % P == 0, "a batch of " + std::to_string(g.B) + " rows does not divide among " + std::to_string(P) +
                             " ranks");
   const ModelConfig& c = model_.config();
-  const int n = rows(g.B).count, r0 = rows(g.B).first;
+  const Rows mine_rows = rows(g.B);
+  const int n = mine_rows.count, r0 = mine_rows.first;
   // Targets per rank, from the whole batch that every rank holds: no communication.
   int64_t mine = n, total = g.B;
   if (c.per_token_output() && g.targets) {

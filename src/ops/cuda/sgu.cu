@@ -135,7 +135,7 @@ struct DzGate {
 // channel divided out of a 64-bit index took 151 µs of an H200's gMLP-S/16 step where
 // the bytes take 27, docs/bench-gpu.md). fin adds the bias to F. V adjacent channels a
 // thread, each row's V values in one access (common.cuh's load_vec), where the rows
-// allow (pairs_fit).
+// allow (vec_fits<2>).
 template <int V, typename TU, typename TF>
 __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, int g, const float* extra, bool keep,
                                TU* S) {
@@ -177,11 +177,12 @@ __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, i
   }
 }
 
-// Whether a pass over rows of g channels may take them in pairs: g even, and each of
-// its row pointers (their rows' lengths even: g, or U's f) aligned for a pair.
-template <typename... P>
-bool pairs_fit(int g, int ld, const P*... p) {
-  return g % 2 == 0 && ld % 2 == 0 && (... && (!p || vec_aligned<2>(p)));
+// Whether a pass over rows of g channels may take them V at a time (in pairs, or 16
+// bytes): g a multiple of V, and each of its row pointers (their rows' lengths ld too: g,
+// or U's f) aligned for V values.
+template <int V, typename... P>
+bool vec_fits(int g, int ld, const P*... p) {
+  return g % V == 0 && ld % V == 0 && (... && (!p || vec_aligned<V>(p)));
 }
 
 // The launch of a kernel taking a thread per V channels of kRowBatch / V rows at once
@@ -200,7 +201,7 @@ __global__ void k_combine(Sgu kind, ZIn<float> z, const float* F, int M, int g, 
 // gradient: a column sum over the pass, column_chunk_sums); dS, S, dF and dZ held as U
 // is. Each element is read, then written, by one thread: dZ may be U, and dF may be F
 // (when they are floats). V adjacent channels a thread (column_sums_in_lanes' width),
-// each row's V values in one access, where the rows allow (pairs_fit).
+// each row's V values in one access, where the rows allow (vec_fits<2>).
 template <typename TU, typename TF, int V>
 struct BackGate {
   static constexpr int kWidth = V;
@@ -367,7 +368,7 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
   fin.bias = p.bias;  // the combine adds it whether or not F keeps it
   const ZIn<TU> z{U, f, 0, p.z};
   const bool keep = !p.store.F_unbiased;
-  if (pairs_fit(d.g, f, U, F, extra, S)) {
+  if (vec_fits<2>(d.g, f, U, F, extra, S)) {
     const Launch l = channels_by_rows(d.g / 2, M, 2);
     GMLP_LAUNCH(k_bias_combine<2>, l.grid, l.block)(p.kind, z, F, fin, M, d.g, extra, keep, S);
   } else {
@@ -387,7 +388,7 @@ void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T,
   float* part = dbias ? static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * d.g)) : nullptr;
   const ZIn<TU> z{U, f, 0, p.z};
   const FIn<TF> fin = f_in(p, B, d, F);
-  if (pairs_fit(d.g, f, dS, U, F, S, dZ, dF, dF32))
+  if (vec_fits<2>(d.g, f, dS, U, F, S, dZ, dF, dF32))
     GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks, 2), column_sum_block())(
         BackGate<TU, TF, 2>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32}, M, rows_per, part);
   else
@@ -416,7 +417,7 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   double* part = static_cast<double*>(scratch(sizeof(double) * size_t(T) * p.heads * pieces));
   const dim3 grid(unsigned(T), unsigned(p.heads), unsigned(pieces));
   constexpr int kVec = int(16 / sizeof(TU));  // dF is held as U is
-  if (d.gh % kVec == 0 && d.g % kVec == 0 && vec_aligned<kVec>(dF))
+  if (vec_fits<kVec>(d.gh, d.g, dF))
     GMLP_LAUNCH((k_bias_grad_rows<TU, kVec>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh / kVec)), part);
   else
     GMLP_LAUNCH((k_bias_grad_rows<TU, 1>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh)), part);
