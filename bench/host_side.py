@@ -60,15 +60,22 @@ def commands(workloads: str) -> dict:
     return dict(zip(workloads.split(","), (shlex.split(line) for line in out.splitlines())))
 
 
-def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int]:
-    """gmlp bench under the emulator's host-only switch: (median step s, launches, products)."""
-    cmd = [str(build / "gmlp")] + cmd[1:]
-    cmd[cmd.index("--repeats") + 1] = str(repeats)
+def host_only(build: pathlib.Path, cmd: list) -> subprocess.CompletedProcess:
+    """build's gmlp running cmd (its arguments) on the emulator under its host-only switch; exits on failure."""
+    cmd = [str(build / "gmlp")] + cmd
     env = dict(os.environ, GMLP_CUDA_EMULATOR=str(build / "libgmlp_cuda_emu.so"), GMLP_CUDA_EMULATOR_HOST_ONLY="1",
                OMP_NUM_THREADS="2")
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"host_side: {shlex.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r
+
+
+def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int]:
+    """gmlp bench under the emulator's host-only switch: (median step s, launches, products)."""
+    cmd = cmd[1:]
+    cmd[cmd.index("--repeats") + 1] = str(repeats)
+    r = host_only(build, cmd)
     counts = re.search(r"host only\): (\d+) launches(?: and|,) (\d+) matrix products", r.stderr)
     if not counts:
         sys.exit(f"host_side: {build}'s emulator has no host-only switch:\n{r.stderr}")
@@ -76,7 +83,7 @@ def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int]:
     return result["median_s"], int(counts[1]), int(counts[2])
 
 
-VISION_STEPS = 100
+VISION_STEPS, VISION_BATCH = 100, 64
 
 
 def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: int = 10) -> None:
@@ -94,26 +101,21 @@ def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: 
 def train_vision(build: pathlib.Path, data: pathlib.Path, out: pathlib.Path, steps: int) -> tuple[float, int, float, int]:
     """gmlp train on image files, host only: (host ms a step over the second half, the device's waits for the host,
     the median wait in ms, uploads beside)."""
-    cmd = [str(build / "gmlp"), "train", "--device", "cuda", "--precision", "bf16", "--config",
-           str(ROOT / "configs" / "gmlp-s.json"), "--data", str(data), "--set", "model.image_channels=1",
-           "--set", "model.n_classes=10", "--set", "train.warmup=10", "--batch-size", "64", "--steps", str(steps),
-           "--log-every", str(steps // 2), "--eval-every", str(10 * steps), "--ckpt-every", str(10 * steps),
-           "--no-progress", "--out", str(out)]
-    env = dict(os.environ, GMLP_CUDA_EMULATOR=str(build / "libgmlp_cuda_emu.so"), GMLP_CUDA_EMULATOR_HOST_ONLY="1",
-               OMP_NUM_THREADS="2")
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"host_side: {shlex.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    r = host_only(build, ["train", "--device", "cuda", "--precision", "bf16", "--config",
+                          str(ROOT / "configs" / "gmlp-s.json"), "--data", str(data), "--set", "model.image_channels=1",
+                          "--set", "model.n_classes=10", "--set", "train.warmup=10", "--batch-size", str(VISION_BATCH),
+                          "--steps", str(steps), "--log-every", str(steps // 2), "--eval-every", str(10 * steps),
+                          "--ckpt-every", str(10 * steps), "--no-progress", "--out", str(out)])
     waits = re.search(r"(\d+) uploads beside skipped; the device waited for the host (\d+) times, [0-9.]+ ms in all, "
                       r"([0-9.]+) ms the median wait", r.stderr)
     if not waits:
         sys.exit(f"host_side: {build}'s emulator does not count the device's waits for the host:\n{r.stderr}")
     lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
     per_s = [l["images_per_s"] for l in lines if "images_per_s" in l][-1]
-    return 1e3 * 64 / per_s, int(waits[2]), float(waits[3]), int(waits[1])
+    return 1e3 * VISION_BATCH / per_s, int(waits[2]), float(waits[3]), int(waits[1])
 
 
-def vision_files(builds: list) -> None:
+def vision_files(builds: list, passes: int) -> None:
     import tempfile
     print("\n| workload | build | host ms a step, pass by pass | the device's waits for the host a step "
           "| median wait, ms, pass by pass | uploads beside a step |")
@@ -121,19 +123,19 @@ def vision_files(builds: list) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = pathlib.Path(tmp) / "images"
         write_idx_set(data)
-        rows = {name: ([], [], 0.0, 0.0) for name, _ in builds}
-        for p in range(2):
+        host = {name: [] for name, _ in builds}
+        median = {name: [] for name, _ in builds}
+        per_step = {}  # name: (waits, uploads beside) a step, from the last pass
+        for p in range(passes):
             for name, path in builds:  # the builds side by side within each pass
                 _, waits1, _, up1 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}a", VISION_STEPS)
-                host, waits2, median, up2 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}b", 2 * VISION_STEPS)
-                rows[name][0].append(host)
-                rows[name][1].append(median)
-                rows[name] = (rows[name][0], rows[name][1], (waits2 - waits1) / VISION_STEPS,
-                              (up2 - up1) / VISION_STEPS)
+                ms, waits2, med, up2 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}b", 2 * VISION_STEPS)
+                host[name].append(ms)
+                median[name].append(med)
+                per_step[name] = ((waits2 - waits1) / VISION_STEPS, (up2 - up1) / VISION_STEPS)
         for name, _ in builds:
-            host, median, waits, up = rows[name]
-            print(f"| vision-files | {name} | {', '.join(f'{h:.2f}' for h in host)} | {waits:.0f} | "
-                  f"{', '.join(f'{m:.4f}' for m in median)} | {up:.0f} |")
+            print(f"| vision-files | {name} | {', '.join(f'{h:.2f}' for h in host[name])} | {per_step[name][0]:.0f} | "
+                  f"{', '.join(f'{m:.4f}' for m in median[name])} | {per_step[name][1]:.0f} |")
 
 
 def main() -> None:
@@ -155,7 +157,7 @@ def main() -> None:
     print(f"CPU: {cpu_line()}; bf16 training steps under GMLP_CUDA_EMULATOR_HOST_ONLY=1")
     bench_workloads = [w for w in wanted if w != "vision-files"]
     if "vision-files" in wanted:
-        vision_files(builds)
+        vision_files(builds, args.passes)
     if not bench_workloads:
         return
     cmds = commands(",".join(bench_workloads))
