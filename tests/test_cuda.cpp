@@ -20,6 +20,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -1654,6 +1655,81 @@ TEST(CudaCli, AVisionRunFromFilesDrawsAheadAndIsTheStepByStepRun) {
                             gpu = expect_resumed_run_is_straight(common + " --device cuda", dir, 10);
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t i = 0; i < gpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
+}
+
+// Two runs at once on one GPU, each in a thread of its own, as two Python threads may
+// run them (the module releases the GIL). The backend's state is the process's: the
+// scratch areas an op writes and reads again, its allocation table, the uploads beside
+// and the flags that say whether they were awaited. Two vision runs of different sizes
+// (their batches sent up beside the step, their scratch grown to different sizes) and a
+// causal LM: each must log the losses and end with the weights it has alone, to the bit.
+TEST(CudaTrain, RunsInTwoThreadsAtOnceEachEndAsItDoesAlone) {
+  REQUIRE_GPU();
+  test::TempDir dir("gpu_threads");
+  auto images = [](int n, int side, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> px(0.f, 1.f);
+    std::vector<float> pixels(size_t(n) * side * side);
+    for (float& v : pixels) v = px(gen);
+    std::vector<int32_t> labels(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 3;
+    auto d = std::make_shared<TrainData>();
+    d->images = make_image_set(pixels, labels, 1, side, side, 0, "imgs");
+    return d;
+  };
+  auto vision = [&](int side, int d_model, std::shared_ptr<TrainData> data) {
+    TrainOptions o;
+    o.run.model = ModelConfig::from_json({{"task", "vision"}, {"d_model", d_model}, {"d_ffn", 2 * d_model},
+                                          {"n_layers", 2}, {"image_height", side}, {"image_width", side},
+                                          {"patch_height", 4}, {"patch_width", 4}, {"image_channels", 1}},
+                                         "test", true);
+    o.run.train.batch_size = 8;
+    o.run.train.augment_shift = 1;
+    o.data = std::move(data);
+    return o;
+  };
+  std::vector<TrainOptions> runs = {vision(16, 16, images(40, 16, 1)), vision(24, 24, images(40, 24, 2))};
+  TrainOptions lm;
+  lm.data_path = test::kGplText;
+  lm.run.model = ModelConfig::from_json({{"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}, {"seq_len", 24}}, "test", true);
+  lm.run.train.batch_size = 4;
+  runs.push_back(lm);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    TrainOptions& o = runs[i];
+    o.device = Device::cuda;
+    o.progress_bar = false;
+    o.score_test = false;
+    o.run.train.steps = 8;
+    o.run.train.lr = 1e-2f;
+    o.run.train.log_every = 1;
+    o.run.train.eval_every = 4;
+    o.run.train.eval_batches = 2;
+    o.run.train.seed = 5 + uint64_t(i);
+  }
+  auto out = [&](const char* how, size_t i) { return dir.file(std::string(how) + std::to_string(i)); };
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].out_dir = out("alone", i);
+    train(runs[i]);
+  }
+  std::vector<std::string> errors(runs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < runs.size(); ++i)
+    threads.emplace_back([&, i] {
+      TrainOptions o = runs[i];
+      o.out_dir = out("together", i);
+      try {
+        train(o);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    ASSERT_EQ(errors[i], "") << "run " << i;
+    EXPECT_EQ(test::train_losses(out("together", i)), test::train_losses(out("alone", i))) << "run " << i;
+    auto a = load_model(model_file(out("alone", i))), b = load_model(model_file(out("together", i)));
+    EXPECT_TRUE(std::equal(a->weights(), a->weights() + a->num_params(), b->weights())) << "run " << i << "'s weights";
+  }
 }
 
 // GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls
