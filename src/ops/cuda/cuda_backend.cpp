@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -33,7 +34,7 @@ int cuda_runtime_device_count(std::string* error = nullptr) {
 
 using cuda::check;
 
-size_t g_live_bytes = 0, g_peak_bytes = 0;  // the host side is single-threaded
+size_t g_live_bytes = 0, g_peak_bytes = 0;  // counted under the backend's lock (g_one_thread)
 
 // Which of the machine's GPUs this process drives: its rank among the job's processes on
 // this machine, as the launcher announces it, modulo the GPUs it sees (0 for a single
@@ -58,10 +59,21 @@ cudaError_t select_device() {
 }
 void use_device() { check(int(select_device()), "cudaSetDevice"); }
 
-// Every op's first line: the device made current on the calling thread, then the op
-// timed under GMLP_CUDA_PROFILE (op_profile.h).
+// One host thread in the backend at a time. What the backend holds is the process's,
+// not a model's: the scratch areas an op's kernels write and its later kernels read
+// back, cuBLAS's plans, the allocation table, the uploads beside. Two runs in two
+// threads (two Python threads: the module releases the GIL) once mixed their steps'
+// numbers through them (CudaTrain.RunsInTwoThreadsAtOnce...). A whole op is queued
+// under the lock, so another thread's op comes before or after it, never between its
+// kernels; two models' ops may still interleave, each over its own buffers.
+std::recursive_mutex g_one_thread;
+using Hold = std::lock_guard<std::recursive_mutex>;
+
+// Every op's first line: the lock, the device made current on the calling thread, then
+// the op timed under GMLP_CUDA_PROFILE (op_profile.h).
 struct Entry {
   explicit Entry(const char* op) : timer((use_device(), op)) {}
+  Hold hold{g_one_thread};
   cuda::OpTimer timer;
 };
 
@@ -84,6 +96,7 @@ class CudaBackend final : public Backend {
 
   void* alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    const Hold hold(g_one_thread);
     use_device();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
@@ -97,6 +110,7 @@ class CudaBackend final : public Backend {
   }
   void release(void* p) override {
     if (!p) return;
+    const Hold hold(g_one_thread);
     // Never throws (called from destructors). cudaFree only *may* wait for the work that
     // could still read p (the runtime API's documentation): wait first.
     if (select_device() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
@@ -106,11 +120,18 @@ class CudaBackend final : public Backend {
     cuda::count_device_bytes(-int64_t(it->second));
     sizes_.erase(it);
   }
-  size_t peak_bytes() const override { return cuda::peak_device_bytes(); }
-  size_t bytes_in_use() const override { return cuda::live_device_bytes(); }
+  size_t peak_bytes() const override {
+    const Hold hold(g_one_thread);
+    return cuda::peak_device_bytes();
+  }
+  size_t bytes_in_use() const override {
+    const Hold hold(g_one_thread);
+    return cuda::live_device_bytes();
+  }
   // bf16: every product through the tensor cores (gemm.cu), the causal mixing's too,
   // and a training arena's U and F held in bf16 (block.h).
   void set_precision(Precision p) override {
+    const Hold hold(g_one_thread);
     cuda::set_bf16_products(p == Precision::bf16);
     cuda::warp_columns();  // a bad GMLP_CUDA_LN_WARP_COLUMNS fails here, not in a step
     bf16_ = p == Precision::bf16;
@@ -133,10 +154,15 @@ class CudaBackend final : public Backend {
     const Entry entry("zero");
     if (bytes) check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
   }
-  void synchronize() override { check(int(cudaDeviceSynchronize()), "synchronize"); }
+  void synchronize() override {
+    const Hold hold(g_one_thread);
+    use_device();
+    check(int(cudaDeviceSynchronize()), "synchronize");
+  }
 
   void* alloc_host(size_t bytes) override {
     if (!bytes) return nullptr;
+    const Hold hold(g_one_thread);
     use_device();
     void* p = nullptr;
     const cudaError_t e = cudaMallocHost(&p, bytes);
@@ -149,6 +175,7 @@ class CudaBackend final : public Backend {
   }
   void release_host(void* p) override {
     if (!p) return;
+    const Hold hold(g_one_thread);
     // Never throws (called from destructors); an upload from p may still be queued.
     if (select_device() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) cudaGetLastError();
     cudaFreeHost(p);
@@ -156,9 +183,12 @@ class CudaBackend final : public Backend {
   // The uploads beside go on a stream of their own that waits for nothing (non-blocking:
   // the legacy stream's work neither waits for it nor makes it wait), so the copy engine
   // takes them while the kernels run; one event, recorded behind the latest, stands for
-  // them all (a stream runs its copies in order).
+  // them all (a stream runs its copies in order). Whether a thread has uploads not yet
+  // awaited or finished is the thread's own: the event may stand for another thread's
+  // later uploads too, which only makes a wait longer.
   void upload_beside(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
+    const Hold hold(g_one_thread);
     use_device();
     if (!copies_) {
       check(int(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking)), "cudaStreamCreate (uploads)");
@@ -170,17 +200,22 @@ class CudaBackend final : public Backend {
   }
   void await_uploads() override {
     if (!unawaited_) return;
+    const Hold hold(g_one_thread);
     use_device();
     check(int(cudaStreamWaitEvent(cudaStreamLegacy, uploaded_, 0)), "cudaStreamWaitEvent (uploads)");
     unawaited_ = false;
   }
   void finish_uploads() override {
     if (!unfinished_) return;
+    const Hold hold(g_one_thread);
     use_device();
     check(int(cudaEventSynchronize(uploaded_)), "waiting for the uploads");
     unfinished_ = false;
   }
-  void profile_ops(bool on) override { cuda::profile_ops(on); }
+  void profile_ops(bool on) override {
+    const Hold hold(g_one_thread);
+    cuda::profile_ops(on);
+  }
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {
@@ -418,8 +453,9 @@ class CudaBackend final : public Backend {
   bool bf16_ = false;                        // the precision set last
   cudaStream_t copies_ = nullptr;            // the uploads beside, made on the first
   cudaEvent_t uploaded_ = nullptr;
-  bool unawaited_ = false, unfinished_ = false;
+  static thread_local bool unawaited_, unfinished_;
 };
+thread_local bool CudaBackend::unawaited_ = false, CudaBackend::unfinished_ = false;
 
 }  // namespace
 

@@ -280,7 +280,7 @@ using LtKey = std::tuple<int, int, int, bool, int, int, int, int, int>;
 
 const LtPlan& lt_plan(int M, int N, int K, const uint16_t* x, const uint16_t* W, const float* b, const float* r,
                       float* y) {
-  static std::map<LtKey, LtPlan> plans;  // the host side is single-threaded (cuda_backend.cpp)
+  static std::map<LtKey, LtPlan> plans;  // one host thread at a time (cuda_backend.cpp's lock)
   const LtKey key{M, N, K, r != nullptr, alignment(x), alignment(W), alignment(b), alignment(r), alignment(y)};
   auto [it, fresh] = plans.try_emplace(key);
   LtPlan& p = it->second;
