@@ -1660,7 +1660,7 @@ TEST(CudaCli, AVisionRunFromFilesDrawsAheadAndIsTheStepByStepRun) {
 // Two runs at once on one GPU, each in a thread of its own, as two Python threads may
 // run them (the module releases the GIL). The backend's state is the process's: the
 // scratch areas an op writes and reads again, its allocation table, the uploads beside
-// and the flags that say whether they were awaited. Two vision runs of different sizes
+// (src/ops/cuda/cuda_backend.cpp's lock). Two vision runs of different sizes
 // (their batches sent up beside the step, their scratch grown to different sizes) and a
 // causal LM: each must log the losses and end with the weights it has alone, to the bit.
 TEST(CudaTrain, RunsInTwoThreadsAtOnceEachEndAsItDoesAlone) {

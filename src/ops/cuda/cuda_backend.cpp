@@ -183,9 +183,10 @@ class CudaBackend final : public Backend {
   // The uploads beside go on a stream of their own that waits for nothing (non-blocking:
   // the legacy stream's work neither waits for it nor makes it wait), so the copy engine
   // takes them while the kernels run; one event, recorded behind the latest, stands for
-  // them all (a stream runs its copies in order). Whether a thread has uploads not yet
-  // awaited or finished is the thread's own: the event may stand for another thread's
-  // later uploads too, which only makes a wait longer.
+  // them all (a stream runs its copies in order). The two flags are the process's, as the
+  // legacy stream is: when a thread's await finds nothing unawaited, another thread's
+  // await came after its latest upload and already made the one stream wait for it (and
+  // likewise a finish for the host).
   void upload_beside(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     const Hold hold(g_one_thread);
@@ -453,9 +454,8 @@ class CudaBackend final : public Backend {
   bool bf16_ = false;                        // the precision set last
   cudaStream_t copies_ = nullptr;            // the uploads beside, made on the first
   cudaEvent_t uploaded_ = nullptr;
-  static thread_local bool unawaited_, unfinished_;
+  bool unawaited_ = false, unfinished_ = false;
 };
-thread_local bool CudaBackend::unawaited_ = false, CudaBackend::unfinished_ = false;
 
 }  // namespace
 
