@@ -235,7 +235,7 @@ class SeparateMemoryBackend final : public CpuBackend {
     CpuBackend::decode_attention(p, h, stream, pos, R, n, qkv, P, O, A, F);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s) override {
-    mine("adamw_update", {p, g, m, v, s.guard, s.decay_bounds});
+    mine("adamw_update", {p, g, m, v, s.guard, s.decay_bounds, s.clip_sum_squares});
     ++adamw_calls;
     CpuBackend::adamw_update(p, g, m, v, n, s);
   }

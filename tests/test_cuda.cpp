@@ -1263,6 +1263,24 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
     d.be.clip_scale(dG2, n, sum, max_norm);
     EXPECT_EQ(d.down(dG2, n), g) << "max_norm " << max_norm;
   }
+
+  // The clipping taken in the update (AdamWStep's clip_sum_squares): the CPU's update of
+  // the clipped gradients, and the device's gradients left as they were.
+  for (const float max_norm : {float(norm / 2), float(2 * norm)}) {
+    ops::AdamWStep sc{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.99f};
+    Vec pw = p0, mw = m0, vw = vpos, clipped = g;
+    cpu_backend().clip_scale(clipped.data(), n, &ss, max_norm);
+    cpu_backend().adamw_update(pw.data(), clipped.data(), mw.data(), vw.data(), n, sc);
+    float *dPc = d.up(p0), *dMc = d.up(m0), *dVc = d.up(vpos);
+    sc.clip_sum_squares = dSs;
+    sc.max_norm = max_norm;
+    d.be.adamw_update(dPc, dG2, dMc, dVc, n, sc);
+    const std::string at = "clipped in the update to " + std::to_string(max_norm);
+    EXPECT_TRUE(test::all_close(d.down(dPc, n).data(), pw.data(), n, 1e-6f, 1e-5f, at.c_str()));
+    EXPECT_TRUE(test::all_close(d.down(dMc, n).data(), mw.data(), n, 1e-7f, 1e-5f, at.c_str()));
+    EXPECT_TRUE(test::all_close(d.down(dVc, n).data(), vw.data(), n, 1e-9f, 1e-5f, at.c_str()));
+    EXPECT_EQ(d.down(dG2, n), g) << at << ": the gradients are read, not scaled";
+  }
 }
 
 // Under --precision bf16 the GPU holds the SGU's U and F in bf16 (ops.h's Bf16Store),

@@ -731,6 +731,50 @@ TEST(OpsOptimizer, ClipGradNorm) {
   EXPECT_EQ(big, kept);
 }
 
+// The update takes global-norm clipping as it reads each gradient (AdamWStep's
+// clip_sum_squares): the weights and moments of clipping first and updating after, bit
+// for bit, and the gradients left as they were. Clipping that scales (half the norm),
+// that does not (twice it), and none (max_norm 0); with decay bounds, which split the
+// update into spans.
+TEST(OpsOptimizer, AnUpdateThatClipsIsTheUpdateOfTheClippedGradientsBitForBit) {
+  const size_t n = 10007;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto randn = [&](float scale) {
+    Vec x(n);
+    for (float& e : x) e = scale * normal(rng);
+    return x;
+  };
+  const Vec p0 = randn(1.f), g = randn(1.f), m0 = randn(0.1f);
+  Vec v0 = randn(0.1f);
+  for (float& x : v0) x = std::fabs(x);
+  const double ss = ops::sum_squares(g.data(), n), norm = std::sqrt(ss);
+  const std::vector<uint64_t> bounds = {0, 5000, 7000, 10007};
+  for (const float max_norm : {float(norm / 2), float(2 * norm), 0.f})
+    for (const bool bounded : {false, true}) {
+      ops::AdamWStep s{0.9f, 0.95f, 1e-8f, 1e-3f, 0.3f, 0.99f};
+      if (bounded) {
+        s.decay_bounds = bounds.data();
+        s.n_decay_bounds = int(bounds.size());
+      }
+      Vec pw = p0, mw = m0, vw = v0, clipped = g;
+      ops::clip_scale(clipped.data(), n, ss, max_norm);
+      ops::adamw_update(pw.data(), clipped.data(), mw.data(), vw.data(), n, s);
+      Vec p = p0, m = m0, v = v0, grads = g;
+      s.clip_sum_squares = &ss;
+      s.max_norm = max_norm;
+      ops::adamw_update(p.data(), grads.data(), m.data(), v.data(), n, s);
+      const std::string at = "max_norm " + std::to_string(max_norm) + (bounded ? ", bounds" : "");
+      EXPECT_EQ(std::memcmp(p.data(), pw.data(), sizeof(float) * n), 0) << at;
+      EXPECT_EQ(std::memcmp(m.data(), mw.data(), sizeof(float) * n), 0) << at;
+      EXPECT_EQ(std::memcmp(v.data(), vw.data(), sizeof(float) * n), 0) << at;
+      EXPECT_EQ(grads, g) << at << ": the gradients are read, not scaled";
+      if (max_norm == float(norm / 2)) {
+        EXPECT_NE(clipped, g) << "this case must clip";
+      }
+    }
+}
+
 TEST(OpsSchedule, LearningRate) {
   TrainConfig t;
   t.schedule = Schedule::cosine, t.lr = 1e-3f, t.min_lr = 1e-4f, t.warmup = 10, t.steps = 110;

@@ -23,8 +23,12 @@ class AdamW {
   void step(float* params, const float* grads, float lr);
   // The same on the model's own buffers, on its device (no host copies). With a guard
   // (`guards` doubles of backend memory: Model::step_scalars()), an update only where
-  // they are all finite (ops/step_guard.h), decided where the update runs.
-  void step(Model& model, float lr, const double* guard = nullptr, int guards = 0);
+  // they are all finite (ops/step_guard.h), decided where the update runs. With
+  // clip_sum_squares (backend memory: the gradients' sum of squares), the gradients are
+  // clipped to max_norm as the update reads them (clip_grad_norm's numbers), and left in
+  // their buffer unclipped.
+  void step(Model& model, float lr, const double* guard = nullptr, int guards = 0,
+            const double* clip_sum_squares = nullptr, float max_norm = 0.f);
   int64_t steps_taken() const { return t_; }
   // Sharded optimizer state (ZeRO-1, docs/distributed.md): from now on the moments cover
   // the parameters [begin, end) only, and a step updates only those (the caller gathers
@@ -45,7 +49,7 @@ class AdamW {
   struct Moments;  // device moments, null for host ones
   Moments& device_moments();  // allocated on first use
   void update(Backend& be, float* params, const float* grads, float* m, float* v, float lr, const double* guard,
-              int guards, const uint64_t* bounds);
+              int guards, const uint64_t* bounds, const double* clip_sum_squares = nullptr, float max_norm = 0.f);
   void set_bounds();
   std::vector<std::pair<size_t, size_t>> decay_ranges_;  // [begin, end) of the weights that decay
   std::vector<uint64_t> bounds_;  // those within the moments' range, from its start (ops.h's AdamWStep)
@@ -74,7 +78,8 @@ void clip_grad_norm_queued(Model& model, float max_norm);
 double clip_grad_norm(Model& model, float max_norm);
 
 // One optimizer step as `gmlp train` takes it: forward, zero_grad, backward, clipping to
-// max_norm (0: none), AdamW at lr. A device is waited for once, after the update is
+// max_norm (0: none), AdamW at lr; the clipping is taken in the update, so the gradient
+// buffer keeps the backward's values. A device is waited for once, after the update is
 // queued, for the loss and the gradients' norm before clipping. A step whose loss or
 // gradient is not finite changes no weight, no moment and not the step count (the
 // caller stops the run); with local_loss (one process of several, whose gradients are

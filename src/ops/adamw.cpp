@@ -11,11 +11,11 @@ namespace gmlp::ops {
 
 namespace {
 void update_span(float* params, const float* grads, float* m, float* v, size_t i0, size_t i1, const AdamWStep& s,
-                 float decay) {
+                 float decay, float clip) {
   const float b1 = s.b1, b2 = s.b2, eps = s.eps, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = i0; i < i1; ++i) {
-    const float g = grads[i];
+    const float g = grads[i] * clip;  // clip_scale's product, not stored
     float p = params[i] * decay;
     m[i] = b1 * m[i] + (1.f - b1) * g;
     v[i] = b2 * v[i] + (1.f - b2) * g * g;
@@ -27,12 +27,13 @@ void update_span(float* params, const float* grads, float* m, float* v, size_t i
 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
   if (!step_may_update(s.guard, s.guards)) return;
-  if (!s.decay_bounds) return update_span(params, grads, m, v, 0, n, s, s.decay);
+  const float clip = s.clip_sum_squares ? clip_factor(*s.clip_sum_squares, s.max_norm) : 1.f;
+  if (!s.decay_bounds) return update_span(params, grads, m, v, 0, n, s, s.decay, clip);
   // The spans between the bounds, decaying and not in turn.
   size_t at = 0;
   for (int k = 0; k <= s.n_decay_bounds; ++k) {
     const size_t end = k < s.n_decay_bounds ? std::min<size_t>(n, s.decay_bounds[k]) : n;
-    if (at < end) update_span(params, grads, m, v, at, end, s, k % 2 ? s.decay : 1.f);
+    if (at < end) update_span(params, grads, m, v, at, end, s, k % 2 ? s.decay : 1.f, clip);
     at = std::max(at, end);
   }
 }

@@ -371,6 +371,12 @@ struct AdamWStep {
   // buffer, not one per run of tensors.
   const uint64_t* decay_bounds = nullptr;
   int n_decay_bounds = 0;
+  // Global-norm clipping taken in the update: each gradient scaled by
+  // clip_factor(*clip_sum_squares, max_norm) (step_guard.h) as it is read, the gradient
+  // buffer left as the backward wrote it. A pass over the gradients less than clipping
+  // them first (clip_scale), with the same bits. Null: no clipping.
+  const double* clip_sum_squares = nullptr;
+  float max_norm = 0.f;
 };
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s);
 // Sum of x[i]^2 in double, in an order fixed by the thread count; x *= c; x scaled as

@@ -25,7 +25,9 @@ __device__ inline bool decays(const ops::AdamWStep& s, size_t i) {
 __global__ void k_adamw(float* params, const float* grads, float* m, float* v, size_t n, ops::AdamWStep s) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n || !ops::step_may_update(s.guard, s.guards)) return;
-  const float g = grads[i], p0 = params[i], m0 = m[i], v0 = v[i];
+  // clip_scale's product, taken as the gradient is read: no pass of its own.
+  const float c = s.clip_sum_squares ? ops::clip_factor(*s.clip_sum_squares, s.max_norm) : 1.f;
+  const float g = grads[i] * c, p0 = params[i], m0 = m[i], v0 = v[i];
   const float p = p0 * (decays(s, i) ? s.decay : 1.f);
   const float mi = s.b1 * m0 + (1.f - s.b1) * g;
   const float vi = s.b2 * v0 + (1.f - s.b2) * g * g;
