@@ -157,6 +157,15 @@ inline double atomicAdd(double* p, double v) {
   *p = old + v;
   return old;
 }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+// One block at a time: every write is seen by the blocks after it, fenced or not, and
+// there is no L1 cache to read past.
+inline void __threadfence() {}
+inline float __ldcg(const float* p) { return *p; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 // The special function unit's approximations, exact here: the emulator checks a kernel's
 // logic, and its GELU against the CPU's within the tests' tolerances.

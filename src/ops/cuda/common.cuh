@@ -224,12 +224,14 @@ constexpr int width_of() {
 // added in lane order and handed to sink(k, c, sum). Every (r, c) is one thread's,
 // once. Every thread reaches the barrier. A term of width V takes columns c to c + V - 1
 // (N a multiple of V), its sums s[k * V + v].
+// The chunk is blockIdx.y's unless given.
 template <int K, int Lanes = kRowLanes, typename Term, typename Sink>
-__device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Term& term, const Sink& sink) {
+__device__ inline void column_sums_in_lanes(int M, int N, int rows_per, const Term& term, const Sink& sink,
+                                            int chunk = -1) {
   constexpr int V = width_of<Term>();
   __shared__ float lanes[K][Lanes][kColTile * V];
   const int c = (int(blockIdx.x) * kColTile + int(threadIdx.x)) * V;
-  const int r0 = int(blockIdx.y) * rows_per, r1 = min(M, r0 + rows_per);
+  const int r0 = (chunk < 0 ? int(blockIdx.y) : chunk) * rows_per, r1 = min(M, r0 + rows_per);
   float s[K * V];
   for (int k = 0; k < K * V; ++k) s[k] = 0.f;
   if (c < N) {
@@ -269,6 +271,62 @@ __device__ inline void column_chunk_sums(int M, int N, int rows_per, const Term&
   column_sums_in_lanes<K>(M, N, rows_per, term, [&](int k, int c, float t) {
     if (part) part[(int64_t(blockIdx.y) * K + k) * N + c] = t;
   });
+}
+
+// Both stages in one launch: the first stage's chunks, then, in whichever block of a
+// column tile (blockIdx.x) arrives last, that tile's chunks summed in chunk order into
+// o_k[c] (+=), the order fixed whichever block it is. finish_column_sums' launch saved:
+// on an H100, 6.7 µs and a launch's gap each, 123 a gMLP-S/16 step (docs/bench-gpu.md).
+// A block counts its arrival in arrived[blockIdx.x] (zeroed_counters: zero when the
+// launch starts, left at zero by the last block) after its partials are fenced; the
+// last block reads the others' past the L1 cache (__ldcg), which may hold none of them.
+struct ColumnFinish {
+  unsigned* arrived = nullptr;  // null: the first stage alone (part may then be null too)
+  float *o0 = nullptr, *o1 = nullptr, *o2 = nullptr;
+};
+// For a launch of `tiles` column tiles (column_sum_grid's x).
+inline ColumnFinish column_finish(int tiles, float* o0, float* o1 = nullptr, float* o2 = nullptr) {
+  return {zeroed_counters(tiles), o0, o1, o2};
+}
+// part's K sums of V adjacent columns of chunk j: the finishing block's term.
+template <int K, int V>
+struct PartTile {
+  static constexpr int kWidth = V;
+  const float* part;
+  int N;
+  struct Held {
+    float x[K * V];
+  };
+  __device__ Held load(int j, int c) const {
+    Held h;
+    GMLP_UNROLL
+    for (int k = 0; k < K; ++k)
+      GMLP_UNROLL
+      for (int v = 0; v < V; ++v) h.x[k * V + v] = __ldcg(part + (int64_t(j) * K + k) * N + c + v);
+    return h;
+  }
+  __device__ void apply(const Held& h, int, int, float* s) const {
+    GMLP_UNROLL
+    for (int i = 0; i < K * V; ++i) s[i] += h.x[i];
+  }
+};
+template <int K, typename Term>
+__device__ inline void column_sums_finished(int M, int N, int rows_per, const Term& term, float* part,
+                                            const ColumnFinish& out) {
+  column_chunk_sums<K>(M, N, rows_per, term, part);
+  if (!out.arrived) return;  // uniform over the launch
+  __shared__ unsigned before;  // blocks of this tile that arrived before this one
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) before = atomicAdd(out.arrived + blockIdx.x, 1u);
+  __syncthreads();
+  if (before + 1 != gridDim.y) return;
+  __threadfence();
+  const int chunks = int(gridDim.y);
+  column_sums_in_lanes<K>(
+      chunks, N, chunks, PartTile<K, width_of<Term>()>{part, N},
+      [&](int k, int c, float t) { (k == 0 ? out.o0 : k == 1 ? out.o1 : out.o2)[c] += t; }, 0);
+  if (threadIdx.x == 0 && threadIdx.y == 0) out.arrived[blockIdx.x] = 0;
 }
 
 // The second stage: o_k[c] += the sum over the chunks of part[(chunk * K + k) * N + c],

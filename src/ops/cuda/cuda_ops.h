@@ -15,6 +15,9 @@ void check(int status, const char* what);
 void check_launch(const char* what);
 // A scratch area of device memory reused by every op (grown, never shrunk).
 void* scratch(size_t bytes);
+// n counters in device memory, zero between launches: a launch that counts in them
+// leaves them at zero (common.cuh's column_sums_finished). Grown, never shrunk.
+unsigned* zeroed_counters(int n);
 // Device memory in use by the backend (allocations and scratch), now and at its peak; every
 // cudaMalloc and cudaFree of the backend reports its size here.
 void count_device_bytes(int64_t delta);

@@ -74,6 +74,15 @@ void* scratch(size_t bytes) {
   return area.at_least(bytes);
 }
 
+unsigned* zeroed_counters(int n) {
+  static Growing area{"counters"};
+  const size_t bytes = sizeof(unsigned) * size_t(std::max(n, 1));
+  const bool grows = bytes > area.cap;
+  void* p = area.at_least(bytes);
+  if (grows) check(int(cudaMemset(p, 0, area.cap)), "cudaMemset (counters)");
+  return static_cast<unsigned*>(p);
+}
+
 namespace {
 // How bf16 products over float operands are issued (GMLP_CUDA_BF16_GEMM): `native`,
 // the default, each operand first rounded into a bf16 copy (a pass over it per

@@ -66,8 +66,8 @@ struct ColumnOf {
   }
 };
 template <typename T>
-__global__ void colsum_partial(ColumnOf<T> col, int M, int N, int rows_per, float* part) {
-  column_chunk_sums<1>(M, N, rows_per, col, part);
+__global__ void colsum_partial(ColumnOf<T> col, int M, int N, int rows_per, float* part, ColumnFinish out) {
+  column_sums_finished<1>(M, N, rows_per, col, part, out);
 }
 
 template <typename T>
@@ -77,8 +77,8 @@ void colsum_add_as(const T* x, int M, int N, int ld, float* out, uint16_t* y16 =
   const int rows_per = rows_per_chunk(M), chunks = (M + rows_per - 1) / rows_per;
   float* part = static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * N));
   const ColumnOf<T> col{x, ld, y16, row_scale, ops::FastDiv(uint32_t(B))};
-  GMLP_LAUNCH(colsum_partial, column_sum_grid(N, chunks), column_sum_block())(col, M, N, rows_per, part);
-  finish_column_sums(part, chunks, 1, N, out, nullptr, nullptr);
+  const dim3 grid = column_sum_grid(N, chunks);
+  GMLP_LAUNCH(colsum_partial, grid, column_sum_block())(col, M, N, rows_per, part, column_finish(int(grid.x), out));
   check_launch("colsum");
 }
 

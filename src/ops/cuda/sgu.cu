@@ -254,8 +254,8 @@ struct BackGate {
 };
 
 template <typename TU, typename TF, int V>
-__global__ void k_back_gate(BackGate<TU, TF, V> pass, int M, int rows_per, float* part) {
-  column_chunk_sums<1>(M, pass.g, rows_per, pass, part);
+__global__ void k_back_gate(BackGate<TU, TF, V> pass, int M, int rows_per, float* part, ColumnFinish dbias) {
+  column_sums_finished<1>(M, pass.g, rows_per, pass, part, dbias);
 }
 
 // Bias gradient, in two fixed-order stages in double. First a block per (position t,
@@ -388,13 +388,17 @@ void backward_gate_as(const ops::SguParams& p, const TU* dS, const TU* U, int T,
   float* part = dbias ? static_cast<float*>(scratch(sizeof(float) * size_t(chunks) * d.g)) : nullptr;
   const ZIn<TU> z{U, f, 0, p.z};
   const FIn<TF> fin = f_in(p, B, d, F);
-  if (vec_fits<2>(d.g, f, dS, U, F, S, dZ, dF, dF32))
-    GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks, 2), column_sum_block())(
-        BackGate<TU, TF, 2>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32}, M, rows_per, part);
-  else
-    GMLP_LAUNCH(k_back_gate, column_sum_grid(d.g, chunks), column_sum_block())(
-        BackGate<TU, TF, 1>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32}, M, rows_per, part);
-  if (dbias) finish_column_sums(part, chunks, 1, d.g, p.z.dbias, nullptr, nullptr);
+  // dZ1's column sums finished in the same launch (column_sums_finished).
+  auto finish = [&](const dim3& grid) { return dbias ? column_finish(int(grid.x), p.z.dbias) : ColumnFinish{}; };
+  if (vec_fits<2>(d.g, f, dS, U, F, S, dZ, dF, dF32)) {
+    const dim3 grid = column_sum_grid(d.g, chunks, 2);
+    GMLP_LAUNCH(k_back_gate, grid, column_sum_block())(BackGate<TU, TF, 2>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32},
+                                                       M, rows_per, part, finish(grid));
+  } else {
+    const dim3 grid = column_sum_grid(d.g, chunks);
+    GMLP_LAUNCH(k_back_gate, grid, column_sum_block())(BackGate<TU, TF, 1>{p.kind, dS, z, fin, d.g, S, dZ, dF, dF32},
+                                                       M, rows_per, part, finish(grid));
+  }
   check_launch("sgu backward (gate)");
 }
 
