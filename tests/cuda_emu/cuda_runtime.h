@@ -166,6 +166,7 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
 // there is no L1 cache to read past.
 inline void __threadfence() {}
 inline float __ldcg(const float* p) { return *p; }
+inline double __ldcg(const double* p) { return *p; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 // The special function unit's approximations, exact here: the emulator checks a kernel's
 // logic, and its GELU against the CPU's within the tests' tolerances.

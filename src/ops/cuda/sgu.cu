@@ -260,9 +260,11 @@ __global__ void k_back_gate(BackGate<TU, TF, V> pass, int M, int rows_per, float
 
 // Bias gradient, in two fixed-order stages in double. First a block per (position t,
 // head k, piece z): the sum of dF over the piece's rows of t (b = z, z + pieces, ...
-// of the B) and the head's gh columns. Then a thread per (head k, entry i): the sums of
+// of the B) and the head's gh columns. Then, in the launch's last block to arrive (an
+// atomic count, as column_sums_finished's), a thread per (head k, entry i): the sums of
 // its positions, t = i, or t >= n - 1 for the last entry (a Toeplitz model run past its
-// window), each position's pieces in order.
+// window), each position's pieces in order (a launch of its own until session 45: 3.3
+// µs and a launch's gap a layer on an H100, for about a thousand doubles).
 // A block per position alone (196 blocks for gMLP-S/16, each thread a long chain of
 // loads) took 170 µs of an H200's step where the bytes take 9 (docs/bench-gpu.md). Each
 // thread taking its channels in turn, a value a load, and each channel's rows four at a
@@ -279,8 +281,20 @@ constexpr int kBiasRows = 2;
 #else
 constexpr int kBiasRows = 4;
 #endif
+__device__ inline void bias_grad_finish(const double* part, int T, int heads, int n, int pieces, float* db) {
+  for (int idx = int(threadIdx.x); idx < heads * n; idx += int(blockDim.x)) {
+    const int k = idx / n, i = idx % n;
+    const int t1 = i == n - 1 ? T : min(T, i + 1);
+    double s = 0.0;
+    for (int t = i; t < t1; ++t)
+      for (int z = 0; z < pieces; ++z) s += __ldcg(part + (int64_t(k) * T + t) * pieces + z);
+    db[k * n + i] += float(s);
+  }
+}
+
 template <typename E, int V>
-__global__ void k_bias_grad_rows(const E* dF, int B, int g, ops::FastDiv groups, double* part) {
+__global__ void k_bias_grad_rows(const E* dF, int B, int g, ops::FastDiv groups, double* part, unsigned* arrived,
+                                 int n, float* db) {
   __shared__ double sh[32];
   const int t = int(blockIdx.x), k = int(blockIdx.y), z = int(blockIdx.z), pieces = int(gridDim.z);
   const int n_groups = int(groups.d);  // a head's gh / V loads a row
@@ -302,18 +316,17 @@ __global__ void k_bias_grad_rows(const E* dF, int B, int g, ops::FastDiv groups,
     }
   }
   s = block_sum(s, sh);
-  if (threadIdx.x == 0) part[(int64_t(k) * gridDim.x + t) * pieces + z] = s;
-}
-
-__global__ void k_bias_grad_finish(const double* part, int T, int heads, int n, int pieces, float* db) {
-  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= heads * n) return;
-  const int k = idx / n, i = idx % n;
-  const int t1 = i == n - 1 ? T : min(T, i + 1);
-  double s = 0.0;
-  for (int t = i; t < t1; ++t)
-    for (int z = 0; z < pieces; ++z) s += part[(int64_t(k) * T + t) * pieces + z];
-  db[k * n + i] += float(s);
+  __shared__ unsigned before;  // blocks that arrived before this one
+  if (threadIdx.x == 0) {
+    part[(int64_t(k) * gridDim.x + t) * pieces + z] = s;
+    __threadfence();
+    before = atomicAdd(arrived, 1u);
+  }
+  __syncthreads();
+  if (before + 1 != gridDim.x * gridDim.y * gridDim.z) return;
+  __threadfence();
+  bias_grad_finish(part, int(gridDim.x), int(gridDim.y), n, pieces, db);
+  if (threadIdx.x == 0) *arrived = 0;  // for the next launch
 }
 
 // Pieces per position of the bias gradient's first stage: about 1,024 blocks in all
@@ -421,11 +434,13 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
   double* part = static_cast<double*>(scratch(sizeof(double) * size_t(T) * p.heads * pieces));
   const dim3 grid(unsigned(T), unsigned(p.heads), unsigned(pieces));
   constexpr int kVec = int(16 / sizeof(TU));  // dF is held as U is
+  unsigned* arrived = zeroed_counters(1);
   if (vec_fits<kVec>(d.gh, d.g, dF))
-    GMLP_LAUNCH((k_bias_grad_rows<TU, kVec>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh / kVec)), part);
+    GMLP_LAUNCH((k_bias_grad_rows<TU, kVec>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh / kVec)), part,
+                                                              arrived, p.n, g.bias);
   else
-    GMLP_LAUNCH((k_bias_grad_rows<TU, 1>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh)), part);
-  GMLP_LAUNCH(k_bias_grad_finish, blocks_for(p.heads * p.n), kThreads)(part, T, p.heads, p.n, pieces, g.bias);
+    GMLP_LAUNCH((k_bias_grad_rows<TU, 1>), grid, kThreads)(dF, B, d.g, ops::FastDiv(uint32_t(d.gh)), part, arrived,
+                                                           p.n, g.bias);
   check_launch("sgu bias gradient");
   const int direct = p.kind == Sgu::multiplicative ? 2 : p.kind == Sgu::additive ? 1 : 0;
   // The gate's columns of dU summed into the in-projection's bias as they are written.
