@@ -1948,7 +1948,8 @@ void bf16_steps_stay_near_the_float32_run(Device d, const std::vector<std::strin
 // and dS (and, split, dG) in bf16 ([M, d], [M, s], [M, g], [M, s]) where fp32 holds dS
 // in float, and each layer's proj_in and proj_out weights in bf16: of the memory a
 // model holds after a forward and backward, M f 2 L + M g 2 (L - 2) - 2 M (d + g) +
-// 4 M g - 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch channels),
+// 4 M g - 2 L (f d + d s) bytes fewer than in fp32 (s = g, the branch channels), less the
+// copies of each layer's spatial W that its products read (ops.h's spatial_w16_head),
 // everything else the same.
 TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   REQUIRE_GPU();
@@ -1973,7 +1974,8 @@ TEST(CudaBf16, ATrainingArenaHoldsUAndFInHalfTheBytes) {
   // bf16 keeps each layer's h and G in bf16 besides (block.h): 2 L M (d + g) bytes.
   EXPECT_EQ(fp32 - bf16,
             int64_t(M) * f * 2 * L + int64_t(M) * g * 2 * (L - 2) - int64_t(2) * M * (d + g) + int64_t(4) * M * g -
-                int64_t(2) * L * (f + g) * d - int64_t(2) * L * M * (d + g))
+                int64_t(2) * L * (f + g) * d - int64_t(2) * L * M * (d + g) -
+                int64_t(2) * L * c.sgu_heads * ops::spatial_w16_head(c.seq_len))
       << "fp32 " << fp32 << " bytes, bf16 " << bf16;
 }
 

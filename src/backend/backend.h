@@ -101,6 +101,15 @@ class Backend {
   virtual void to_bf16_many(const ops::Bf16Copy* copies, int count) {
     for (int i = 0; i < count; ++i) to_bf16(copies[i].x, copies[i].n, copies[i].y);
   }
+  // Every layer's spatial W rounded into the bf16 copies its products read (ops.h's
+  // spatial_w16_head(T) values a head): layer l's W[l] dense, rows ldw apart, heads
+  // head_stride apart; its copies at out + l * layer_stride. One launch where the device
+  // can. Errors on a backend that does not store bf16.
+  virtual void spatial_w_bf16_many(const float* const* /*W*/, int /*layers*/, int /*ldw*/, int64_t /*head_stride*/,
+                                   int /*heads*/, int /*T*/, bool /*causal*/, uint16_t* /*out*/,
+                                   int64_t /*layer_stride*/) {
+    no_bf16("spatial_w_bf16_many");
+  }
   // M rows of N floats rounded into y, their column sums added to sums as they are read:
   // dY rounded for the out-projection's products, its bias gradient in the same pass.
   // Where row_scale is given, row r is taken times row_scale[r % B] (stochastic depth's

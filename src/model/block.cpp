@@ -22,8 +22,9 @@ namespace {
 
 // The SGU's op parameters for a call of length T. Toeplitz weights are expanded first
 // into Wd, dense [heads, T, T]; full weights are read in place as W[:T, :T].
-ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, int T, const int32_t* lengths,
+ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockCall& call,
                           const BlockSaved& saved, const BlockScratch& s) {
+  const int T = call.T;
   float* Wd = s.Wd;
   ops::SguParams sp;
   if (saved.u16) {  // G the layer's own or in S's buffer, dG over dS where block.h says (ops.h)
@@ -38,7 +39,7 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
   sp.n = c.seq_len;
   sp.heads = c.sgu_heads;
   sp.causal = c.causal();
-  sp.lengths = lengths;
+  sp.lengths = call.lengths;
   sp.eps = c.sgu_norm_eps;
   sp.z = {true, c.gelu, p.proj_in_b};  // the block hands the SGU U; Z = GELU(U + b) is never stored
   if (c.spatial == Spatial::toeplitz) {
@@ -52,6 +53,7 @@ ops::SguParams sgu_params(Backend& be, const ModelConfig& c, const BlockParams& 
     sp.W = p.spatial_w;
     sp.ldw = c.seq_len;
     sp.w_head_stride = int64_t(c.seq_len) * c.seq_len;
+    if (saved.u16) sp.w16 = call.spatial_w16;
   }
   return sp;
 }
@@ -86,7 +88,7 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
       extra = s.att;
     }
     // The SGU takes Z = GELU(U + the projection's bias) as it reads U's rows.
-    const auto sp = sgu_params(be, c, p, T, call.lengths, saved, s);
+    const auto sp = sgu_params(be, c, p, call, saved, s);
     be.sgu_forward(sp, saved.u, T, B, f, s.S, saved.g_mean, saved.g_rstd, saved.F, call.gate ? call.gate : s.S,
                    extra);  // under bf16 F goes to saved.F16 (the store) alone
     branch = s.S;
@@ -138,7 +140,7 @@ void block_backward(Backend& be, const ModelConfig& c, const BlockParams& p, con
   float* dU = saved.u;  // over U (in bf16 over saved.u16: the SGU's ops write it there)
   if (c.has_sgu()) {
     const bool toeplitz = c.spatial == Spatial::toeplitz;
-    auto sp = sgu_params(be, c, p, T, call.lengths, saved, s);
+    auto sp = sgu_params(be, c, p, call, saved, s);
     sp.z.dbias = gp.proj_in_b;  // dU's column sums, taken as the SGU writes dU's rows
     // proj_out's backward around the SGU's pass over the rows: dS = dY V first (as
     // linear_backward would), then the pass that forms dF and dU1 rebuilds S from U and F

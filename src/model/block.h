@@ -89,6 +89,8 @@ struct BlockCall {
                                      // null for scratch.S
   // proj_in_w [f, d] and proj_out_w [d, s] in bf16, where BlockSaved holds U in bf16.
   const uint16_t *proj_in_w16 = nullptr, *proj_out_w16 = nullptr;
+  // With them, the spatial W's copies for this T (ops.h's SguParams::w16), or null.
+  const uint16_t* spatial_w16 = nullptr;
 };
 
 // out[M, d] = x + block(x), with x = saved.x; out may be saved.x (in place) when no

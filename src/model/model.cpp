@@ -33,6 +33,8 @@ struct Model::Arena {
   uint16_t* proj_w16(int l) const {
     return w16.empty() ? nullptr : w16.data() + size_t(l) * (f * d + d * nb);
   }
+  // Layer l's bf16 copies of its dense spatial W (ops.h's SguParams::w16), or null.
+  uint16_t* spatial_w16(int l) const { return sw16.empty() ? nullptr : sw16.data() + l * sw16_layer; }
   using F32 = DeviceBuffer<float>;
   using I32 = DeviceBuffer<int32_t>;
   std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
@@ -52,6 +54,8 @@ struct Model::Arena {
                                              //   forward wrote them, for its backward (block.h)
   DeviceBuffer<uint16_t> w16;                // L x ([d_ffn, d], [d, s]): proj_in_w and proj_out_w in bf16,
                                              //   rounded at each training forward
+  DeviceBuffer<uint16_t> sw16;               // and, dense spatial weights, L x heads x spatial_w16_head(T)
+  int64_t sw16_layer = 0;                    //   (ops.h), their copies for the products at that T
   F32 qkv, P, O;                             // aMLP: L x [M, 3da], [B, T, T], [M, da]
   F32 f_mean, f_rstd;                        // [M] final norm
   F32 pooled;                                // [B, d] classify/vision
@@ -226,6 +230,10 @@ void Model::ensure_arena(int B, int T, bool grad) {
     a->kept_h16 = DeviceBuffer<uint16_t>(be, L * M * d);
     a->kept_G16 = DeviceBuffer<uint16_t>(be, L * M * g);
     a->w16 = DeviceBuffer<uint16_t>(be, L * (f * d + d * s));
+    if (cfg_.has_sgu() && cfg_.spatial != Spatial::toeplitz) {
+      a->sw16_layer = cfg_.sgu_heads * ops::spatial_w16_head(T);
+      a->sw16 = DeviceBuffer<uint16_t>(be, L * size_t(a->sw16_layer));
+    }
   }
   if (grad && !bf16) a->u = f32(L * M * f);
   else if (cfg_.has_sgu() && !(bf16 && L >= 2)) a->u = f32(M * f);
@@ -382,6 +390,12 @@ void Model::forward_queued(const Batch& in) {
       copies.push_back({p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d});
     }
     be_->to_bf16_many(copies.data(), int(copies.size()));
+    if (uint16_t* sw = a.spatial_w16(0)) {  // and the spatial products' copies of W, at this T
+      std::vector<const float*> ws;
+      for (int l = 0; l < cfg_.n_layers; ++l) ws.push_back(W.blocks[size_t(l)].spatial_w);
+      be_->spatial_w_bf16_many(ws.data(), cfg_.n_layers, cfg_.seq_len, int64_t(cfg_.seq_len) * cfg_.seq_len,
+                               cfg_.sgu_heads, T, cfg_.causal(), sw, a.sw16_layer);
+    }
   }
   const BlockScratch scratch = a.scratch();
   for (int l = 0; l < cfg_.n_layers; ++l)
@@ -418,6 +432,7 @@ BlockCall Model::block_call(int l) const {
   if (uint16_t* w16 = arena_->proj_w16(l)) {
     call.proj_in_w16 = w16;
     call.proj_out_w16 = w16 + arena_->f * arena_->d;
+    call.spatial_w16 = arena_->spatial_w16(l);
   }
   return call;
 }

@@ -217,6 +217,15 @@ inline void sgu_combine_row(Sgu kind, const float* z, const float* f, float* s, 
 }
 // The same over M rows: Z rows ldz apart, F and S [M, g] (the cached decoder's step).
 void sgu_combine(Sgu kind, const float* Z, int ldz, const float* F, int M, int g, float* S);
+// The spatial products' bf16 copies of a layer's W (each head's W[:T, :T]) where U and F
+// are held in bf16: made once a step for every layer (Backend::spatial_w_bf16_many),
+// where each product rounded a copy of its own, two launches a layer. Head k's copies
+// start k * spatial_w16_head(T) values in: the forward product's form, then, a slot
+// later, dG's where the two differ (src/ops/cuda/spatial.cu: W^T for the forward where a
+// row of T bf16 values is not 16 bytes). Rows padded to 8 values, slots to 128.
+inline int64_t spatial_w16_slot(int T) { return (int64_t(T) * ((T + 7) / 8 * 8) + 127) / 128 * 128; }
+inline int64_t spatial_w16_head(int T) { return 2 * spatial_w16_slot(T); }
+
 struct SguParams {
   Sgu kind = Sgu::split;
   const float* norm_w = nullptr;
@@ -232,6 +241,8 @@ struct SguParams {
   float eps = 1e-5f;
   ZInput z;                          // Z itself, or U with Z = GELU(U + bias)
   Bf16Store store;                   // U and F kept as bf16 (a GPU's path), or not
+  const uint16_t* w16 = nullptr;     // with store: this layer's copies of W for T (above), or null:
+                                     //   each product makes its own
 };
 struct SguGrads {
   float* norm_w;

@@ -237,6 +237,11 @@ class CudaBackend final : public Backend {
     const Entry entry("to_bf16");
     cuda::to_bf16(x, n, y);
   }
+  void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
+                           bool causal, uint16_t* out, int64_t layer_stride) override {
+    const Entry entry("spatial_w_bf16_many");
+    cuda::spatial_w_bf16_many(W, layers, ldw, head_stride, heads, T, causal, out, layer_stride);
+  }
   void to_bf16_many(const ops::Bf16Copy* copies, int count) override {
     const Entry entry("to_bf16");
     cuda::to_bf16_many(copies, count);

@@ -119,6 +119,15 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
                          int count = 1, int stride = 0);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
                           const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count = 1, int stride = 0);
+// W given: the layer's copies made beforehand (spatial_w_bf16_many), not one per call.
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
+                         int count, int stride, const uint16_t* w16);
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
+                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride,
+                          const uint16_t* w16);
+// Backend::spatial_w_bf16_many.
+void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
+                         bool causal, uint16_t* out, int64_t layer_stride);
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W);
 void toeplitz_fold(const float* dW, int T, int n, bool causal, float* dw);
 

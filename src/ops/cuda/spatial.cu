@@ -30,13 +30,40 @@ __global__ void clear_upper(float* dW, int ldw, int r0, int r1, int c1) {
 
 // Wc[i, j] = W[i, j] (held as Wc holds it), or 0 above the diagonal when lower, or
 // W[j, i] when transposed (Wc T x T, rows ldc apart; the padding between them zero).
+__device__ inline float w_copied(const float* W, int ldw, int T, bool lower, bool transposed, int i, int j) {
+  return j >= T || (lower && j > i) ? 0.f : transposed ? W[int64_t(j) * ldw + i] : W[int64_t(i) * ldw + j];
+}
 template <typename E>
 __global__ void k_copy_w(const float* W, int ldw, int T, bool lower, bool transposed, E* Wc, int ldc) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(T) * ldc) return;
   const int i = int(idx / ldc), j = int(idx % ldc);
-  const float v = j >= T || (lower && j > i) ? 0.f : transposed ? W[int64_t(j) * ldw + i] : W[int64_t(i) * ldw + j];
-  hold(Wc + idx, v);
+  hold(Wc + idx, w_copied(W, ldw, T, lower, transposed, i, j));
+}
+
+// Whether the forward product reads W^T (below, mix_forward_as).
+template <typename E>
+bool forward_transposed(bool causal, int T) {
+  return !causal && !std::is_same_v<E, float> && padded_row<E>(T) != T;
+}
+
+// Every layer's copies (spatial_w_bf16_many), kWCopies layers a launch: blockIdx.y a
+// (layer, head) matrix, its forward form into its first slot and, where that is W^T,
+// the plain form (dG's) into the second.
+constexpr int kWCopies = 64;
+struct WCopies {
+  const float* W[kWCopies];
+};
+__global__ void k_copy_w_many(WCopies src, int heads, int ldw, int64_t head_stride, int T, bool causal,
+                              bool transposed, uint16_t* out, int64_t layer_stride, int ldc, int64_t slot) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(T) * ldc) return;
+  const int l = int(blockIdx.y) / heads, k = int(blockIdx.y) % heads;
+  const float* W = src.W[l] + k * head_stride;
+  uint16_t* c = out + l * layer_stride + k * 2 * slot;
+  const int i = int(idx / ldc), j = int(idx % ldc);
+  hold(c + idx, w_copied(W, ldw, T, causal, transposed, i, j));
+  if (transposed) hold(c + slot + idx, w_copied(W, ldw, T, causal, false, i, j));
 }
 
 // dW[i, j] += the count partial products' [i, j], in order. Causal: j <= i only; dW's
@@ -74,15 +101,22 @@ struct Scratch {
   int ldw = 0;
   float* part = nullptr;
 };
+// made: the copy made beforehand (spatial_w_bf16_many), or null.
 template <typename E>
-Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts, bool transposed = false) {
+Scratch<E> scratch_for(const float* W, int ldw, bool causal, int T, int parts, bool transposed = false,
+                       const E* made = nullptr) {
   const int64_t TT = int64_t(T) * T;
-  const bool copy = causal || !std::is_same_v<E, float>;
+  const bool copy = (causal || !std::is_same_v<E, float>) && !made;
   const int ldc = padded_row<E>(T);
   const size_t part_bytes = (sizeof(float) * size_t(TT) * parts + 255) / 256 * 256;
   char* s = static_cast<char*>(scratch(part_bytes + (copy ? sizeof(E) * size_t(T) * ldc : 0)));
   Scratch<E> out;
   out.part = parts ? reinterpret_cast<float*>(s) : nullptr;
+  if (made) {
+    out.W = made;
+    out.ldw = ldc;
+    return out;
+  }
   if (!copy) {
     out.W = reinterpret_cast<const E*>(W);  // E is float here
     out.ldw = ldw;
@@ -118,16 +152,17 @@ __global__ void k_toeplitz_fold(const float* dW, int T, int n, bool causal, floa
 }  // namespace
 
 namespace {
+// w16: the head's copies made beforehand (ops.h's spatial_w16_head), or null.
 template <typename E>
 void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, int ld, E* F, int count,
-                    int stride) {
+                    int stride, const E* w16 = nullptr) {
   // F = W G reads W's rows along the products' K, T values each: at gMLP-S/16's T = 196
   // (392 bytes in bf16, padding or not) cuBLAS took an Ampere kernel (`nn_align2`, 65
   // µs on an H100), where dG's W^T dF over the same shapes, reading W's padded rows
   // along its M, took `nt_align8` (52 µs; docs/bench-gpu.md). So where a row of T
   // values is not a multiple of 16 bytes, F = (W^T)^T G, from a transposed copy.
-  const bool transposed = !causal && !std::is_same_v<E, float> && padded_row<E>(T) != T;
-  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0, transposed);
+  const bool transposed = forward_transposed<E>(causal, T);
+  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, 0, transposed, w16);
   if (!causal) {
     gemm_batched(transposed, false, T, cols, T, 1.f, s.W, s.ldw, 0, G, ld, stride, 0.f, F, ld, stride, count);
     return;
@@ -141,11 +176,13 @@ void mix_forward_as(const float* W, int ldw, bool causal, int T, int cols, const
 
 template <typename E>
 void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, const E* G, const E* dF, int ld,
-                     E* dG, float* dW, int count, int stride) {
+                     E* dG, float* dW, int count, int stride, const E* w16 = nullptr) {
   const int64_t TT = int64_t(T) * T;
   // A batch's dW are partial products summed in order, a chunk of the members at a time.
   const int chunk = count > 1 ? std::min(count, parts_at_once(T)) : 0;
-  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, chunk);
+  // dG's copy: the forward's, or the slot after it where the forward's is W^T.
+  const E* made = w16 && forward_transposed<E>(causal, T) ? w16 + ops::spatial_w16_slot(T) : w16;
+  const Scratch<E> s = scratch_for<E>(W, ldw, causal, T, chunk, false, made);
   // dG = W^T dF for every member; causal: dG[j] = sum over i >= j of W[i, j] dF[i], the
   // block's columns of the lower triangle from row j0 on.
   if (!causal) gemm_batched(true, false, T, cols, T, 1.f, s.W, s.ldw, 0, dF, ld, stride, 0.f, dG, ld, stride, count);
@@ -195,6 +232,30 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
                           const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride) {
   mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
+}
+void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
+                         int count, int stride, const uint16_t* w16) {
+  mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride, w16);
+}
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
+                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride,
+                          const uint16_t* w16) {
+  mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride, w16);
+}
+
+void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
+                         bool causal, uint16_t* out, int64_t layer_stride) {
+  const int ldc = padded_row<uint16_t>(T);
+  const bool transposed = forward_transposed<uint16_t>(causal, T);
+  for (int l0 = 0; l0 < layers; l0 += kWCopies) {
+    WCopies src{};
+    const int n = std::min(kWCopies, layers - l0);
+    for (int l = 0; l < n; ++l) src.W[l] = W[l0 + l];
+    GMLP_LAUNCH(k_copy_w_many, dim3(blocks_for(int64_t(T) * ldc), unsigned(n * heads)), kThreads)(
+        src, heads, ldw, head_stride, T, causal, transposed, out + l0 * layer_stride, layer_stride, ldc,
+        ops::spatial_w16_slot(T));
+    check_launch("the layers' copies of W");
+  }
 }
 
 void toeplitz_materialize(const float* w, int n, bool causal, int T, float* W) {
