@@ -1283,6 +1283,81 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
   }
 }
 
+// A training step rounds every layer's spatial W into the bf16 copies its products read
+// once (Backend::spatial_w_bf16_many, SguParams::w16) where each product made its own:
+// the SGU's forward and backward from them are the per-product copies' to the bit. T 20
+// of n 24 (a row of 20 bf16 values is not 16 bytes: the forward reads W^T, dG W, two
+// copies a head), 24 (one copy serves both), causal (the lower triangle), two heads.
+TEST(CudaOps, TheLayersCopiesOfWAreTheCopiesEachProductMakes) {
+  REQUIRE_GPU();
+  for (const auto& [T, causal, heads] : {std::tuple{20, false, 1}, std::tuple{20, false, 2}, std::tuple{24, false, 1},
+                                         std::tuple{20, true, 2}}) {
+    const int B = 3, f = 16, n = 24, g = f / 2, M = T * B;
+    const std::string at = "T " + std::to_string(T) + (causal ? " causal" : "") + ", heads " + std::to_string(heads);
+    OnDevice d;
+    const Vec nw = randn(g, 3), nb = randn(g, 4), W = randn(size_t(heads) * n * n, 5, 0.3f),
+              sb = randn(size_t(heads) * n, 6);
+    std::vector<uint16_t> uh(size_t(M) * f), dSh(size_t(M) * g);
+    const Vec U = randn(uh.size(), 1), dS = randn(dSh.size(), 8);
+    for (size_t i = 0; i < uh.size(); ++i) uh[i] = ops::bf16_bits(U[i]);
+    for (size_t i = 0; i < dSh.size(); ++i) dSh[i] = ops::bf16_bits(dS[i]);
+    ops::SguParams p;
+    p.kind = Sgu::split;
+    p.ldw = n;
+    p.w_head_stride = int64_t(n) * n;
+    p.n = n;
+    p.heads = heads;
+    p.causal = causal;
+    p.norm_w = d.up(nw);
+    p.norm_b = d.up(nb);
+    p.W = d.up(W);
+    p.bias = d.up(sb);
+    p.z = {true, Gelu::erf, d.up(randn(f, 2, 0.3f)), nullptr};
+    DeviceBuffer<uint16_t> copies(d.be, size_t(heads) * ops::spatial_w16_head(T));
+    const float* layers[1] = {p.W};
+    d.be.spatial_w_bf16_many(layers, 1, n, p.w_head_stride, heads, T, causal, copies.data(), 0);
+    // What a forward and a backward leave: F, S and G held, dF, dG, dU over U, the gradients.
+    auto run = [&](const uint16_t* w16) {
+      DeviceBuffer<uint16_t> u16(d.be, uh.size()), F16(d.be, dSh.size()), S16(d.be, dSh.size()),
+          G16(d.be, dSh.size()), dF16(d.be, dSh.size()), dS16(d.be, dSh.size()), dG16(d.be, dSh.size());
+      d.be.upload(u16.data(), uh.data(), uh.size() * sizeof(uint16_t));
+      d.be.upload(dS16.data(), dSh.data(), dSh.size() * sizeof(uint16_t));
+      ops::SguParams q = p;
+      q.store = {u16.data(), F16.data(), S16.data(), G16.data(), dF16.data(), dS16.data(), dG16.data()};
+      q.w16 = w16;
+      float *gm = d.up(Vec(M)), *gr = d.up(Vec(M)), *scratch = d.up(Vec(dSh.size()));
+      d.be.sgu_forward(q, nullptr, T, B, f, nullptr, gm, gr, scratch, scratch, nullptr);
+      std::vector<std::vector<uint16_t>> out;
+      auto keep = [&](const DeviceBuffer<uint16_t>& b) {
+        out.emplace_back(b.size());
+        d.be.download(out.back().data(), b.data(), b.size() * sizeof(uint16_t));
+      };
+      keep(F16);
+      keep(S16);
+      keep(G16);
+      q.z.dbias = d.up(Vec(f));
+      const ops::SguGrads gg{d.up(Vec(g)), d.up(Vec(g)), d.up(Vec(W.size())), d.up(Vec(sb.size()))};
+      float *dSf = d.up(dS), *S2 = d.up(Vec(dSh.size())), *dFf = d.up(Vec(dSh.size()));
+      d.be.sgu_backward_gate(q, dSf, nullptr, T, B, f, nullptr, S2, dFf, nullptr);
+      d.be.sgu_backward_mix(q, gg, dSf, nullptr, T, B, f, gm, gr, nullptr, nullptr, scratch, dFf, scratch);
+      keep(dF16);
+      keep(dG16);
+      keep(u16);
+      std::vector<float> grads = d.down(gg.W, W.size());
+      for (const float* gp : {gg.bias, gg.norm_w}) {
+        const Vec v = d.down(gp, gp == gg.bias ? sb.size() : size_t(g));
+        grads.insert(grads.end(), v.begin(), v.end());
+      }
+      return std::pair{out, grads};
+    };
+    const auto each = run(nullptr), made = run(copies.data());
+    const char* names[] = {"F", "S", "G", "dF", "dG", "dU"};
+    for (size_t i = 0; i < each.first.size(); ++i) EXPECT_EQ(made.first[i], each.first[i]) << at << ": " << names[i];
+    EXPECT_EQ(0, std::memcmp(made.second.data(), each.second.data(), sizeof(float) * each.second.size()))
+        << at << ": dW, the bias's and the norm's gradients";
+  }
+}
+
 // Under --precision bf16 the GPU holds the SGU's U and F in bf16 (ops.h's Bf16Store),
 // and its spatial products take G, dF and W in bf16. The ops over the held values must
 // be the CPU's ops over the same values rounded, the CPU's products rounding their
