@@ -664,6 +664,44 @@ TEST(CudaOps, AnUploadBesideLandsForTheWorkThatAwaitsIt) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], float(i)) << "value " << i;
 }
 
+// An upload in line (Backend::upload_queued: a forward's token ids, targets, lengths and
+// masks) lands after the work queued before it and before the work after it, and the
+// host may write its source again after finish_queued_uploads. On the emulator, writing
+// the source before the host waited ends the process (a GPU copies when its queue gets
+// there), as does a source that is not page-locked (from pageable memory the copy makes
+// the host wait for the device first, the wait it exists to avoid).
+TEST(CudaOps, AnUploadInLineLandsBetweenTheWorkBeforeAndAfterIt) {
+  REQUIRE_GPU();
+  Backend& be = backend_for(Device::cuda);
+  constexpr size_t n = 1000;
+  HostBuffer<float> host(be, n);
+  for (size_t i = 0; i < n; ++i) host.data()[i] = float(i);
+  DeviceBuffer<float> dev(be, n);
+  be.scale(dev.data(), n, 3.f);  // queued before: must not scale the upload
+  be.upload_queued(dev.data(), host.data(), sizeof(float) * n);
+  be.scale(dev.data(), n, 2.f);  // queued after: scales it
+  be.finish_queued_uploads();
+  std::fill(host.data(), host.data() + n, -1.f);
+  std::vector<float> back(n);
+  be.download(back.data(), dev.data(), sizeof(float) * n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 2.f * float(i)) << "value " << i;
+  if (!std::getenv("GMLP_CUDA_EMULATOR")) return;
+  const std::string style = GTEST_FLAG_GET(death_test_style);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto upload = [&](bool pinned, bool write_early) {
+    std::vector<float> pageable(n, 1.f);
+    be.upload_queued(dev.data(), pinned ? host.data() : pageable.data(), sizeof(float) * n);
+    if (write_early) host.data()[7] = 2.f;
+    be.finish_queued_uploads();
+    host.data()[8] = 3.f;  // the host's again
+  };
+  upload(true, false);
+  EXPECT_DEATH(upload(true, true),
+               "the host wrote the 4000 bytes at [0-9]+ while an asynchronous upload from them was in flight");
+  EXPECT_DEATH(upload(false, false), "an asynchronous upload from memory that cudaMallocHost did not give");
+  GTEST_FLAG_SET(death_test_style, style);
+}
+
 // The emulator's rules for an upload beside that no GPU tool checks: writing its source
 // before anything waited for it ends the process, naming the bytes; so does an upload
 // into memory that a fill queued before it on the device's own stream (a new buffer's

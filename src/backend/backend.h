@@ -56,6 +56,15 @@ class Backend {
   virtual void await_uploads() {}
   // Returns when every upload beside queued so far has read its source.
   virtual void finish_uploads() {}
+  // Queues an upload from alloc_host memory in line with the work: dst is written after
+  // the work queued before it and before the work queued after it, and the host does not
+  // wait (upload() does: a GPU's copy from pageable memory first waits for the queue to
+  // drain, with the device idle from then until the next launch). The host may write
+  // host_src again only after finish_queued_uploads() (or synchronize(), or a download).
+  // The CPU copies at once. A forward's token ids, targets, lengths and masks go so.
+  virtual void upload_queued(void* dst, const void* host_src, size_t bytes) { upload(dst, host_src, bytes); }
+  // Returns when every upload queued in line so far has read its source.
+  virtual void finish_queued_uploads() {}
   // GMLP_CUDA_PROFILE's window (docs/gpu.md "Profiling"): under the variable a device
   // times its ops from the start; on discards what it timed so far and times from here,
   // off stops timing. `gmlp bench` times its timed steps alone. Nothing on the CPU.

@@ -37,7 +37,11 @@ struct Model::Arena {
   uint16_t* spatial_w16(int l) const { return sw16.empty() ? nullptr : sw16.data() + l * sw16_layer; }
   using F32 = DeviceBuffer<float>;
   using I32 = DeviceBuffer<int32_t>;
-  std::vector<int32_t> tokens_h, targets_h;  // [M] host staging, sequence-major
+  // Host staging of a forward's inputs, uploaded in line with the work (upload_queued:
+  // page-locked on a GPU, so the host need not wait for the device first): [M] token ids
+  // and targets, sequence-major, [M] the sparse head's rows, [B] lengths, [L, B] keep.
+  HostBuffer<int32_t> tokens_h, targets_h, rows_h, lengths_h;
+  HostBuffer<float> keep_h;
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
   F32 images, patches;                       // vision: [B, C*H*W] (a device's, made on use), [M, C*ph*pw]
@@ -199,8 +203,11 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->g = g;
   a->nb = s;
   a->da = da;
-  a->tokens_h.resize(M);
-  a->targets_h.resize(M);
+  a->tokens_h = HostBuffer<int32_t>(be, M);
+  a->targets_h = HostBuffer<int32_t>(be, M);
+  a->rows_h = HostBuffer<int32_t>(be, M);
+  a->lengths_h = HostBuffer<int32_t>(be, size_t(B));
+  a->keep_h = HostBuffer<float>(be, size_t(cfg_.n_layers) * B);
   a->tokens = DeviceBuffer<int32_t>(be, M);
   a->targets = DeviceBuffer<int32_t>(be, M);
   a->rows = DeviceBuffer<int32_t>(be, M);
@@ -354,6 +361,8 @@ void Model::forward_queued(const Batch& in) {
           "forward: padding lengths are for bidirectional token models (mlm, classify)");
   ensure_arena(B, T, grad_enabled_);
   Arena& a = *arena_;
+  // The staging is written below: the last forward's uploads from it must have read it.
+  be_->finish_queued_uploads();
   backward_ready_ = false;
   B_ = B;
   T_ = T;
@@ -365,10 +374,14 @@ void Model::forward_queued(const Batch& in) {
         return "forward: row " + std::to_string(b) + " has length " + std::to_string(in.lengths[b]) + ", outside [1, " +
                std::to_string(T) + "]";
       });
-    be_->upload(a.lengths.data(), in.lengths, sizeof(int32_t) * size_t(B));
+    std::copy(in.lengths, in.lengths + B, a.lengths_h.data());
+    be_->upload_queued(a.lengths.data(), a.lengths_h.data(), sizeof(int32_t) * size_t(B));
   }
   last_keep_ = in.keep != nullptr;
-  if (in.keep) be_->upload(a.keep.data(), in.keep, sizeof(float) * size_t(cfg_.n_layers) * B);
+  if (in.keep) {
+    std::copy(in.keep, in.keep + size_t(cfg_.n_layers) * B, a.keep_h.data());
+    be_->upload_queued(a.keep.data(), a.keep_h.data(), sizeof(float) * size_t(cfg_.n_layers) * B);
+  }
   require(!in.dropout || has_dropout(cfg_), "forward: dropout needs model.dropout or model.head_dropout > 0");
   require(!in.dropout || grad_enabled_, "forward: dropout is for training forwards");
   require(in.row_offset >= 0, "forward: row_offset " + std::to_string(in.row_offset) + " is negative");
@@ -377,8 +390,7 @@ void Model::forward_queued(const Batch& in) {
   last_row_offset_ = in.row_offset;
 
   const ParamViews& W = backend_views();
-  // Every upload before the first op: a device's copy from host memory waits for the
-  // work queued before it.
+  // Every input checked before the first op (an error leaves nothing half-queued).
   targets_forward(in);
   embed_forward(in, a.stream(0, grad_enabled_, B, T));
   if (a.bf16 && grad_enabled_) {  // the projections' weights as their bf16 products take them
@@ -456,9 +468,9 @@ void Model::embed_forward(const Batch& in, float* x) {
         require(id >= 0 && id < V, [&] {
           return "forward: token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(V);
         });
-        a.tokens_h[size_t(t) * B + b] = id;
+        a.tokens_h.data()[size_t(t) * B + b] = id;
       }
-    be_->upload(a.tokens.data(), a.tokens_h.data(), sizeof(int32_t) * size_t(M));
+    be_->upload_queued(a.tokens.data(), a.tokens_h.data(), sizeof(int32_t) * size_t(M));
     if (cfg_.pos_embedding == PosEmbedding::sinusoidal && pe_.size() < size_t(T) * d) {
       pe_.resize(size_t(std::max(T, cfg_.seq_len)) * d);
       ops::sinusoidal_positions(std::max(T, cfg_.seq_len), d, pe_.data());
@@ -493,9 +505,8 @@ void Model::embed_backward(const float* dx) {
 }
 
 // The targets of a batch, checked and uploaded before any of its work is queued: an
-// error leaves nothing half-done, and a device's upload (which waits for the queue
-// before it copies) meets an empty queue, not the middle of a step. The sparse masked-LM
-// head's rows with a target are chosen here too.
+// error leaves nothing half-done. The sparse masked-LM head's rows with a target are
+// chosen here too.
 void Model::targets_forward(const Batch& in) {
   Arena& a = *arena_;
   const int B = in.B, T = in.T, out = cfg_.out_dim();
@@ -517,23 +528,25 @@ void Model::targets_forward(const Batch& in) {
         sel_targets_.push_back(y);
       }
     const size_t K = head_rows_.size();
-    be_->upload(a.rows.data(), head_rows_.data(), sizeof(int32_t) * K);
-    be_->upload(a.targets.data(), sel_targets_.data(), sizeof(int32_t) * K);
+    std::copy(head_rows_.begin(), head_rows_.end(), a.rows_h.data());
+    std::copy(sel_targets_.begin(), sel_targets_.end(), a.targets_h.data());
+    be_->upload_queued(a.rows.data(), a.rows_h.data(), sizeof(int32_t) * K);
+    be_->upload_queued(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * K);
     return;
   }
   const int rows = cfg_.per_token_output() ? B * T : B;
   if (cfg_.per_token_output()) {
     for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) a.targets_h[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
+      for (int b = 0; b < B; ++b) a.targets_h.data()[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
   } else {
-    std::copy(in.targets, in.targets + B, a.targets_h.begin());
+    std::copy(in.targets, in.targets + B, a.targets_h.data());
   }
   for (int r = 0; r < rows; ++r)
-    require(a.targets_h[size_t(r)] < out, [&] {
-      return "forward: target " + std::to_string(a.targets_h[size_t(r)]) + " outside the " + std::to_string(out) +
+    require(a.targets_h.data()[size_t(r)] < out, [&] {
+      return "forward: target " + std::to_string(a.targets_h.data()[size_t(r)]) + " outside the " + std::to_string(out) +
              (cfg_.per_token_output() ? " tokens" : " classes");
     });
-  be_->upload(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
+  be_->upload_queued(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
 }
 
 // The final LayerNorm of xL [M, d] into h, then the task's head and, with targets, the

@@ -756,17 +756,28 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   // Only the uploads the backend makes: host to device.
   if (kind != cudaMemcpyHostToDevice || !gmlp::emu::on_device(dst, bytes) || gmlp::emu::on_device(src, bytes))
     return record(cudaErrorInvalidValue);
-  if (is_legacy(stream)) return cudaMemcpy(dst, src, bytes, kind);  // in issue order, as every launch
-  gmlp::emu::g_skipped.work();
+  if (!is_legacy(stream)) gmlp::emu::g_skipped.work();
   std::lock_guard<std::mutex> lock(g_beside_mutex);
-  // gmlp's uploads beside are from page-locked memory (Backend::upload_beside): from
-  // pageable memory a GPU may copy in line with the host, and the overlap is lost.
+  // gmlp's asynchronous uploads are from page-locked memory (Backend::upload_beside,
+  // upload_queued): from pageable memory a GPU copies in line with the host, which
+  // waits, and the overlap is lost.
   const char* s = static_cast<const char*>(src);
   auto pin = g_pinned.upper_bound(s);
   if (pin == g_pinned.begin() || (--pin, s + bytes > pin->first + pin->second))
     gmlp::emu::die(
-        "an asynchronous upload from memory that cudaMallocHost did not give: gmlp uploads beside the "
-        "device's work from page-locked memory only (Backend::alloc_host)");
+        "an asynchronous upload from memory that cudaMallocHost did not give: gmlp uploads asynchronously "
+        "from page-locked memory only (Backend::alloc_host)");
+  if (is_legacy(stream)) {
+    // In line with the launches, which run as they come here: copied now, and its
+    // source checked until the host waits for the legacy stream past it (a GPU copies
+    // when its queue gets there, maybe after the host wrote the source again).
+    std::memmove(dst, src, bytes);
+    Beside c{dst, src, bytes, hash_bytes(src, bytes), nullptr, 0};
+    c.copied = true;
+    c.legacy_at = ++g_legacy_ops;
+    g_beside.push_back(c);
+    return cudaSuccess;
+  }
   const char* d = static_cast<const char*>(dst);
   for (const Fill& f : g_fills)
     if (f.op > stream->after_legacy && d < f.p + f.bytes && f.p < d + bytes)

@@ -213,6 +213,23 @@ class CudaBackend final : public Backend {
     check(int(cudaEventSynchronize(uploaded_)), "waiting for the uploads");
     unfinished_ = false;
   }
+  // In line: on the legacy stream, behind one event as the uploads beside are (and their
+  // flag the process's, by the same argument).
+  void upload_queued(void* dst, const void* src, size_t bytes) override {
+    const Entry entry("upload_queued");
+    if (!bytes) return;
+    if (!queued_) check(int(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming)), "cudaEventCreate (queued)");
+    check(int(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy)), "upload in line");
+    check(int(cudaEventRecord(queued_, cudaStreamLegacy)), "cudaEventRecord (queued)");
+    queued_unfinished_ = true;
+  }
+  void finish_queued_uploads() override {
+    if (!queued_unfinished_) return;
+    const Hold hold(g_one_thread);
+    use_device();
+    check(int(cudaEventSynchronize(queued_)), "waiting for the uploads in line");
+    queued_unfinished_ = false;
+  }
   void profile_ops(bool on) override {
     const Hold hold(g_one_thread);
     cuda::profile_ops(on);
@@ -460,6 +477,8 @@ class CudaBackend final : public Backend {
   cudaStream_t copies_ = nullptr;            // the uploads beside, made on the first
   cudaEvent_t uploaded_ = nullptr;
   bool unawaited_ = false, unfinished_ = false;
+  cudaEvent_t queued_ = nullptr;  // behind the latest upload in line
+  bool queued_unfinished_ = false;
 };
 
 }  // namespace
