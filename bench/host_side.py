@@ -13,7 +13,9 @@ shows it (docs/gpu.md, "The host's side of a step").
 The workloads are bench/gpu_bench.py's, in bf16 (its --print-gmlp-command gives the
 command lines). Per build and workload: the host's milliseconds per training step (the
 median of `gmlp bench`'s timed steps) and the launches and matrix products a step
-issues (the emulator's counts of two runs, repeats R and 2R, differenced).
+issues, and how often a step the device would wait for the host (from each wait for the
+device's work: a read-back, an upload from pageable memory, a synchronisation, to the
+next work queued): the emulator's counts of two runs, repeats R and 2R, differenced.
 
 `vision-files` is `gmlp train` of gMLP-S/16 (one channel, batch 64, bf16) on 512
 random 224x224 images in an IDX folder written for it: a run from files draws, shifts
@@ -71,16 +73,18 @@ def host_only(build: pathlib.Path, cmd: list) -> subprocess.CompletedProcess:
     return r
 
 
-def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int]:
-    """gmlp bench under the emulator's host-only switch: (median step s, launches, products)."""
+def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int, int]:
+    """gmlp bench under the emulator's host-only switch: (median step s, launches, products, the device's waits for
+    the host)."""
     cmd = cmd[1:]
     cmd[cmd.index("--repeats") + 1] = str(repeats)
     r = host_only(build, cmd)
     counts = re.search(r"host only\): (\d+) launches(?: and|,) (\d+) matrix products", r.stderr)
     if not counts:
         sys.exit(f"host_side: {build}'s emulator has no host-only switch:\n{r.stderr}")
+    waits = re.search(r"the device waited for the host (\d+) times", r.stderr)
     result = json.loads(r.stdout.strip().splitlines()[-1])
-    return result["median_s"], int(counts[1]), int(counts[2])
+    return result["median_s"], int(counts[1]), int(counts[2]), int(waits[1]) if waits else -1
 
 
 VISION_STEPS, VISION_BATCH = 100, 64
@@ -162,21 +166,24 @@ def main() -> None:
         return
     cmds = commands(",".join(bench_workloads))
     print("\n`gmlp bench`:\n")
-    print("| workload | build | host ms a step, pass by pass | launches a step | matrix products a step |")
-    print("|---|---|---|---:|---:|")
+    print("| workload | build | host ms a step, pass by pass | launches a step | matrix products a step "
+          "| the device's waits for the host a step |")
+    print("|---|---|---|---:|---:|---:|")
     for w, cmd in cmds.items():
         rows = {name: [] for name, _ in builds}
         counts = {}
         for _ in range(args.passes):
             for name, path in builds:  # the builds side by side within each pass
-                s, launches, products = run(path, cmd, 2 * REPEATS[w])
+                s, launches, products, waits = run(path, cmd, 2 * REPEATS[w])
                 rows[name].append(s)
                 if name not in counts:
-                    _, l1, p1 = run(path, cmd, REPEATS[w])
-                    counts[name] = ((launches - l1) / REPEATS[w], (products - p1) / REPEATS[w])
+                    _, l1, p1, w1 = run(path, cmd, REPEATS[w])
+                    counts[name] = ((launches - l1) / REPEATS[w], (products - p1) / REPEATS[w],
+                                    (waits - w1) / REPEATS[w] if waits >= 0 and w1 >= 0 else float("nan"))
         for name, _ in builds:
             times = ", ".join(f"{1e3 * s:.3f}" for s in rows[name])
-            print(f"| {w} | {name} | {times} | {counts[name][0]:.0f} | {counts[name][1]:.0f} |")
+            print(f"| {w} | {name} | {times} | {counts[name][0]:.0f} | {counts[name][1]:.0f} | "
+                  f"{counts[name][2]:.0f} |")
 
 
 if __name__ == "__main__":

@@ -756,7 +756,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   // Only the uploads the backend makes: host to device.
   if (kind != cudaMemcpyHostToDevice || !gmlp::emu::on_device(dst, bytes) || gmlp::emu::on_device(src, bytes))
     return record(cudaErrorInvalidValue);
-  if (!is_legacy(stream)) gmlp::emu::g_skipped.work();
+  gmlp::emu::g_skipped.work();
   std::lock_guard<std::mutex> lock(g_beside_mutex);
   // gmlp's asynchronous uploads are from page-locked memory (Backend::upload_beside,
   // upload_queued): from pageable memory a GPU copies in line with the host, which
@@ -770,7 +770,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (is_legacy(stream)) {
     // In line with the launches, which run as they come here: copied now, and its
     // source checked until the host waits for the legacy stream past it (a GPU copies
-    // when its queue gets there, maybe after the host wrote the source again).
+    // when its queue gets there, maybe after the host wrote the source again). Host
+    // only: the copy engine's work, skipped (its source's hash would be the host's time).
+    if (gmlp::emu::host_only()) return cudaSuccess;
     std::memmove(dst, src, bytes);
     Beside c{dst, src, bytes, hash_bytes(src, bytes), nullptr, 0};
     c.copied = true;
