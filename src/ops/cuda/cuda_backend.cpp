@@ -200,19 +200,13 @@ class CudaBackend final : public Backend {
     unawaited_ = unfinished_ = true;
   }
   void await_uploads() override {
-    if (!unawaited_) return;
     const Hold hold(g_one_thread);
+    if (!unawaited_) return;
     use_device();
     check(int(cudaStreamWaitEvent(cudaStreamLegacy, uploaded_, 0)), "cudaStreamWaitEvent (uploads)");
     unawaited_ = false;
   }
-  void finish_uploads() override {
-    if (!unfinished_) return;
-    const Hold hold(g_one_thread);
-    use_device();
-    check(int(cudaEventSynchronize(uploaded_)), "waiting for the uploads");
-    unfinished_ = false;
-  }
+  void finish_uploads() override { host_waits(uploaded_, unfinished_, "waiting for the uploads"); }
   // In line: on the legacy stream, behind one event as the uploads beside are (and their
   // flag the process's, by the same argument).
   void upload_queued(void* dst, const void* src, size_t bytes) override {
@@ -224,11 +218,7 @@ class CudaBackend final : public Backend {
     queued_unfinished_ = true;
   }
   void finish_queued_uploads() override {
-    if (!queued_unfinished_) return;
-    const Hold hold(g_one_thread);
-    use_device();
-    check(int(cudaEventSynchronize(queued_)), "waiting for the uploads in line");
-    queued_unfinished_ = false;
+    host_waits(queued_, queued_unfinished_, "waiting for the uploads in line");
   }
   void profile_ops(bool on) override {
     const Hold hold(g_one_thread);
@@ -472,6 +462,14 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The host waits for `event` where `pending` says uploads behind it have not been waited for.
+  void host_waits(cudaEvent_t event, bool& pending, const char* what) {
+    const Hold hold(g_one_thread);
+    if (!pending) return;
+    use_device();
+    check(int(cudaEventSynchronize(event)), what);
+    pending = false;
+  }
   std::unordered_map<void*, size_t> sizes_;  // what each allocation holds, for the count
   bool bf16_ = false;                        // the precision set last
   cudaStream_t copies_ = nullptr;            // the uploads beside, made on the first
