@@ -108,23 +108,20 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool t
 
 // spatial.cu
 // count products, each cols wide, G's, F's, dF's and dG's columns stride after the
-// last's (rows ld apart), all with the one W; a batch's dW are summed into dW.
+// last's (rows ld apart), all with the one W; a batch's dW are summed into dW. w16: the
+// copies of W made beforehand (spatial_w_bf16_many) for bf16 operands, or null; the
+// float forms take none (an error if given).
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F,
-                         int count = 1, int stride = 0);
+                         int count = 1, int stride = 0, const uint16_t* w16 = nullptr);
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
-                          int ld, float* dG, float* dW, int count = 1, int stride = 0);
+                          int ld, float* dG, float* dW, int count = 1, int stride = 0, const uint16_t* w16 = nullptr);
 // The same over G, F, dF and dG in bf16 (training under bf16), with W rounded into a
-// copy: F is the products' float sums rounded once.
+// copy (w16, or one each call makes): F is the products' float sums rounded once.
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
-                         int count = 1, int stride = 0);
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
-                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count = 1, int stride = 0);
-// W given: the layer's copies made beforehand (spatial_w_bf16_many), not one per call.
-void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
-                         int count, int stride, const uint16_t* w16);
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
-                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride,
-                          const uint16_t* w16);
+                         int count = 1, int stride = 0, const uint16_t* w16 = nullptr);
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, const uint16_t* dF,
+                          int ld, uint16_t* dG, float* dW, int count = 1, int stride = 0,
+                          const uint16_t* w16 = nullptr);
 // Backend::spatial_w_bf16_many.
 void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
                          bool causal, uint16_t* out, int64_t layer_stride);

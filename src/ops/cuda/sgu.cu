@@ -361,25 +361,6 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
   for (int k = 0; k < p.heads; ++k)
     fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, k * d.gh, d.gh, B, copies(k));
 }
-// The spatial products over G held as U is: in bf16 from the layer's copies of W where
-// made (w16), else each making its own.
-inline void mix_forward(const ops::SguParams& p, const float* W, int T, int cols, const float* G, int ld, float* F,
-                        int count, int stride, const uint16_t*) {
-  spatial_mix_forward(W, p.ldw, p.causal, T, cols, G, ld, F, count, stride);
-}
-inline void mix_forward(const ops::SguParams& p, const float* W, int T, int cols, const uint16_t* G, int ld,
-                        uint16_t* F, int count, int stride, const uint16_t* w16) {
-  spatial_mix_forward(W, p.ldw, p.causal, T, cols, G, ld, F, count, stride, w16);
-}
-inline void mix_backward(const ops::SguParams& p, const float* W, int T, int cols, const float* G, const float* dF,
-                         int ld, float* dG, float* dW, int count, int stride, const uint16_t*) {
-  spatial_mix_backward(W, p.ldw, p.causal, T, cols, G, dF, ld, dG, dW, count, stride);
-}
-inline void mix_backward(const ops::SguParams& p, const float* W, int T, int cols, const uint16_t* G,
-                         const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride,
-                         const uint16_t* w16) {
-  spatial_mix_backward(W, p.ldw, p.causal, T, cols, G, dF, ld, dG, dW, count, stride, w16);
-}
 
 // The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
 // G, dS, dF, dG and dU are held as U is. The spatial products write F as it is held
@@ -396,7 +377,7 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
                          grstd);
   zero_padding(p.lengths, T, B, d.g, G);
   for_each_head(p, nullptr, T, B, d, [&](const float* W, float*, int off, int cols, int count, const uint16_t* w16) {
-    mix_forward(p, W, T, cols, G + off, ld, F + off, count, d.g, w16);
+    spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g, w16);
   });
   if (p.store.F_unbiased && extra) throw Error("sgu_forward: F held without its bias takes no attention");
   FIn<TF> fin = f_in(p, B, d, static_cast<const TF*>(F));
@@ -449,7 +430,7 @@ void backward_mix_as(const ops::SguParams& p, const ops::SguGrads& g, const TU* 
     zero_padding(p.lengths, T, B, d.g, G);
   }
   for_each_head(p, g.W, T, B, d, [&](const float* W, float* dW, int off, int cols, int count, const uint16_t* w16) {
-    mix_backward(p, W, T, cols, G + off, dF + off, ld, dG + off, dW, count, d.g, w16);
+    spatial_mix_backward(W, p.ldw, p.causal, T, cols, G + off, dF + off, ld, dG + off, dW, count, d.g, w16);
   });
   zero_padding(p.lengths, T, B, d.g, dG);
   const int pieces = bias_grad_pieces(T, p.heads, B);

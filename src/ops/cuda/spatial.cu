@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "gmlp/error.h"
 #include "ops/cuda/common.cuh"
 
 namespace gmlp::cuda {
@@ -217,25 +218,19 @@ void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, cons
 }  // namespace
 
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const float* G, int ld, float* F,
-                         int count, int stride) {
+                         int count, int stride, const uint16_t* w16) {
+  if (w16) throw Error("spatial_mix_forward: W's bf16 copies are for bf16 operands");
   mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride);
-}
-void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
-                         int count, int stride) {
-  mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride);
-}
-
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
-                          int ld, float* dG, float* dW, int count, int stride) {
-  mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
-}
-void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
-                          const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride) {
-  mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
 }
 void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, int ld, uint16_t* F,
                          int count, int stride, const uint16_t* w16) {
   mix_forward_as(W, ldw, causal, T, cols, G, ld, F, count, stride, w16);
+}
+
+void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const float* G, const float* dF,
+                          int ld, float* dG, float* dW, int count, int stride, const uint16_t* w16) {
+  if (w16) throw Error("spatial_mix_backward: W's bf16 copies are for bf16 operands");
+  mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride);
 }
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G,
                           const uint16_t* dF, int ld, uint16_t* dG, float* dW, int count, int stride,
