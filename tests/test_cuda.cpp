@@ -1059,6 +1059,29 @@ TEST(CudaOps, LinearForwardAndBackwardWithTheBiasSummedOverChunksOfRows) {
   }
 }
 
+// Images cut into patch rows (t * B + b, the rows time-major): floats, a copy, the CPU's
+// to the bit; and, as a bf16 training arena holds them for the patch embedding's
+// products (model.cpp), each value rounded to nearest even.
+TEST(CudaOps, PatchesCutIntoFloatsAndIntoBf16AreTheCpusPatches) {
+  REQUIRE_GPU();
+  const int B = 3, C = 2, H = 8, W = 12, ph = 4, pw = 3, M = B * (H / ph) * (W / pw), P = C * ph * pw;
+  const Vec images = randn(size_t(B) * C * H * W, 87);
+  Vec cpu(size_t(M) * P);
+  cpu_backend().extract_patches(images.data(), B, C, H, W, ph, pw, cpu.data());
+  OnDevice dv;
+  const float* dI = dv.up(images);
+  float* dP = dv.up(Vec(cpu.size(), -1.f));
+  dv.be.extract_patches(dI, B, C, H, W, ph, pw, dP);
+  const Vec gpu = dv.down(dP, cpu.size());
+  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), sizeof(float) * cpu.size()), 0) << "float patches";
+  DeviceBuffer<uint16_t> p16(dv.be, cpu.size());
+  dv.be.extract_patches_bf16(dI, B, C, H, W, ph, pw, p16.data());
+  std::vector<uint16_t> got(cpu.size());
+  dv.be.download(got.data(), p16.data(), got.size() * sizeof(uint16_t));
+  for (size_t i = 0; i < cpu.size(); ++i)
+    ASSERT_EQ(got[i], ops::bf16_bits(cpu[i])) << "bf16 patch value " << i << " (row " << i / P << ")";
+}
+
 // Column sums finished in their own launch (common.cuh's column_sums_finished): each
 // column tile's last block to arrive adds every block's partials. On a GPU the blocks
 // run at once, and a finishing block that read a partial before its writer's fence

@@ -182,6 +182,13 @@ class Backend {
                                        const float* H, int T, int B, const float* qkv, const float* P,
                                        const float* O, float* dH, float* dO, float* dP, float* dqkv) = 0;
   virtual void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) = 0;
+  // The same patches rounded into bf16, the operand of the patch embedding's bf16
+  // products (a training arena that holds bf16, model.cpp). Errors on a backend that does
+  // not store bf16.
+  virtual void extract_patches_bf16(const float* /*images*/, int /*B*/, int /*C*/, int /*Hi*/, int /*Wi*/, int /*ph*/,
+                                    int /*pw*/, uint16_t* /*out*/) {
+    no_bf16("extract_patches_bf16");
+  }
   virtual void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
                                  float* x) = 0;
   // dE [V, d] += each row of dx at its token's row, every row of dE summed in the order

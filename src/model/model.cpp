@@ -45,6 +45,8 @@ struct Model::Arena {
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
   F32 images, patches;                       // vision: [B, C*H*W] (a device's, made on use), [M, C*ph*pw]
+  DeviceBuffer<uint16_t> patches16, patch_w16;  // or, where bf16 is held, the patches and patch_w ([d, C*ph*pw])
+                                                //   in bf16, as the patch embedding's products read them
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
@@ -215,7 +217,12 @@ void Model::ensure_arena(int B, int T, bool grad) {
   a->keep = f32(size_t(cfg_.n_layers) * B);
   // A device's image buffer is made at the first batch that needs uploading (one
   // already on the backend needs none).
-  if (!cfg_.token_input()) a->patches = f32(M * size_t(cfg_.patch_dim()));
+  if (!cfg_.token_input() && bf16) {
+    a->patches16 = DeviceBuffer<uint16_t>(be, M * size_t(cfg_.patch_dim()));
+    a->patch_w16 = DeviceBuffer<uint16_t>(be, d * size_t(cfg_.patch_dim()));
+  } else if (!cfg_.token_input()) {
+    a->patches = f32(M * size_t(cfg_.patch_dim()));
+  }
   a->x = f32((grad ? L + 1 : 2) * M * d);  // one slot per layer input, plus the output
   a->ln_mean = f32(L * M);
   a->ln_rstd = f32(L * M);
@@ -392,16 +399,24 @@ void Model::forward_queued(const Batch& in) {
   const ParamViews& W = backend_views();
   // Every input checked before the first op (an error leaves nothing half-queued).
   targets_forward(in);
-  embed_forward(in, a.stream(0, grad_enabled_, B, T));
-  if (a.bf16 && grad_enabled_) {  // the projections' weights as their bf16 products take them
+  float* x0 = a.stream(0, grad_enabled_, B, T);
+  embed_forward(in, x0);
+  if (a.bf16) {  // the weights as their bf16 products take them: the projections' where training
     std::vector<ops::Bf16Copy> copies;
-    copies.reserve(size_t(2) * cfg_.n_layers);
-    for (int l = 0; l < cfg_.n_layers; ++l) {
+    copies.reserve(size_t(2) * cfg_.n_layers + 1);
+    if (!a.patch_w16.empty()) copies.push_back({W.patch_w, a.patch_w16.size(), a.patch_w16.data()});
+    for (int l = 0; grad_enabled_ && l < cfg_.n_layers; ++l) {
       const BlockParams& p = W.blocks[size_t(l)];
       copies.push_back({p.proj_in_w, a.f * a.d, a.proj_w16(l)});
       copies.push_back({p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d});
     }
     be_->to_bf16_many(copies.data(), int(copies.size()));
+    // The patch embedding, its bf16 patches cut by embed_forward, once its weights' copy is made.
+    if (!a.patch_w16.empty())
+      be_->linear_forward_bf16(a.patches16.data(), B * T, cfg_.patch_dim(), a.patch_w16.data(), W.patch_b, cfg_.d_model,
+                               x0);
+  }
+  if (a.bf16 && grad_enabled_) {
     if (uint16_t* sw = a.spatial_w16(0)) {  // and the spatial products' copies of W, at this T
       std::vector<const float*> ws;
       for (int l = 0; l < cfg_.n_layers; ++l) ws.push_back(W.blocks[size_t(l)].spatial_w);
@@ -488,6 +503,11 @@ void Model::embed_forward(const Batch& in, float* x) {
       be_->upload(a.images.data(), in.images, sizeof(float) * size_t(B) * per_image);
       images = a.images.data();
     }
+    if (!a.patches16.empty()) {  // held in bf16: their product follows the weights' copies (forward_queued)
+      be_->extract_patches_bf16(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,
+                                cfg_.patch_width, a.patches16.data());
+      return;
+    }
     be_->extract_patches(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,
                          cfg_.patch_width, a.patches.data());
     be_->linear_forward(a.patches.data(), M, cfg_.patch_dim(), W.patch_w, W.patch_b, d, x);
@@ -499,9 +519,14 @@ void Model::embed_backward(const float* dx) {
   const int M = B_ * T_, d = cfg_.d_model;
   if (cfg_.token_input())
     be_->embedding_backward(dx, d, a.tokens.data(), M, cfg_.vocab_size, dg_.embed);
-  else
+  else if (!a.patches16.empty()) {  // dx rounded as its columns are summed (the bias), then dW in bf16
+    be_->to_bf16_summing_columns(dx, M, d, a.h16.data(), dg_.patch_b, nullptr, 1);
+    be_->linear_backward_bf16(a.h16.data(), nullptr, a.patches16.data(), M, cfg_.patch_dim(), nullptr, d, nullptr,
+                              false, dg_.patch_w, nullptr);
+  } else {
     be_->linear_backward(dx, a.patches.data(), M, cfg_.patch_dim(), dw_.patch_w, d, nullptr, false, dg_.patch_w,
                          dg_.patch_b);
+  }
 }
 
 // The targets of a batch, checked and uploaded before any of its work is queued: an

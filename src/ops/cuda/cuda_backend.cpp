@@ -363,6 +363,10 @@ class CudaBackend final : public Backend {
     const Entry entry("extract_patches");
     cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }
+  void extract_patches_bf16(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out) override {
+    const Entry entry("extract_patches");
+    cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
+  }
   void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,
                          float* x) override {
     const Entry entry("embedding_forward");

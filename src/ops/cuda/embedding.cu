@@ -124,9 +124,11 @@ __global__ void k_embed_backward(const float* dx, int d, const int32_t* start, c
 // A thread per entry, its rows in turn (columns_by_rows): the entry's pixel found once,
 // each row's t and b by RowWalk's additions and the patch's place by a FastDiv multiply,
 // where a thread per value divided a 64-bit index and then its parts, nine divisions a
-// value copied.
+// value copied. Into floats, or rounded into bf16 (under bf16 the patch embedding's
+// products read them so: half the bytes written, and no rounding pass per product).
+template <typename TO>
 __global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, ops::FastDiv by_gw,
-                          float* out) {
+                          TO* out) {
   const int P = C * ph * pw;
   const int e = column();
   if (e >= P) return;
@@ -134,7 +136,11 @@ __global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int
   const float* pixel = images + (int64_t(c) * Hi + py) * Wi + px;
   for (RowWalk w(B); w.row < int64_t(n) * B; w.next()) {  // patch t = w.quot of image b = w.rem
     const uint32_t t = uint32_t(w.quot), gy = by_gw.div(t), gx = by_gw.mod(t);
-    out[w.row * P + e] = pixel[w.rem * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
+    const float v = pixel[w.rem * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
+    if constexpr (std::is_same_v<TO, uint16_t>)
+      out[w.row * P + e] = ops::to_bf16(v);
+    else
+      out[w.row * P + e] = v;
   }
 }
 
@@ -162,12 +168,22 @@ void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, in
   check_launch("embedding backward");
 }
 
-void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
+namespace {
+template <typename TO>
+void extract_patches_as(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, TO* out) {
   const int n = (Hi / ph) * (Wi / pw);
   if (n <= 0 || B <= 0) return;
   const Launch l = columns_by_rows_batched(C * ph * pw, int64_t(n) * B);
-  GMLP_LAUNCH(k_patches, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(Wi / pw)), out);
+  GMLP_LAUNCH(k_patches<TO>, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(Wi / pw)), out);
   check_launch("patches");
+}
+}  // namespace
+
+void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
+  extract_patches_as(images, B, C, Hi, Wi, ph, pw, out);
+}
+void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out) {
+  extract_patches_as(images, B, C, Hi, Wi, ph, pw, out);
 }
 
 }  // namespace gmlp::cuda
