@@ -190,6 +190,7 @@ struct HostOnlyCounts {
   bool idle = false;  // the device has nothing queued since the last wait
   std::chrono::steady_clock::time_point idle_since;
   std::vector<double> gaps;  // each wait's ms
+  std::map<std::string, uint64_t> by_kernel;  // launches by the kernel's name at its launch site
   void waited() {
     if (!host_only()) return;
     std::lock_guard<std::mutex> lock(m);
@@ -204,8 +205,12 @@ struct HostOnlyCounts {
     idle = false;
     gaps.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count());
   }
-  void skip_launch() {
+  void skip_launch(const char* kernel) {
     ++launches;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      ++by_kernel[kernel];
+    }
     work();
   }
   void skip_product() {
@@ -224,6 +229,13 @@ struct HostOnlyCounts {
                  static_cast<unsigned long long>(launches.load()), static_cast<unsigned long long>(products.load()),
                  static_cast<unsigned long long>(beside.load()), gaps.size(), all,
                  gaps.empty() ? 0.0 : gaps[gaps.size() / 2]);
+    // Most launched first: what a change to a step's launches moved (bench/host_side.py --kernels).
+    std::vector<std::pair<uint64_t, std::string>> most;
+    for (const auto& [name, n] : by_kernel) most.emplace_back(n, name);
+    std::sort(most.begin(), most.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [n, name] : most)
+      std::fprintf(stderr, "CUDA emulator (host only): %llu launches of %s\n", static_cast<unsigned long long>(n),
+                   name.c_str());
   }
 } g_skipped;
 
@@ -402,7 +414,7 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
     return;
   }
   if (host_only()) {
-    g_skipped.skip_launch();
+    g_skipped.skip_launch(site.name);
     return;
   }
   std::lock_guard<std::mutex> lock(g_launch_mutex);
