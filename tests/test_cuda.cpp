@@ -1082,6 +1082,41 @@ TEST(CudaOps, PatchesCutIntoFloatsAndIntoBf16AreTheCpusPatches) {
     ASSERT_EQ(got[i], ops::bf16_bits(cpu[i])) << "bf16 patch value " << i << " (row " << i / P << ")";
 }
 
+// Stochastic depth's residual formed as the next block's LayerNorm reads its rows
+// (block.h's BlockCall::x_before): the residual's pass, then the LayerNorm over what it
+// wrote, to the bit, for rows held by a warp, by a block and (on the emulator, whose rows
+// are held up to 32 channels) looped over. Keep 0 drops a row's branch.
+TEST(CudaOps, AResidualTakenAsTheLayerNormReadsItIsTheResidualThenTheLayerNorm) {
+  REQUIRE_GPU();
+  const int B = 3, T = 5, M = B * T;
+  const Vec keep = {0.f, 2.f, 1.25f};
+  for (const int d : {16, 40, 1100}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    const Vec x = randn(size_t(M) * d, 88), h = randn(size_t(M) * d, 89), w = randn(d, 90), b = randn(d, 91);
+    OnDevice dv;
+    const float *dx = dv.up(x), *dh = dv.up(h), *dk = dv.up(keep), *dw = dv.up(w), *db = dv.up(b);
+    float *out1 = dv.up(Vec(x.size(), -1.f)), *out2 = dv.up(Vec(x.size(), -2.f));
+    float *mean1 = dv.up(Vec(M)), *rstd1 = dv.up(Vec(M)), *mean2 = dv.up(Vec(M)), *rstd2 = dv.up(Vec(M));
+    DeviceBuffer<uint16_t> y1(dv.be, x.size()), y2(dv.be, x.size());
+    dv.be.residual_keep(dx, dk, dh, M, B, d, out1);
+    dv.be.layernorm_forward_bf16(out1, d, M, d, dw, db, 1e-5f, nullptr, y1.data(), d, mean1, rstd1);
+    dv.be.residual_keep_layernorm_bf16(dx, dk, dh, M, B, d, out2, dw, db, 1e-5f, y2.data(), mean2, rstd2);
+    const Vec o1 = dv.down(out1, x.size()), o2 = dv.down(out2, x.size());
+    EXPECT_EQ(std::memcmp(o1.data(), o2.data(), sizeof(float) * o1.size()), 0) << "the residual";
+    Vec cpu(x.size());
+    cpu_backend().residual_keep(x.data(), keep.data(), h.data(), M, B, d, cpu.data());
+    EXPECT_TRUE(test::all_close(o2.data(), cpu.data(), cpu.size(), kAtol, kRtol, "the residual against the CPU's"));
+    for (const auto& [a, c, what] : {std::tuple{mean1, mean2, "mean"}, std::tuple{rstd1, rstd2, "rstd"}}) {
+      const Vec va = dv.down(a, M), vc = dv.down(c, M);
+      EXPECT_EQ(std::memcmp(va.data(), vc.data(), sizeof(float) * M), 0) << what;
+    }
+    std::vector<uint16_t> a16(x.size()), b16(x.size());
+    dv.be.download(a16.data(), y1.data(), a16.size() * sizeof(uint16_t));
+    dv.be.download(b16.data(), y2.data(), b16.size() * sizeof(uint16_t));
+    EXPECT_EQ(a16, b16) << "the LayerNorm's bf16 output";
+  }
+}
+
 // Column sums finished in their own launch (common.cuh's column_sums_finished): each
 // column tile's last block to arrive adds every block's partials. On a GPU the blocks
 // run at once, and a finishing block that read a partial before its writer's fence

@@ -146,6 +146,15 @@ class Backend {
                                       uint16_t*, int, float*, float*) {
     no_bf16("layernorm_forward_bf16");
   }
+  // residual_keep's out = x + keep[r % B] h, then layernorm_forward_bf16 of out [M, d]
+  // into y16 (rows d apart): stochastic depth's residual taken as the next block's
+  // LayerNorm reads it (block.h's BlockCall::x_before), one pass over the rows fewer.
+  virtual void residual_keep_layernorm_bf16(const float* /*x*/, const float* /*keep*/, const float* /*h*/, int /*M*/,
+                                            int /*B*/, int /*d*/, float* /*out*/, const float* /*w*/,
+                                            const float* /*b*/, float /*eps*/, uint16_t* /*y16*/, float* /*mean*/,
+                                            float* /*rstd*/) {
+    no_bf16("residual_keep_layernorm_bf16");
+  }
   virtual void layernorm_apply_bf16(const float*, int, int, int, const float*, const float*, const float*,
                                     const float*, float*, uint16_t*, int) {
     no_bf16("layernorm_apply_bf16");

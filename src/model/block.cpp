@@ -73,8 +73,12 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
   const bool bf16 = saved.u16 != nullptr;
   if (bf16) {  // h in bf16 (and as floats for the attention alone), U = h W^T rounded
     uint16_t* h16 = saved.h16 ? saved.h16 : s.h16;
-    be.layernorm_forward_bf16(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, c.d_attn > 0 ? s.h : nullptr, h16, d,
-                              saved.ln_mean, saved.ln_rstd);
+    if (call.x_before)  // x formed from the residual the block before left in s.h (block.h)
+      be.residual_keep_layernorm_bf16(call.x_before, call.keep_before, s.h, M, B, d, call.x_into, p.norm_w, p.norm_b,
+                                      c.norm_eps, h16, saved.ln_mean, saved.ln_rstd);
+    else
+      be.layernorm_forward_bf16(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, c.d_attn > 0 ? s.h : nullptr, h16, d,
+                                saved.ln_mean, saved.ln_rstd);
     be.gemm_bf16(false, true, M, f, d, h16, d, call.proj_in_w16, d, saved.u16, f);
   } else {
     be.layernorm_forward(x, d, M, d, p.norm_w, p.norm_b, c.norm_eps, s.h, d, saved.ln_mean, saved.ln_rstd);
@@ -112,7 +116,7 @@ void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, cons
       be.linear_forward(branch, M, nb, p.proj_out_w, p.proj_out_b, d, s.h);
     if (call.drop.active())
       be.residual_dropout(x, s.h, call.keep, call.drop, M, B, d, out);
-    else
+    else if (!call.leave_residual)
       be.residual_keep(x, call.keep, s.h, M, B, d, out);
   }
 }

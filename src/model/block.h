@@ -91,6 +91,13 @@ struct BlockCall {
   const uint16_t *proj_in_w16 = nullptr, *proj_out_w16 = nullptr;
   // With them, the spatial W's copies for this T (ops.h's SguParams::w16), or null.
   const uint16_t* spatial_w16 = nullptr;
+  // Stochastic depth under bf16, training without dropout or aMLP (model.cpp): a block
+  // leaves its residual to the next (leave_residual: its branch left in scratch.h, out not
+  // written), whose LayerNorm forms it as it reads x: saved.x = x_before + keep_before[b]
+  // scratch.h, written to x_into (saved.x's memory). A pass over the rows fewer a block.
+  bool leave_residual = false;
+  const float *x_before = nullptr, *keep_before = nullptr;
+  float* x_into = nullptr;
 };
 
 // out[M, d] = x + block(x), with x = saved.x; out may be saved.x (in place) when no

@@ -425,9 +425,21 @@ void Model::forward_queued(const Batch& in) {
     }
   }
   const BlockScratch scratch = a.scratch();
-  for (int l = 0; l < cfg_.n_layers; ++l)
-    block_forward(*be_, cfg_, W.blocks[size_t(l)], block_call(l), a.layer(l, grad_enabled_, B, T), scratch,
+  // Stochastic depth's residual left by each block to the next one's LayerNorm (block.h),
+  // where that reads the block's branch from scratch.h as floats: bf16 training without
+  // dropout (its mask) or aMLP (whose LayerNorm writes floats to scratch.h).
+  const bool leave = a.bf16 && grad_enabled_ && last_keep_ && !last_dropout_ && cfg_.d_attn == 0;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    BlockCall call = block_call(l);
+    call.leave_residual = leave && l + 1 < cfg_.n_layers;
+    if (leave && l > 0) {
+      call.x_before = a.stream(l - 1, true, B, T);
+      call.keep_before = a.keep.data() + size_t(l - 1) * B;
+      call.x_into = a.stream(l, true, B, T);
+    }
+    block_forward(*be_, cfg_, W.blocks[size_t(l)], call, a.layer(l, grad_enabled_, B, T), scratch,
                   a.stream(l + 1, grad_enabled_, B, T));
+  }
   backward_ready_ = grad_enabled_ && in.targets != nullptr;
   head_forward(in, a.stream(cfg_.n_layers, grad_enabled_, B, T));
 }

@@ -24,6 +24,9 @@ struct dim3 {
 struct float2 {  // CUDA's vector type, as far as the kernels use it (two sums at once)
   float x, y;
 };
+struct float3 {  // and three values a slot (a LayerNorm row's x, h and keep)
+  float x, y, z;
+};
 
 enum cudaError_t {
   cudaSuccess = 0,

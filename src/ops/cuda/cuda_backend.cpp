@@ -278,6 +278,12 @@ class CudaBackend final : public Backend {
     const Entry entry("layernorm_forward");
     cuda::layernorm_forward_bf16(x, ldx, M, C, w, b, eps, y, y16, ldy, mean, rstd);
   }
+  void residual_keep_layernorm_bf16(const float* x, const float* keep, const float* h, int M, int B, int d, float* out,
+                                    const float* w, const float* b, float eps, uint16_t* y16, float* mean,
+                                    float* rstd) override {
+    const Entry entry("residual_keep_layernorm");
+    cuda::residual_keep_layernorm_bf16(x, keep, h, M, B, d, out, w, b, eps, y16, mean, rstd);
+  }
   void layernorm_apply_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                             const float* rstd, float* y, uint16_t* y16, int ldy) override {
     const Entry entry("layernorm_apply");

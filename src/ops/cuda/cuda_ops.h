@@ -98,6 +98,9 @@ void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* 
                             uint16_t* y16, int ldy, float* mean, float* rstd);
 void layernorm_apply_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, const float* mean,
                           const float* rstd, float* y, uint16_t* y16, int ldy);
+// out = x + keep[r % B] h (residual_keep) and its LayerNorm into y16, in one pass.
+void residual_keep_layernorm_bf16(const float* x, const float* keep, const float* h, int M, int B, int d, float* out,
+                                  const float* w, const float* b, float eps, uint16_t* y16, float* mean, float* rstd);
 void layernorm_backward(const float* dy, int lddy, const float* x, int ldx, const float* mean, const float* rstd,
                         const float* w, int M, int C, float* dx, int lddx, bool accumulate_dx, float* dw, float* db);
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gmlp/error.h"
+#include "ops/fast_div.h"
 
 namespace gmlp::cuda {
 
@@ -70,6 +71,40 @@ void layernorm_forward(const float* x, int ldx, int M, int C, const float* w, co
 void layernorm_forward_bf16(const float* x, int ldx, int M, int C, const float* w, const float* b, float eps,
                             float* y, uint16_t* y16, int ldy, float* mean, float* rstd) {
   layernorm_forward_with(XPlain{x, ldx}, M, C, w, b, eps, YBf16{y16, y, ldy}, mean, rstd);
+}
+
+namespace {
+// x = x_before + keep[b] h: the stochastic-depth residual of the block before (rows
+// time-major, row r of batch row r % B), formed as the LayerNorm reads each row and
+// written to `to` (the block's input, which its backward reads), where a pass of its own
+// wrote x and the LayerNorm read it back. The same expression as k_residual_keep's, so
+// the same bits.
+struct XKeepResidual {
+  const float *x, *h, *keep;
+  float* to;
+  int ld;
+  ops::FastDiv B;
+  using Raw = float3;  // x, h, and the row's keep
+  template <int N, typename Slots>
+  __device__ void load_row(int64_t r, Slots s, int C, Raw (&raw)[N]) const {
+    const float k = keep[B.mod(uint32_t(r))];
+    const float *xr = x + r * ld, *hr = h + r * ld;
+    GMLP_UNROLL
+    for (int j = 0; j < N; ++j) raw[j] = float3{xr[s.loaded(j, C)], hr[s.loaded(j, C)], k};
+  }
+  __device__ float value(Raw v, int) const { return v.x + v.z * v.y; }
+  __device__ float operator()(int64_t r, int c) const {
+    return x[r * ld + c] + keep[B.mod(uint32_t(r))] * h[r * ld + c];
+  }
+  __device__ void settle(int64_t r, int c, float v) const { to[r * ld + c] = v; }
+};
+}  // namespace
+
+void residual_keep_layernorm_bf16(const float* x, const float* keep, const float* h, int M, int B, int d, float* out,
+                                  const float* w, const float* b, float eps, uint16_t* y16, float* mean,
+                                  float* rstd) {
+  layernorm_forward_with(XKeepResidual{x, h, keep, out, d, ops::FastDiv(uint32_t(B))}, M, d, w, b, eps,
+                         YBf16{y16, nullptr, d}, mean, rstd);
 }
 
 void decode_layernorm(const float* x, int ldx, int R, int C, const float* w, const float* b, float eps, float* y,

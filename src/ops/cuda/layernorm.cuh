@@ -32,6 +32,7 @@ __global__ void ln_forward_k(XIn xin, int C, const float* w, const float* b, flo
   float s = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float v = xin(r, c);
+    if constexpr (settles<XIn>) xin.settle(r, c, v);
     if (cached) row[c] = v;
     s += v;
   }

@@ -75,6 +75,11 @@ struct YBf16 {
 inline YPlain rows_out(float* y, int ld) { return {y, ld}; }
 inline YBf16 rows_out(uint16_t* y, int ld) { return {y, nullptr, ld}; }
 
+// Whether x is formed as it is read and written back (XIn::settle(r, c, v): the
+// residual stream of the block before, layernorm.cu's XKeepResidual).
+template <typename XIn>
+constexpr bool settles = requires(const XIn& x) { x.settle(int64_t(0), 0, 0.f); };
+
 // Row r's forward over a thread's N slots of it, sum(v) the row's sum of v over every
 // thread taking the row: mean and variance in two passes over registers, as the CPU op
 // takes them. Gives back the mean and 1 / sigma.
@@ -89,6 +94,11 @@ __device__ inline float2 ln_forward_slots(XIn xin, int64_t r, int C, Slots s, co
   for (int j = 0; j < N; ++j) {
     v[j] = s.in(j, C) ? xin.value(raw[j], s.channel(j)) : 0.f;
     t += v[j];
+  }
+  if constexpr (settles<XIn>) {
+    GMLP_UNROLL
+    for (int j = 0; j < N; ++j)
+      if (s.in(j, C)) xin.settle(r, s.channel(j), v[j]);
   }
   const float mu = sum(t) / float(C);
   float q = 0.f;
