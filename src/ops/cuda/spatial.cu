@@ -22,11 +22,14 @@ namespace gmlp::cuda {
 namespace {
 constexpr int kBlock = 128;
 
-// Zeroes dW[r, c] for r in [r0, r1), c in (r, c1): the strict upper part of a diagonal block.
-__global__ void clear_upper(float* dW, int ldw, int r0, int r1, int c1) {
-  const int r = r0 + blockIdx.y;
-  const int c = r + 1 + blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < r1 && c < c1) dW[int64_t(r) * ldw + c] = 0.f;
+// Zeroes the strict upper part of every diagonal block of kBlock rows of dW [T, T]: row r
+// (blockIdx.y) from column r + 1 to its block's end. One launch after all the blocks'
+// products, where a launch after each took two a layer of the annotated LM's step.
+__global__ void clear_upper(float* dW, int ldw, int T) {
+  for (int r = int(blockIdx.y); r < T; r += int(gridDim.y)) {
+    const int end = min(T, (r / kBlock + 1) * kBlock), c = r + 1 + int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c < end) dW[int64_t(r) * ldw + c] = 0.f;
+  }
 }
 
 // Wc[i, j] = W[i, j] (held as Wc holds it), or 0 above the diagonal when lower, or
@@ -190,14 +193,17 @@ void mix_backward_as(const float* W, int ldw, bool causal, int T, int cols, cons
   for (int j0 = 0; causal && j0 < T; j0 += kBlock)
     gemm_batched(true, false, std::min(T, j0 + kBlock) - j0, cols, T - j0, 1.f, s.W + int64_t(j0) * s.ldw + j0,
                  s.ldw, 0, dF + int64_t(j0) * ld, ld, stride, 0.f, dG + int64_t(j0) * ld, ld, stride, count);
-  // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal block's strict
-  // upper part cleared after (one product) or never added (partials).
+  // dW += dF G^T; causal: rows [j0, j1) up to column j1, the diagonal blocks' strict
+  // upper parts cleared after (one product) or never added (partials).
   if (count == 1) {
     if (!causal) gemm(false, true, T, T, cols, 1.f, dF, ld, G, ld, 1.f, dW, ldw);
     for (int j0 = 0; causal && j0 < T; j0 += kBlock) {
       const int j1 = std::min(T, j0 + kBlock), m = j1 - j0;
       gemm(false, true, m, j1, cols, 1.f, dF + int64_t(j0) * ld, ld, G, ld, 1.f, dW + int64_t(j0) * ldw, ldw);
-      GMLP_LAUNCH(clear_upper, dim3(blocks_for(m), unsigned(m)), kThreads)(dW, ldw, j0, j1, j1);
+    }
+    if (causal) {
+      GMLP_LAUNCH(clear_upper, dim3(blocks_for(std::min(T, kBlock)), unsigned(std::min(T, 65535))), kThreads)(dW, ldw,
+                                                                                                         T);
       check_launch("causal dW clear");
     }
     return;
