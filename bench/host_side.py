@@ -9,6 +9,7 @@ shows it (docs/gpu.md, "The host's side of a step").
   python3 bench/host_side.py                          # ./build, the three workloads, two passes
   python3 bench/host_side.py --builds old=/tmp/a new=build   # two builds side by side, pass by pass
   python3 bench/host_side.py --workloads vision-files  # `gmlp train` on image files instead
+  python3 bench/host_side.py --builds old=/tmp/a new=build --kernels   # and each kernel's launches a step
 
 The workloads are bench/gpu_bench.py's, in bf16 (its --print-gmlp-command gives the
 command lines). Per build and workload: the host's milliseconds per training step (the
@@ -73,9 +74,14 @@ def host_only(build: pathlib.Path, cmd: list) -> subprocess.CompletedProcess:
     return r
 
 
-def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int, int]:
+def by_kernel(stderr: str) -> dict:
+    """The emulator's launches by kernel (its name at the launch site), from its host-only report."""
+    return {m[2]: int(m[1]) for m in re.finditer(r"host only\): (\d+) launches of (.+)", stderr)}
+
+
+def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int, int, dict]:
     """gmlp bench under the emulator's host-only switch: (median step s, launches, products, the device's waits for
-    the host)."""
+    the host, launches by kernel)."""
     cmd = cmd[1:]
     cmd[cmd.index("--repeats") + 1] = str(repeats)
     r = host_only(build, cmd)
@@ -84,7 +90,7 @@ def run(build: pathlib.Path, cmd: list, repeats: int) -> tuple[float, int, int, 
         sys.exit(f"host_side: {build}'s emulator has no host-only switch:\n{r.stderr}")
     waits = re.search(r"the device waited for the host (\d+) times", r.stderr)
     result = json.loads(r.stdout.strip().splitlines()[-1])
-    return result["median_s"], int(counts[1]), int(counts[2]), int(waits[1]) if waits else -1
+    return result["median_s"], int(counts[1]), int(counts[2]), int(waits[1]) if waits else -1, by_kernel(r.stderr)
 
 
 VISION_STEPS, VISION_BATCH = 100, 64
@@ -148,6 +154,10 @@ def main() -> None:
                     help="build directories holding gmlp and libgmlp_cuda_emu.so (default: build)")
     ap.add_argument("--workloads", default="lm,bert,vision")
     ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--kernels", action="store_true",
+                    help="and, per workload, each kernel's launches a step in each build (an emulator of session 46 "
+                         "or later; names as at the launch sites, where the emulator's own LayerNorm choices differ "
+                         "from a GPU's)")
     args = ap.parse_args()
     builds = []
     for b in args.builds:
@@ -169,21 +179,36 @@ def main() -> None:
     print("| workload | build | host ms a step, pass by pass | launches a step | matrix products a step "
           "| the device's waits for the host a step |")
     print("|---|---|---|---:|---:|---:|")
+    kernels = {}  # workload: {build: {kernel: launches a step}}
     for w, cmd in cmds.items():
         rows = {name: [] for name, _ in builds}
         counts = {}
         for _ in range(args.passes):
             for name, path in builds:  # the builds side by side within each pass
-                s, launches, products, waits = run(path, cmd, 2 * REPEATS[w])
+                s, launches, products, waits, k2 = run(path, cmd, 2 * REPEATS[w])
                 rows[name].append(s)
                 if name not in counts:
-                    _, l1, p1, w1 = run(path, cmd, REPEATS[w])
+                    _, l1, p1, w1, k1 = run(path, cmd, REPEATS[w])
                     counts[name] = ((launches - l1) / REPEATS[w], (products - p1) / REPEATS[w],
                                     (waits - w1) / REPEATS[w] if waits >= 0 and w1 >= 0 else float("nan"))
+                    kernels.setdefault(w, {})[name] = {k: (n - k1.get(k, 0)) / REPEATS[w] for k, n in k2.items()}
         for name, _ in builds:
             times = ", ".join(f"{1e3 * s:.3f}" for s in rows[name])
             print(f"| {w} | {name} | {times} | {counts[name][0]:.0f} | {counts[name][1]:.0f} | "
                   f"{counts[name][2]:.0f} |")
+    if args.kernels:
+        names = [name for name, _ in builds]
+        for w, per in kernels.items():
+            every = sorted({k for d in per.values() for k, n in d.items() if n > 0},
+                           key=lambda k: -max(d.get(k, 0) for d in per.values()))
+            if not any(per[n] for n in names):
+                print(f"\n{w}: no launches by kernel (an emulator older than session 46)")
+                continue
+            print(f"\n{w}, launches a step by kernel:\n")
+            print("| kernel | " + " | ".join(names) + " |")
+            print("|---|" + "---:|" * len(names))
+            for k in every:
+                print(f"| `{k}` | " + " | ".join(f"{per[n].get(k, 0):g}" for n in names) + " |")
 
 
 if __name__ == "__main__":
