@@ -489,13 +489,25 @@ void Model::embed_forward(const Batch& in, float* x) {
   const ParamViews& W = dw_;
   if (cfg_.token_input()) {
     const int V = cfg_.vocab_size;
-    for (int t = 0; t < T; ++t)
+    // Staged sequence-major, each batch row read in order, and checked in the same pass
+    // without a branch a token: this runs between a step's read-back and its first
+    // launch, while a GPU waits (16,384 tokens a BERT-size step). The first bad id in
+    // sequence order is looked for only to name it.
+    int32_t* staged = a.tokens_h.data();
+    uint32_t bad = 0;
+    for (int b = 0; b < B; ++b) {
+      const int32_t* row = in.tokens + int64_t(b) * in.stride;
+      for (int t = 0; t < T; ++t) {
+        bad |= uint32_t(uint32_t(row[t]) >= uint32_t(V));
+        staged[size_t(t) * B + b] = row[t];
+      }
+    }
+    for (int t = 0; bad && t < T; ++t)
       for (int b = 0; b < B; ++b) {
         const int32_t id = in.tokens[int64_t(b) * in.stride + t];
         require(id >= 0 && id < V, [&] {
           return "forward: token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(V);
         });
-        a.tokens_h.data()[size_t(t) * B + b] = id;
       }
     be_->upload_queued(a.tokens.data(), a.tokens_h.data(), sizeof(int32_t) * size_t(M));
     if (cfg_.pos_embedding == PosEmbedding::sinusoidal && pe_.size() < size_t(T) * d) {
@@ -572,15 +584,20 @@ void Model::targets_forward(const Batch& in) {
     return;
   }
   const int rows = cfg_.per_token_output() ? B * T : B;
-  if (cfg_.per_token_output()) {
-    for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) a.targets_h.data()[size_t(t) * B + b] = in.targets[int64_t(b) * in.stride + t];
+  int32_t* staged = a.targets_h.data();
+  if (cfg_.per_token_output()) {  // as embed_forward stages the tokens
+    for (int b = 0; b < B; ++b) {
+      const int32_t* row = in.targets + int64_t(b) * in.stride;
+      for (int t = 0; t < T; ++t) staged[size_t(t) * B + b] = row[t];
+    }
   } else {
-    std::copy(in.targets, in.targets + B, a.targets_h.data());
+    std::copy(in.targets, in.targets + B, staged);
   }
-  for (int r = 0; r < rows; ++r)
-    require(a.targets_h.data()[size_t(r)] < out, [&] {
-      return "forward: target " + std::to_string(a.targets_h.data()[size_t(r)]) + " outside the " + std::to_string(out) +
+  uint32_t bad = 0;
+  for (int r = 0; r < rows; ++r) bad |= uint32_t(staged[r] >= out);
+  for (int r = 0; bad && r < rows; ++r)
+    require(staged[r] < out, [&] {
+      return "forward: target " + std::to_string(staged[r]) + " outside the " + std::to_string(out) +
              (cfg_.per_token_output() ? " tokens" : " classes");
     });
   be_->upload_queued(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
