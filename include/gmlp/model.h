@@ -240,7 +240,7 @@ class Model {
   uint64_t last_seed_ = 0;
   int last_row_offset_ = 0;
   bool sparse_head_ = false, last_sparse_ = false;
-  std::vector<int32_t> head_rows_, sel_targets_;   // sparse head: chosen rows and their targets
+  int head_rows_ = 0;  // sparse head: the rows chosen (staged in the arena, with their targets)
   GradReadyHook grad_ready_;
 };
 

@@ -300,7 +300,7 @@ const float* Model::logits() const {
 }
 
 int Model::logit_rows() const {
-  if (last_sparse_) return int(head_rows_.size());
+  if (last_sparse_) return head_rows_;
   return cfg_.per_token_output() ? B_ * T_ : B_;
 }
 
@@ -564,23 +564,31 @@ void Model::targets_forward(const Batch& in) {
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
     // product of a big-vocabulary masked LM) runs on those rows alone.
-    head_rows_.clear();
-    sel_targets_.clear();
-    for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b) {
-        const int32_t y = in.targets[int64_t(b) * in.stride + t];
-        if (y < 0) continue;
-        require(y < out, [&] {
-          return "forward: target " + std::to_string(y) + " outside the " + std::to_string(out) + " tokens";
-        });
-        head_rows_.push_back(t * B + b);
-        sel_targets_.push_back(y);
-      }
-    const size_t K = head_rows_.size();
-    std::copy(head_rows_.begin(), head_rows_.end(), a.rows_h.data());
-    std::copy(sel_targets_.begin(), sel_targets_.end(), a.targets_h.data());
-    be_->upload_queued(a.rows.data(), a.rows_h.data(), sizeof(int32_t) * K);
-    be_->upload_queued(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * K);
+    // Staged sequence-major as embed_forward stages the tokens, then the rows with a
+    // target kept in order, their targets moved down over the staging (row K <= r).
+    int32_t *staged = a.targets_h.data(), *rows = a.rows_h.data();
+    for (int b = 0; b < B; ++b) {
+      const int32_t* row = in.targets + int64_t(b) * in.stride;
+      for (int t = 0; t < T; ++t) staged[size_t(t) * B + b] = row[t];
+    }
+    int K = 0;
+    uint32_t bad = 0;
+    for (int r = 0; r < B * T; ++r) {
+      const int32_t y = staged[r];
+      bad |= uint32_t(y >= out);
+      rows[K] = r;
+      staged[K] = y;
+      K += y >= 0;
+    }
+    for (int r = 0; bad && r < B * T; ++r) {  // the first bad target in sequence order, named
+      const int32_t y = in.targets[int64_t(r % B) * in.stride + r / B];
+      require(y < out, [&] {
+        return "forward: target " + std::to_string(y) + " outside the " + std::to_string(out) + " tokens";
+      });
+    }
+    head_rows_ = K;
+    be_->upload_queued(a.rows.data(), rows, sizeof(int32_t) * size_t(K));
+    be_->upload_queued(a.targets.data(), staged, sizeof(int32_t) * size_t(K));
     return;
   }
   const int rows = cfg_.per_token_output() ? B * T : B;
@@ -616,7 +624,7 @@ void Model::head_forward(const Batch& in, const float* xL) {
                          a.f_rstd.data());
   float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
   if (last_sparse_) {
-    const int K = int(head_rows_.size());
+    const int K = head_rows_;
     if (K == 0) return be_->zero(loss, sizeof(double));
     be_->gather_rows(a.h.data(), a.rows.data(), K, d, a.h_sel.data());
     be_->linear_forward(a.h_sel.data(), K, d, W.head_w, W.head_b, out, a.logits.data());
@@ -645,7 +653,7 @@ void Model::head_backward(const float* xL) {
   be_->layernorm_apply(xL, d, M, d, W.norm_w, W.norm_b, a.f_mean.data(), a.f_rstd.data(), a.h.data(), d);
   if (last_sparse_) {
     // d(loss)/dh is zero at the rows the head did not read.
-    const int K = int(head_rows_.size());
+    const int K = head_rows_;
     float* dsel = a.dx.data();  // [K, d], dead until the final LayerNorm's backward
     if (K > 0)
       be_->linear_backward(a.dlogits.data(), a.h_sel.data(), K, d, W.head_w, out, dsel, false, dg_.head_w,
