@@ -1084,13 +1084,14 @@ TEST(CudaOps, PatchesCutIntoFloatsAndIntoBf16AreTheCpusPatches) {
 
 // Stochastic depth's residual formed as the next block's LayerNorm reads its rows
 // (block.h's BlockCall::x_before): the residual's pass, then the LayerNorm over what it
-// wrote, to the bit, for rows held by a warp, by a block and (on the emulator, whose rows
-// are held up to 32 channels) looped over. Keep 0 drops a row's branch.
+// wrote, to the bit. The widths take every kernel: on a GPU a warp a row up to 768
+// channels (768 filling its lanes), a block a row up to 2,048, looped above; on the
+// emulator a warp up to 16, a block up to 32, looped above. Keep 0 drops a row's branch.
 TEST(CudaOps, AResidualTakenAsTheLayerNormReadsItIsTheResidualThenTheLayerNorm) {
   REQUIRE_GPU();
   const int B = 3, T = 5, M = B * T;
   const Vec keep = {0.f, 2.f, 1.25f};
-  for (const int d : {16, 40, 1100}) {
+  for (const int d : {16, 24, 40, 768, 1100, 2100}) {
     SCOPED_TRACE("d " + std::to_string(d));
     const Vec x = randn(size_t(M) * d, 88), h = randn(size_t(M) * d, 89), w = randn(d, 90), b = randn(d, 91);
     OnDevice dv;
@@ -2254,7 +2255,8 @@ TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
   ModelConfig amlp = config_of(variants()[0]), one = amlp;
   amlp.d_attn = 8;
   one.n_layers = 1;
-  for (const ModelConfig& c : {config_of(variants()[0]), amlp, one}) {
+  // And vision, whose training forwards cut their patches into bf16 (model.cpp).
+  for (const ModelConfig& c : {config_of(variants()[0]), amlp, one, tiny(Task::vision)}) {
     SCOPED_TRACE("d_attn " + std::to_string(c.d_attn) + ", " + std::to_string(c.n_layers) + " layers");
     Backend& be = backend_for(Device::cuda);
     TestBatch tb(c, 3, 25);
@@ -2273,7 +2275,16 @@ TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
       lb = b->forward(tb.batch);
     }
     EXPECT_EQ(la, lb) << "a forward without gradients in a training arena";
-    use_precision(Device::cuda, Precision::fp32);
+    use_precision(Device::cuda, Precision::fp32);  // the kept arena's forwards take floats, as a new one's
+    {
+      NoGrad no_grad(*a);
+      la = a->forward(tb.batch);
+    }
+    {
+      NoGrad no_grad(*b);
+      lb = b->forward(tb.batch);
+    }
+    EXPECT_EQ(la, lb) << "under fp32, a forward without gradients in a bf16 training arena";
     auto p = make(c, be);
     p->zero_grad();
     p->forward(tb.batch);

@@ -192,8 +192,8 @@ class Backend {
                                        const float* O, float* dH, float* dO, float* dP, float* dqkv) = 0;
   virtual void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) = 0;
   // The same patches rounded into bf16, the operand of the patch embedding's bf16
-  // products (a training arena that holds bf16, model.cpp). Errors on a backend that does
-  // not store bf16.
+  // products (a training forward in an arena that holds bf16, model.cpp). Errors on a
+  // backend that does not store bf16.
   virtual void extract_patches_bf16(const float* /*images*/, int /*B*/, int /*C*/, int /*Hi*/, int /*Wi*/, int /*ph*/,
                                     int /*pw*/, uint16_t* /*out*/) {
     no_bf16("extract_patches_bf16");

@@ -101,7 +101,9 @@ struct BlockCall {
 };
 
 // out[M, d] = x + block(x), with x = saved.x; out may be saved.x (in place) when no
-// backward follows. Fills the other BlockSaved tensors.
+// backward follows. Fills the other BlockSaved tensors. Where the call says so, x is
+// first formed from the block before's residual (into call.x_into, saved.x's memory), and
+// out is left unwritten, the residual left in scratch.h to the next block (BlockCall).
 void block_forward(Backend& be, const ModelConfig& c, const BlockParams& p, const BlockCall& call, const BlockSaved& saved,
                    const BlockScratch& s, float* out);
 

@@ -45,15 +45,18 @@ struct Model::Arena {
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
   F32 images, patches;                       // vision: [B, C*H*W] (a device's, made on use), [M, C*ph*pw]
-  DeviceBuffer<uint16_t> patches16, patch_w16;  // or, where bf16 is held, the patches and patch_w ([d, C*ph*pw])
-                                                //   in bf16, as the patch embedding's products read them
+  DeviceBuffer<uint16_t> patches16, patch_w16;  // and where bf16 is held, for its training forwards, the patches
+                                                //   and patch_w ([d, C*ph*pw]) in bf16 as the patch embedding's
+                                                //   products read them (the float patches then made on use, by a
+                                                //   forward without gradients, which keeps floats)
   F32 pe;                                    // sinusoidal positions [T', d]
   F32 x;                                     // (L+1) x [M, d] (2 without grad)
   F32 ln_mean, ln_rstd, g_mean, g_rstd;      // L x [M]
   F32 u;                                     // L x [M, d_ffn] (1 without grad; beside u16 only for L = 1)
   F32 F;                                     // L x [M, g]
   DeviceBuffer<uint16_t> u16, F16;           // or, held in bf16 (block.h): L x [M, d_ffn], L x [M, g]
-  DeviceBuffer<uint16_t> h16, S16, dF16;     // with them, in bf16: [M, d] the LayerNorm output, [M, s] S
+  DeviceBuffer<uint16_t> h16, S16, dF16;     // with them, in bf16: [M, d] the LayerNorm output (and the
+                                             //   patch embedding's rounded dY), [M, s] S
                                              //   (and G), [M, g] dL/dF
   DeviceBuffer<uint16_t> dS16, dG16;         // and [M, s] dL/dS, [M, g] dL/dG, for dS and dG
   DeviceBuffer<uint16_t> kept_h16, kept_G16; // and L x [M, d], L x [M, g]: each layer's h and G as its
@@ -401,11 +404,11 @@ void Model::forward_queued(const Batch& in) {
   targets_forward(in);
   float* x0 = a.stream(0, grad_enabled_, B, T);
   embed_forward(in, x0);
-  if (a.bf16) {  // the weights as their bf16 products take them: the projections' where training
+  if (a.bf16 && grad_enabled_) {  // the weights as their bf16 products take them
     std::vector<ops::Bf16Copy> copies;
     copies.reserve(size_t(2) * cfg_.n_layers + 1);
     if (!a.patch_w16.empty()) copies.push_back({W.patch_w, a.patch_w16.size(), a.patch_w16.data()});
-    for (int l = 0; grad_enabled_ && l < cfg_.n_layers; ++l) {
+    for (int l = 0; l < cfg_.n_layers; ++l) {
       const BlockParams& p = W.blocks[size_t(l)];
       copies.push_back({p.proj_in_w, a.f * a.d, a.proj_w16(l)});
       copies.push_back({p.proj_out_w, a.d * a.nb, a.proj_w16(l) + a.f * a.d});
@@ -415,8 +418,6 @@ void Model::forward_queued(const Batch& in) {
     if (!a.patch_w16.empty())
       be_->linear_forward_bf16(a.patches16.data(), B * T, cfg_.patch_dim(), a.patch_w16.data(), W.patch_b, cfg_.d_model,
                                x0);
-  }
-  if (a.bf16 && grad_enabled_) {
     if (uint16_t* sw = a.spatial_w16(0)) {  // and the spatial products' copies of W, at this T
       std::vector<const float*> ws;
       for (int l = 0; l < cfg_.n_layers; ++l) ws.push_back(W.blocks[size_t(l)].spatial_w);
@@ -527,11 +528,12 @@ void Model::embed_forward(const Batch& in, float* x) {
       be_->upload(a.images.data(), in.images, sizeof(float) * size_t(B) * per_image);
       images = a.images.data();
     }
-    if (!a.patches16.empty()) {  // held in bf16: their product follows the weights' copies (forward_queued)
+    if (!a.patches16.empty() && grad_enabled_) {  // bf16: the product follows the weights' copies (forward_queued)
       be_->extract_patches_bf16(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,
                                 cfg_.patch_width, a.patches16.data());
       return;
     }
+    if (a.patches.empty()) a.patches = DeviceBuffer<float>(*be_, size_t(a.B) * a.T * cfg_.patch_dim());
     be_->extract_patches(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,
                          cfg_.patch_width, a.patches.data());
     be_->linear_forward(a.patches.data(), M, cfg_.patch_dim(), W.patch_w, W.patch_b, d, x);
@@ -543,7 +545,8 @@ void Model::embed_backward(const float* dx) {
   const int M = B_ * T_, d = cfg_.d_model;
   if (cfg_.token_input())
     be_->embedding_backward(dx, d, a.tokens.data(), M, cfg_.vocab_size, dg_.embed);
-  else if (!a.patches16.empty()) {  // dx rounded as its columns are summed (the bias), then dW in bf16
+  else if (!a.patches16.empty()) {  // a training forward's bf16 patches (a backward follows no other forward):
+                                    // dx rounded into h16 as its columns are summed (the bias), then dW in bf16
     be_->to_bf16_summing_columns(dx, M, d, a.h16.data(), dg_.patch_b, nullptr, 1);
     be_->linear_backward_bf16(a.h16.data(), nullptr, a.patches16.data(), M, cfg_.patch_dim(), nullptr, d, nullptr,
                               false, dg_.patch_w, nullptr);

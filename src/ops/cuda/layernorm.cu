@@ -77,8 +77,11 @@ namespace {
 // x = x_before + keep[b] h: the stochastic-depth residual of the block before (rows
 // time-major, row r of batch row r % B), formed as the LayerNorm reads each row and
 // written to `to` (the block's input, which its backward reads), where a pass of its own
-// wrote x and the LayerNorm read it back. The same expression as k_residual_keep's, so
-// the same bits.
+// wrote x and the LayerNorm read it back. One fused multiply-add, as k_residual_keep
+// takes it: written out, whether a compiler fuses x + k h is its own choice, made apart
+// at each place the expression appears (g++ -march=native, the emulator's, did not make
+// it alike in the two kernels, nor in the looped kernel's passes over a row), and the
+// bits would differ.
 struct XKeepResidual {
   const float *x, *h, *keep;
   float* to;
@@ -92,9 +95,9 @@ struct XKeepResidual {
     GMLP_UNROLL
     for (int j = 0; j < N; ++j) raw[j] = float3{xr[s.loaded(j, C)], hr[s.loaded(j, C)], k};
   }
-  __device__ float value(Raw v, int) const { return v.x + v.z * v.y; }
+  __device__ float value(Raw v, int) const { return fmaf(v.z, v.y, v.x); }
   __device__ float operator()(int64_t r, int c) const {
-    return x[r * ld + c] + keep[B.mod(uint32_t(r))] * h[r * ld + c];
+    return fmaf(keep[B.mod(uint32_t(r))], h[r * ld + c], x[r * ld + c]);
   }
   __device__ void settle(int64_t r, int c, float v) const { to[r * ld + c] = v; }
 };

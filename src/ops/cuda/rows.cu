@@ -20,7 +20,7 @@ __global__ void k_residual_keep(const float* x, const float* keep, const float* 
   if (c >= d) return;
   for (RowWalk w(B); w.row < M; w.next()) {
     const int64_t i = w.row * d + c;
-    out[i] = x[i] + keep[w.rem] * h[i];
+    out[i] = fmaf(keep[w.rem], h[i], x[i]);  // as layernorm.cu's XKeepResidual forms it
   }
 }
 
