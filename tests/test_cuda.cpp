@@ -2018,6 +2018,16 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
       << r.output;
   EXPECT_GT(std::stol(m[1].str()), 0) << r.output;
   EXPECT_GT(std::stol(m[2].str()), 0) << r.output;
+  // The launches by kernel, a line each, add up to them (AdamW's one among them).
+  long by_kernel = 0;
+  bool adamw = false;
+  const std::regex line("host only\\): ([0-9]+) launches of ([^\\n]+)");
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line); it != std::sregex_iterator(); ++it) {
+    by_kernel += std::stol((*it)[1].str());
+    adamw = adamw || (*it)[2].str() == "k_adamw";
+  }
+  EXPECT_EQ(by_kernel, std::stol(m[1].str())) << r.output;
+  EXPECT_TRUE(adamw) << r.output;
   // A vision run from files sends every step's images up beside the device's work (the
   // first step's, and then each next one's while the step before runs: src/train/
   // batch_ahead.h); the device's idle time between steps is counted.

@@ -5,6 +5,7 @@
 // Kernels run one block at a time, each thread a fiber, switched at __syncthreads and
 // at warp shuffles, so a kernel's logic (indices, bounds, reductions, barriers) is
 // exercised; its speed, memory coalescing and real concurrency are not.
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -105,6 +106,7 @@ extern dim3 thread_idx, block_idx, block_dim, grid_dim;
 struct Site {
   const char* name;
   bool plain = false;
+  std::atomic<uint64_t> skipped{0};  // launches the host-only mode skipped (its count by kernel)
 };
 void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& body);
 

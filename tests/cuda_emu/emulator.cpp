@@ -190,7 +190,7 @@ struct HostOnlyCounts {
   bool idle = false;  // the device has nothing queued since the last wait
   std::chrono::steady_clock::time_point idle_since;
   std::vector<double> gaps;  // each wait's ms
-  std::map<std::string, uint64_t> by_kernel;  // launches by the kernel's name at its launch site
+  std::vector<const Site*> sites;  // every launch site that skipped a launch, once
   void waited() {
     if (!host_only()) return;
     std::lock_guard<std::mutex> lock(m);
@@ -205,11 +205,13 @@ struct HostOnlyCounts {
     idle = false;
     gaps.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count());
   }
-  void skip_launch(const char* kernel) {
+  // Counted at the site, listed at its first: no lookup by name a launch, which the
+  // host times that the counts come with would include.
+  void skip_launch(Site& site) {
     ++launches;
-    {
+    if (site.skipped.fetch_add(1, std::memory_order_relaxed) == 0) {
       std::lock_guard<std::mutex> lock(m);
-      ++by_kernel[kernel];
+      sites.push_back(&site);
     }
     work();
   }
@@ -230,6 +232,8 @@ struct HostOnlyCounts {
                  static_cast<unsigned long long>(beside.load()), gaps.size(), all,
                  gaps.empty() ? 0.0 : gaps[gaps.size() / 2]);
     // Most launched first: what a change to a step's launches moved (bench/host_side.py --kernels).
+    std::map<std::string, uint64_t> by_kernel;  // sites of one kernel added together
+    for (const Site* s : sites) by_kernel[s->name] += s->skipped.load();
     std::vector<std::pair<uint64_t, std::string>> most;
     for (const auto& [name, n] : by_kernel) most.emplace_back(n, name);
     std::sort(most.begin(), most.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -414,7 +418,7 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
     return;
   }
   if (host_only()) {
-    g_skipped.skip_launch(site.name);
+    g_skipped.skip_launch(site);
     return;
   }
   std::lock_guard<std::mutex> lock(g_launch_mutex);
