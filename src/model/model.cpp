@@ -477,6 +477,25 @@ BlockCall Model::block_call(int l) const {
   return call;
 }
 
+// A batch's ids or targets (B rows of T, stride apart) staged sequence-major (t * B + b),
+// each batch row read in order. These loops and the checks below run between a step's
+// read-back and its first launch, while a GPU waits (16,384 values a BERT-size step).
+static void stage_sequence_major(const int32_t* src, int64_t stride, int B, int T, int32_t* dst) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) dst[size_t(t) * B + b] = src[int64_t(b) * stride + t];
+}
+
+// The first of v[0, n) that `bad` holds for, or -1: every value tested without a branch,
+// the first looked for only when one is bad (to name it).
+template <typename Bad>
+static int first_bad(const int32_t* v, int n, Bad bad) {
+  uint32_t any = 0;
+  for (int i = 0; i < n; ++i) any |= uint32_t(bad(v[i]));
+  for (int i = 0; any && i < n; ++i)
+    if (bad(v[i])) return i;
+  return -1;
+}
+
 // The classifier's input's mask: the stream after the blocks'.
 static ops::DropMask head_mask(const ModelConfig& c, bool on, uint64_t seed, int row_offset) {
   return on ? ops::drop_mask(seed, c.n_layers, c.head_dropout, row_offset) : ops::DropMask{};
@@ -490,26 +509,12 @@ void Model::embed_forward(const Batch& in, float* x) {
   const ParamViews& W = dw_;
   if (cfg_.token_input()) {
     const int V = cfg_.vocab_size;
-    // Staged sequence-major, each batch row read in order, and checked in the same pass
-    // without a branch a token: this runs between a step's read-back and its first
-    // launch, while a GPU waits (16,384 tokens a BERT-size step). The first bad id in
-    // sequence order is looked for only to name it.
     int32_t* staged = a.tokens_h.data();
-    uint32_t bad = 0;
-    for (int b = 0; b < B; ++b) {
-      const int32_t* row = in.tokens + int64_t(b) * in.stride;
-      for (int t = 0; t < T; ++t) {
-        bad |= uint32_t(uint32_t(row[t]) >= uint32_t(V));
-        staged[size_t(t) * B + b] = row[t];
-      }
-    }
-    for (int t = 0; bad && t < T; ++t)
-      for (int b = 0; b < B; ++b) {
-        const int32_t id = in.tokens[int64_t(b) * in.stride + t];
-        require(id >= 0 && id < V, [&] {
-          return "forward: token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(V);
-        });
-      }
+    stage_sequence_major(in.tokens, in.stride, B, T, staged);
+    const int r = first_bad(staged, M, [V](int32_t id) { return uint32_t(id) >= uint32_t(V); });
+    require(r < 0, [&] {
+      return "forward: token id " + std::to_string(staged[r]) + " outside the vocabulary of " + std::to_string(V);
+    });
     be_->upload_queued(a.tokens.data(), a.tokens_h.data(), sizeof(int32_t) * size_t(M));
     if (cfg_.pos_embedding == PosEmbedding::sinusoidal && pe_.size() < size_t(T) * d) {
       pe_.resize(size_t(std::max(T, cfg_.seq_len)) * d);
@@ -567,27 +572,20 @@ void Model::targets_forward(const Batch& in) {
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
     // product of a big-vocabulary masked LM) runs on those rows alone.
-    // Staged sequence-major as embed_forward stages the tokens, then the rows with a
-    // target kept in order, their targets moved down over the staging (row K <= r).
+    // Staged and checked as the dense head's are (below), then the rows with a target
+    // kept in order, their targets moved down over the staging (row K <= r).
     int32_t *staged = a.targets_h.data(), *rows = a.rows_h.data();
-    for (int b = 0; b < B; ++b) {
-      const int32_t* row = in.targets + int64_t(b) * in.stride;
-      for (int t = 0; t < T; ++t) staged[size_t(t) * B + b] = row[t];
-    }
+    stage_sequence_major(in.targets, in.stride, B, T, staged);
+    const int bad = first_bad(staged, B * T, [out](int32_t y) { return y >= out; });
+    require(bad < 0, [&] {
+      return "forward: target " + std::to_string(staged[bad]) + " outside the " + std::to_string(out) + " tokens";
+    });
     int K = 0;
-    uint32_t bad = 0;
     for (int r = 0; r < B * T; ++r) {
       const int32_t y = staged[r];
-      bad |= uint32_t(y >= out);
       rows[K] = r;
       staged[K] = y;
       K += y >= 0;
-    }
-    for (int r = 0; bad && r < B * T; ++r) {  // the first bad target in sequence order, named
-      const int32_t y = in.targets[int64_t(r % B) * in.stride + r / B];
-      require(y < out, [&] {
-        return "forward: target " + std::to_string(y) + " outside the " + std::to_string(out) + " tokens";
-      });
     }
     head_rows_ = K;
     be_->upload_queued(a.rows.data(), rows, sizeof(int32_t) * size_t(K));
@@ -596,21 +594,15 @@ void Model::targets_forward(const Batch& in) {
   }
   const int rows = cfg_.per_token_output() ? B * T : B;
   int32_t* staged = a.targets_h.data();
-  if (cfg_.per_token_output()) {  // as embed_forward stages the tokens
-    for (int b = 0; b < B; ++b) {
-      const int32_t* row = in.targets + int64_t(b) * in.stride;
-      for (int t = 0; t < T; ++t) staged[size_t(t) * B + b] = row[t];
-    }
-  } else {
+  if (cfg_.per_token_output())
+    stage_sequence_major(in.targets, in.stride, B, T, staged);
+  else
     std::copy(in.targets, in.targets + B, staged);
-  }
-  uint32_t bad = 0;
-  for (int r = 0; r < rows; ++r) bad |= uint32_t(staged[r] >= out);
-  for (int r = 0; bad && r < rows; ++r)
-    require(staged[r] < out, [&] {
-      return "forward: target " + std::to_string(staged[r]) + " outside the " + std::to_string(out) +
-             (cfg_.per_token_output() ? " tokens" : " classes");
-    });
+  const int bad = first_bad(staged, rows, [out](int32_t y) { return y >= out; });
+  require(bad < 0, [&] {
+    return "forward: target " + std::to_string(staged[bad]) + " outside the " + std::to_string(out) +
+           (cfg_.per_token_output() ? " tokens" : " classes");
+  });
   be_->upload_queued(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
 }
 
