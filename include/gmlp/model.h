@@ -17,6 +17,8 @@ namespace gmlp {
 class Backend;
 template <typename T>
 class DeviceBuffer;
+template <typename T>
+class HostBuffer;
 struct BlockCall;
 struct BlockSaved;
 struct BlockScratch;
@@ -160,11 +162,16 @@ class Model {
   void forward_queued(const Batch& batch);
   // Two doubles in backend memory: the last forward's loss, and the gradients' sum of
   // squares that the last clip_grad_norm wrote (what AdamW's guard reads: a step whose
-  // loss or gradient is not finite updates nothing). read_step waits for and reads both.
+  // loss or gradient is not finite updates nothing). read_step waits for and reads both:
+  // as queue_read_step() left them where it was called since the last read_step, else as
+  // all the work queued so far leaves them. queue_read_step() lets the next step's work
+  // be queued before this one's scalars are read (the trainer's pipeline), and on a
+  // device the read then waits for the scalars alone, not for that work.
   double* step_scalars();
   struct StepScalars {
     double loss, sum_squares;
   };
+  void queue_read_step();
   StepScalars read_step();
   // The token-model shorthand: tokens and targets share the layout.
   double forward(const int32_t* tokens, const int32_t* targets, int stride, int B, int T) {
@@ -231,6 +238,8 @@ class Model {
   std::vector<float> pe_;  // sinusoidal table [T, d] when enabled (grown for longer T)
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<DeviceBuffer<double>> scalars_;  // step_scalars()
+  std::unique_ptr<HostBuffer<double>> scalars_h_;  // where queue_read_step reads them back to
+  bool read_queued_ = false;
   mutable std::vector<float> logits_host_;  // a device model's logits, read back by logits()
   int B_ = 0, T_ = 0;
   bool grad_enabled_ = true;

@@ -65,6 +65,16 @@ class Backend {
   virtual void upload_queued(void* dst, const void* host_src, size_t bytes) { upload(dst, host_src, bytes); }
   // Returns when every upload queued in line so far has read its source.
   virtual void finish_queued_uploads() {}
+  // Queues a read-back into alloc_host memory in line with the work: host_dst receives
+  // src as the work queued before it leaves it, unchanged by the work queued after, and
+  // the host does not wait (download() does, for everything queued). host_dst holds the
+  // bytes only once finish_queued_downloads() has returned. A training step's loss and
+  // gradient norm come back so while the next step's forward runs (src/train/trainer.cpp).
+  // The CPU copies at once.
+  virtual void download_queued(void* host_dst, const void* src, size_t bytes) { download(host_dst, src, bytes); }
+  // Returns when every read-back queued in line so far has landed; the device may still
+  // be running the work queued after them.
+  virtual void finish_queued_downloads() {}
   // GMLP_CUDA_PROFILE's window (docs/gpu.md "Profiling"): under the variable a device
   // times its ops from the start; on discards what it timed so far and times from here,
   // off stops timing. `gmlp bench` times its timed steps alone. Nothing on the CPU.

@@ -191,16 +191,25 @@ struct HostOnlyCounts {
   std::chrono::steady_clock::time_point idle_since;
   std::vector<double> gaps;  // each wait's ms
   std::vector<const Site*> sites;  // every launch site that skipped a launch, once
-  void waited() {
+  uint64_t queued = 0;             // the work queued so far (an event's record notes it)
+  // The host waited for the legacy stream's work up to the `upto`-th piece queued (all
+  // of it by default): idle only if nothing was queued after that.
+  void waited(uint64_t upto = UINT64_MAX) {
     if (!host_only()) return;
     std::lock_guard<std::mutex> lock(m);
-    if (idle) return;  // still idle: a second wait adds nothing for the device to do
+    if (idle || upto < queued) return;  // still idle, or the device still has work
     idle = true;
     idle_since = std::chrono::steady_clock::now();
+  }
+  uint64_t queued_so_far() {
+    if (!host_only()) return 0;
+    std::lock_guard<std::mutex> lock(m);
+    return queued;
   }
   void work() {
     if (!host_only()) return;
     std::lock_guard<std::mutex> lock(m);
+    ++queued;
     if (!idle) return;
     idle = false;
     gaps.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count());
@@ -579,6 +588,7 @@ struct CUevent_st {
   bool recorded = false;
   cudaStream_t stream = nullptr;  // where it was recorded (nullptr: the legacy stream), behind how many of its copies
   uint64_t behind = 0;            // (or of the legacy stream's ops)
+  uint64_t work_behind = 0;       // host only: the device's work queued before it
 };
 
 namespace {
@@ -601,9 +611,18 @@ struct Fill {
   size_t bytes;
   uint64_t op;
 };
+// A read-back queued on the legacy stream (Backend::download_queued): the source's bytes
+// as the work before it left them, landing in host memory only when the host waits past
+// it. A host that reads the destination before then reads what was there.
+struct Readback {
+  void* dst;
+  std::vector<unsigned char> bytes;
+  uint64_t op;
+};
 std::mutex g_beside_mutex;
 std::vector<Beside> g_beside;  // queued, or copied but not yet waited for by the host
 std::vector<Fill> g_fills;
+std::vector<Readback> g_readbacks;
 uint64_t g_legacy_ops = 0;               // the legacy stream's fills and waits for uploads, numbered
 std::map<const char*, size_t> g_pinned;  // cudaMallocHost's allocations, start -> bytes
 
@@ -662,6 +681,12 @@ void legacy_done(uint64_t upto) {
   settle_locked([upto](const Beside& c) { return c.legacy_at && c.legacy_at <= upto; }, 0, true);
   g_fills.erase(std::remove_if(g_fills.begin(), g_fills.end(), [upto](const Fill& f) { return f.op <= upto; }),
                 g_fills.end());
+  auto landed = [upto](Readback& r) {
+    if (r.op > upto) return false;
+    std::memcpy(r.dst, r.bytes.data(), r.bytes.size());
+    return true;
+  };
+  g_readbacks.erase(std::remove_if(g_readbacks.begin(), g_readbacks.end(), landed), g_readbacks.end());
 }
 void queued_fill(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_beside_mutex);
@@ -705,6 +730,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   event->at = std::chrono::steady_clock::now();
   event->recorded = true;
   event->stream = is_legacy(stream) ? nullptr : stream;
+  event->work_behind = gmlp::emu::g_skipped.queued_so_far();
   std::lock_guard<std::mutex> lock(g_beside_mutex);
   event->behind = event->stream ? stream->queued : g_legacy_ops;
   return cudaSuccess;
@@ -717,7 +743,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     settle(up_to(event), 0, true);  // a stream of its own: the legacy stream's work may still be running
   } else {
     legacy_done(event->behind);
-    gmlp::emu::g_skipped.waited();
+    gmlp::emu::g_skipped.waited(event->work_behind);
   }
   return cudaSuccess;
 }
@@ -762,14 +788,39 @@ cudaError_t cudaFreeHost(void* p) {
   for (const Beside& c : g_beside)
     if (static_cast<const char*>(c.src) < hi && static_cast<const char*>(c.src) + c.bytes > lo)
       gmlp::emu::die("cudaFreeHost of page-locked memory that a queued upload still reads");
+  for (const Readback& r : g_readbacks)
+    if (static_cast<const char*>(r.dst) < hi && static_cast<const char*>(r.dst) + r.bytes.size() > lo)
+      gmlp::emu::die("cudaFreeHost of page-locked memory that a queued read-back has yet to write");
   g_pinned.erase(it);
   std::free(p);
   return cudaSuccess;
 }
 
+namespace {
+// Whether [p, p + bytes) lies in one cudaMallocHost allocation. With g_beside_mutex held.
+bool pinned(const void* p, size_t bytes) {
+  const char* s = static_cast<const char*>(p);
+  auto pin = g_pinned.upper_bound(s);
+  return pin != g_pinned.begin() && (--pin, s + bytes <= pin->first + pin->second);
+}
+}  // namespace
+
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
-  // Only the uploads the backend makes: host to device.
+  if (kind == cudaMemcpyDeviceToHost) {  // the read-backs the backend queues: in line, into page-locked memory
+    if (!gmlp::emu::on_device(src, bytes) || gmlp::emu::on_device(dst, bytes) || !is_legacy(stream))
+      return record(cudaErrorInvalidValue);
+    gmlp::emu::g_skipped.work();
+    std::lock_guard<std::mutex> lock(g_beside_mutex);
+    if (!pinned(dst, bytes))
+      gmlp::emu::die(
+          "an asynchronous read-back into memory that cudaMallocHost did not give: from pageable memory a GPU "
+          "copies in line with the host, which waits (Backend::alloc_host)");
+    const auto* from = static_cast<const unsigned char*>(src);
+    g_readbacks.push_back({dst, std::vector<unsigned char>(from, from + bytes), ++g_legacy_ops});
+    return cudaSuccess;
+  }
+  // The uploads the backend makes: host to device.
   if (kind != cudaMemcpyHostToDevice || !gmlp::emu::on_device(dst, bytes) || gmlp::emu::on_device(src, bytes))
     return record(cudaErrorInvalidValue);
   gmlp::emu::g_skipped.work();
@@ -777,9 +828,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   // gmlp's asynchronous uploads are from page-locked memory (Backend::upload_beside,
   // upload_queued): from pageable memory a GPU copies in line with the host, which
   // waits, and the overlap is lost.
-  const char* s = static_cast<const char*>(src);
-  auto pin = g_pinned.upper_bound(s);
-  if (pin == g_pinned.begin() || (--pin, s + bytes > pin->first + pin->second))
+  if (!pinned(src, bytes))
     gmlp::emu::die(
         "an asynchronous upload from memory that cudaMallocHost did not give: gmlp uploads asynchronously "
         "from page-locked memory only (Backend::alloc_host)");

@@ -220,6 +220,20 @@ class CudaBackend final : public Backend {
   void finish_queued_uploads() override {
     host_waits(queued_, queued_unfinished_, "waiting for the uploads in line");
   }
+  // Likewise behind an event of their own: waiting for it leaves the work queued after
+  // the read-back running.
+  void download_queued(void* dst, const void* src, size_t bytes) override {
+    const Entry entry("download_queued");
+    if (!bytes) return;
+    if (!downloaded_)
+      check(int(cudaEventCreateWithFlags(&downloaded_, cudaEventDisableTiming)), "cudaEventCreate (read-backs)");
+    check(int(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy)), "read-back in line");
+    check(int(cudaEventRecord(downloaded_, cudaStreamLegacy)), "cudaEventRecord (read-backs)");
+    downloads_unfinished_ = true;
+  }
+  void finish_queued_downloads() override {
+    host_waits(downloaded_, downloads_unfinished_, "waiting for the read-backs in line");
+  }
   void profile_ops(bool on) override {
     const Hold hold(g_one_thread);
     cuda::profile_ops(on);
@@ -472,7 +486,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // The host waits for `event` where `pending` says uploads behind it have not been waited for.
+  // The host waits for `event` where `pending` says copies behind it have not been waited for.
   void host_waits(cudaEvent_t event, bool& pending, const char* what) {
     const Hold hold(g_one_thread);
     if (!pending) return;
@@ -487,6 +501,8 @@ class CudaBackend final : public Backend {
   bool unawaited_ = false, unfinished_ = false;
   cudaEvent_t queued_ = nullptr;  // behind the latest upload in line
   bool queued_unfinished_ = false;
+  cudaEvent_t downloaded_ = nullptr;  // behind the latest read-back in line
+  bool downloads_unfinished_ = false;
 };
 
 }  // namespace
