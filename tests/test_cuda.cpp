@@ -1957,6 +1957,81 @@ TEST(CudaTrain, RunsInTwoThreadsAtOnceEachEndAsItDoesAlone) {
   }
 }
 
+// The trainer's pipeline (TrainOptions::pipeline): on a device, step t+1's forward is
+// queued before step t's loss comes back, read from page-locked memory behind an event
+// of its own. The run is the step-by-step run to the bit: a causal LM with dropout (its
+// masks' seed drawn with the batch) and a masked LM (its sparse head compacts the
+// targeted rows in the staging the next forward writes). Stopped by its callback at a
+// step whose next forward was already queued, then resumed, it is still that run: the
+// checkpoint saves the RNG before that batch's draws. A diverging run stops at the same
+// step with the same message, its log the same. On the emulator a read-back in line
+// lands only when the host waits past it, so a host that read the loss before waiting
+// would read the last step's.
+TEST(CudaTrain, TheNextForwardQueuedBeforeAStepIsReadIsTheStepByStepRun) {
+  REQUIRE_GPU();
+  test::TempDir dir("gpu_pipeline");
+  auto options = [&](const std::string& task, bool pipeline, const std::string& out) {
+    TrainOptions o;
+    o.device = Device::cuda;
+    o.pipeline = pipeline;
+    o.data_path = test::kGplText;
+    o.out_dir = dir.file(out);
+    o.progress_bar = false;
+    o.run.model = ModelConfig::from_json({{"task", task},
+                                          {"d_model", 16},
+                                          {"d_ffn", 32},
+                                          {"n_layers", 2},
+                                          {"seq_len", 24},
+                                          {"dropout", task == "causal_lm" ? 0.1 : 0.0}},
+                                         "test", true);
+    o.run.train.batch_size = 4;
+    o.run.train.steps = 10;
+    o.run.train.lr = 1e-2f;
+    o.run.train.log_every = 1;
+    o.run.train.eval_every = 5;
+    o.run.train.eval_batches = 2;
+    o.run.train.ckpt_every = 8;
+    return o;
+  };
+  auto weights = [&](const std::string& out) {
+    auto m = load_model(model_file(dir.file(out)));
+    return std::vector<float>(m->weights(), m->weights() + m->num_params());
+  };
+  for (const std::string task : {"causal_lm", "mlm"}) {
+    SCOPED_TRACE(task);
+    train(options(task, false, task + "-steps"));
+    train(options(task, true, task + "-piped"));
+    EXPECT_EQ(test::train_losses(dir.file(task + "-piped")), test::train_losses(dir.file(task + "-steps")));
+    EXPECT_EQ(weights(task + "-piped"), weights(task + "-steps"));
+    // Stopped after step 3 (neither an evaluation's step nor a checkpoint's: step 4's
+    // forward was queued), then resumed.
+    TrainOptions split = options(task, true, task + "-split");
+    split.on_log = [](const nlohmann::json& line) { return !(line.contains("loss") && line["step"] == 3); };
+    EXPECT_TRUE(train(split).interrupted);
+    TrainOptions resume = options(task, true, task + "-split");
+    resume.resume = true;
+    train(resume);
+    EXPECT_EQ(test::train_losses(dir.file(task + "-split")), test::train_losses(dir.file(task + "-steps")));
+    EXPECT_EQ(weights(task + "-split"), weights(task + "-steps"));
+  }
+  std::string said[2];
+  for (const bool pipeline : {false, true}) {
+    TrainOptions o = options("causal_lm", pipeline, pipeline ? "diverge-piped" : "diverge-steps");
+    o.run.train.schedule = Schedule::constant;
+    o.run.train.lr = 1e30f;  // step 1's update puts the weights near 1e30: step 2's loss is NaN
+    try {
+      train(o);
+    } catch (const Error& e) {
+      said[pipeline] = e.what();
+    }
+  }
+  EXPECT_NE(said[0].find("training diverged: loss is"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("at step 2"), std::string::npos) << said[0];
+  EXPECT_EQ(said[1], said[0]);
+  EXPECT_EQ(test::train_losses(dir.file("diverge-piped")), test::train_losses(dir.file("diverge-steps")));
+  EXPECT_EQ(test::read_jsonl(dir.file("diverge-piped") + "/metrics.jsonl").size(), 1u);
+}
+
 // GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls
 // and device time, in a table whose shares add up to the whole; the counts are the
 // model's own (each forward embeds once and runs every layer's SGU once). Off, nothing

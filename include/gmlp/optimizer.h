@@ -93,5 +93,15 @@ struct StepResult {
 StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_norm, float lr,
                       const std::function<void()>& after_backward = {},
                       const std::function<void()>& after_update = {}, bool local_loss = false);
+// train_step in two halves, for a caller that queues the next step's forward before it
+// reads this step's result (the trainer's pipeline, src/train/trainer.cpp): the first
+// queues everything after the forward (model.forward_queued(batch) first) and the
+// read-back of the loss and norm; the second waits for that read-back alone and settles
+// the step count. Nothing that changes a weight or a gradient may be queued in between:
+// the step count and the skipped-step decision follow this step's update.
+void queue_train_step(Model& model, AdamW& opt, float max_norm, float lr,
+                      const std::function<void()>& after_backward = {}, const std::function<void()>& after_update = {},
+                      bool local_loss = false);
+StepResult finish_train_step(Model& model, AdamW& opt, bool local_loss = false);
 
 }  // namespace gmlp

@@ -47,6 +47,11 @@ struct TrainOptions {
   // (checkpoint, then return with interrupted set). Exceptions propagate.
   std::function<bool(const nlohmann::json& line)> on_log;
   Device device = Device::cpu;  // where the model trains
+  // On a device, step t+1's forward is queued before step t's loss is read back, so the
+  // device goes from one step to the next without waiting for the host; never past an
+  // evaluation, a checkpoint or the run's end. The same numbers either way: false takes
+  // a step at a time (the reference the tests hold the pipeline to).
+  bool pipeline = true;
   // With several ranks: ZeRO-1, each rank keeps the optimizer moments of 1/P of the
   // parameters (the same numbers; not part of the run, so a resume may change it).
   bool shard_optimizer = false;

@@ -165,6 +165,12 @@ StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_no
                       const std::function<void()>& after_backward, const std::function<void()>& after_update,
                       bool local_loss) {
   model.forward_queued(batch);  // its uploads first: each would wait for work queued before it
+  queue_train_step(model, opt, max_norm, lr, after_backward, after_update, local_loss);
+  return finish_train_step(model, opt, local_loss);
+}
+
+void queue_train_step(Model& model, AdamW& opt, float max_norm, float lr, const std::function<void()>& after_backward,
+                      const std::function<void()>& after_update, bool local_loss) {
   model.zero_grad();
   model.backward();
   if (after_backward) after_backward();
@@ -175,8 +181,13 @@ StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_no
   // the gradient decides there, so that every rank updates or none does.
   const int first = local_loss ? 1 : 0, guards = 2 - first;
   opt.step(model, lr, model.step_scalars() + first, guards, ss, max_norm);
+  model.queue_read_step();  // before after_update's work: the scalars as the update read them
   if (after_update) after_update();
+}
+
+StepResult finish_train_step(Model& model, AdamW& opt, bool local_loss) {
   const Model::StepScalars s = model.read_step();
+  const int first = local_loss ? 1 : 0, guards = 2 - first;
   const double read[2] = {s.loss, s.sum_squares};
   // The device's decision, made again over the values read back.
   if (!ops::step_may_update(read + first, guards)) opt.set_steps_taken(opt.steps_taken() - 1);

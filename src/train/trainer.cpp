@@ -312,6 +312,11 @@ TrainSummary train(const TrainOptions& opts) {
   };
   // An early-stopped run stays stopped: resuming it only finishes it again.
   sum.early_stopped = selection.exhausted(tc.patience);
+  // The pipeline (TrainOptions::pipeline): on a device, whether the next step's forward
+  // has been queued (forwarded), and the run's RNG before its batch was drawn.
+  const bool ahead_of_reads = opts.pipeline && !model.backend().host_memory();
+  bool forwarded = false;
+  Rng rng_before_forward;
   while (st.step < tc.steps && !sum.early_stopped) {
     // With several ranks a stop request waits for the step's vote below, which every
     // rank takes part in: they all stop after the same step. Early stopping needs no
@@ -322,19 +327,35 @@ TrainSummary train(const TrainOptions& opts) {
       break;
     }
     auto t0 = Clock::now();
-    const Batch shard = ahead.take(st.rng);
+    if (!forwarded) model.forward_queued(ahead.take(st.rng));
+    forwarded = false;
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     // The backward starts the gradients' reductions across ranks, layer by layer. A step
     // whose loss or gradient is not finite updates nothing (decided on the device, which
     // the step waits for once, at its end), and the run ends on it below: the weights
     // and the last checkpoint stay the last good state.
-    const StepResult r = train_step(
-        model, opt, shard, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
+    queue_train_step(
+        model, opt, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
         [&] {
           if (opt.sharded()) dp.allgather_weights();
           if (st.step + 1 < tc.steps) ahead.draw(st.rng);  // while the device runs this step
         },
         comm.size() > 1);
+    // The next step's forward goes in behind this step's update, before its loss is read
+    // back: the device runs on while the host reads, checks and logs this step and queues
+    // the next one's backward. Its batch's draws move the run's RNG, so the RNG as this
+    // step left it is kept for a stop in between (below). Only where nothing this step
+    // ends in reads the model (an evaluation, a checkpoint) or could stop the run but an
+    // interruption, which leaves the forward unused: it changes no weight, moment or
+    // gradient, so this step's divergence, too, is reported as it would be without it.
+    const int64_t done = st.step + 1;
+    if (ahead_of_reads && done < tc.steps && done % tc.eval_every != 0 && done % tc.ckpt_every != 0 &&
+        !(opts.stop_after > 0 && done - first >= opts.stop_after) && !stop && !g_stop_requested.load()) {
+      rng_before_forward = st.rng;
+      model.forward_queued(ahead.take(st.rng));
+      forwarded = true;
+    }
+    const StepResult r = finish_train_step(model, opt, comm.size() > 1);
     const DataParallel::Vote vote = dp.agree(r.loss, stop || g_stop_requested.load());
     const double loss = vote.loss, gnorm = r.grad_norm;
     require(std::isfinite(loss), [&] {
@@ -394,6 +415,9 @@ TrainSummary train(const TrainOptions& opts) {
     }
   }
   st.elapsed_s = elapsed_before + seconds_since(t_start);
+  // A step's forward queued ahead of a stop never runs its step: the run resumes from the
+  // RNG that drew its batch.
+  if (forwarded) st.rng = rng_before_forward;
   if (sum.interrupted && st.step > first && saved_step != st.step) checkpoint();
   if (lead) bar.finish();
   sum.best_step = selection.best_step();
