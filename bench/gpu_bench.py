@@ -96,17 +96,18 @@ def batch_for(mc: dict, B: int, device: str):
 
 
 def torch_step(model, loss_fn, inputs, targets, device, bf16):
-    """One training step of the PyTorch side, as its users write it."""
+    """One training step of the PyTorch side, as its users write it; sync=False leaves
+    the device running (a loop that reads its loss only to log it)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def step():
+    def step(sync=True):
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
             loss = loss_fn(model(**inputs), targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if device == "cuda":
+        if device == "cuda" and sync:
             torch.cuda.synchronize()
 
     return step
@@ -139,7 +140,14 @@ def time_torch(model, loss_fn, inputs, targets, device, warmup, repeats, bf16, p
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     mem = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
-    return {"step_s": statistics.median(times), "peak_mb": mem}
+    out = {"step_s": statistics.median(times), "peak_mb": mem}
+    if device == "cuda":  # the same steps back to back, the device waited for once, at the end
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            step(sync=False)
+        torch.cuda.synchronize()
+        out["loop_s"] = (time.perf_counter() - t0) / repeats
+    return out
 
 
 def gmlp_command(w: dict, mc: dict, B: int, args, precision: str) -> list:
@@ -175,7 +183,10 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     rec = json.loads(p.stdout.strip().splitlines()[-1])
     # On the GPU, the backend's peak allocation (like torch.cuda.max_memory_allocated);
     # in --smoke, on the CPU, the process's peak RSS.
-    return {"step_s": rec["median_s"], "peak_mb": rec["peak_rss_mb"] if args.smoke else rec["device_peak_mb"]}
+    out = {"step_s": rec["median_s"], "peak_mb": rec["peak_rss_mb"] if args.smoke else rec["device_peak_mb"]}
+    if "pipelined_s" in rec:  # the steps as `gmlp train` takes them: each loss read behind the next forward
+        out["loop_s"] = rec["pipelined_s"]
+    return out
 
 
 def batch_size(w: dict, args) -> int:
@@ -258,6 +269,26 @@ def print_tables(records: list) -> None:
             cells = [f"{y['step_s'] / x['step_s']:.2f}x" for x, y in zip(a, b)]
             mem = max(r["peak_mb"] for r in a) / max(r["peak_mb"] for r in b)
             print(f"| {wl} | {label} | " + " | ".join(cells) + f" | {mem:.2f} |")
+    # The steps back to back, as training loops take them: gmlp's as `gmlp train` does
+    # (each step's loss read once the next step's forward is queued), PyTorch's without a
+    # synchronisation a step. Each run's mean step (ms) and the throughput ratio.
+    loops = [(label, ours, theirs) for label, ours, theirs in RATIOS[1:]
+             if any("loop_s" in r for r in records if r["impl"] == ours)]
+    if not loops:
+        return
+    print()
+    print("| workload | steps back to back | " + " | ".join(f"run {i}: ms, gmlp / PyTorch" for i in range(1, passes + 1))
+          + " | " + " | ".join(f"run {i}: ratio" for i in range(1, passes + 1)) + " |")
+    print("|---|---|" + "---:|" * (2 * passes))
+    for wl in dict.fromkeys(r["workload"] for r in records):
+        for label, ours, theirs in loops:
+            a, b = rows.get((wl, ours), []), rows.get((wl, theirs), [])
+            pairs = [(x, y) for x, y in zip(a, b) if "loop_s" in x and "loop_s" in y]
+            if not pairs:
+                continue
+            ms = [f"{x['loop_s'] * 1e3:.2f} / {y['loop_s'] * 1e3:.2f}" for x, y in pairs]
+            ratio = [f"{y['loop_s'] / x['loop_s']:.2f}x" for x, y in pairs]
+            print(f"| {wl} | {label.removeprefix('best: ')} | " + " | ".join(ms) + " | " + " | ".join(ratio) + " |")
 
 
 def main() -> None:

@@ -73,6 +73,7 @@ int run_bench(const BenchArgs& a) {
     if (!mc.token_input()) out["images_per_s"] = B / r.median_s;
   }
   out["median_s"] = r.median_s;
+  if (r.pipelined_s > 0) out["pipelined_s"] = r.pipelined_s;
   out["min_s"] = r.min_s;
   out["max_s"] = r.max_s;
   out["gflops"] = r.gflops;
@@ -118,6 +119,11 @@ int run_bench(const BenchArgs& a) {
       std::printf("  %.0f %s/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)\n",
                   out.value("images_per_s", r.tokens_per_s), mc.token_input() ? "tokens" : "images",
                   r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats);
+    if (r.pipelined_s > 0)
+      std::printf(
+          "  %.1f ms per step as `gmlp train` takes them (each step's loss read once the next step's "
+          "forward is queued; the mean of %d)\n",
+          r.pipelined_s * 1e3, a.repeats);
     // The peak is the process's gemm at the precision in use (bf16's under --precision bf16).
     std::printf("  %.1f GFLOP/s = %.1f%% of the measured %s peak %.1f GFLOP/s; peak RSS %.0f MB (%s)\n", r.gflops,
                 100 * out["mfu"].get<double>(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm", r.sgemm_peak_gflops,

@@ -41,6 +41,10 @@ struct ProductTime {
 struct BenchResult {
   size_t params = 0;
   double median_s = 0, min_s = 0, max_s = 0;  // per step, or per generated token
+  // Training on a device: the mean step of a run of `repeats` steps taken as `gmlp train`
+  // takes them (the next step's forward queued before each step's loss is read: the
+  // trainer's pipeline), where median_s's steps each start with the device idle. 0 else.
+  double pipelined_s = 0;
   double tokens_per_s = 0;                    // train and infer; generate: over all streams
   double recompute_s = 0;                     // generate: per token, recomputing the window
   double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token)
