@@ -158,7 +158,7 @@ class Model {
   double forward(const Batch& batch);
   // forward() without reading the loss back: on a device its work is queued and the loss
   // stays in step_scalars()[0], so that a training step can queue its backward, clipping
-  // and update behind it and wait once, at its end (train_step, gmlp/optimizer.h).
+  // and update behind it and wait once, for its loss (train_step, gmlp/optimizer.h).
   void forward_queued(const Batch& batch);
   // Two doubles in backend memory: the last forward's loss, and the gradients' sum of
   // squares that the last clip_grad_norm wrote (what AdamW's guard reads: a step whose

@@ -1,7 +1,8 @@
 #pragma once
 // The next training step's batch, drawn while the device runs this one. A step waits for
-// its device once, at its end (train_step); whatever the host does between that wait and
-// the next step's first launch, the GPU sits idle through. Drawing a batch is such work,
+// its device once, for its loss (train_step); whatever the host does between that wait and
+// the next step's first launch, the GPU sits idle through (unless that step's forward is
+// already queued: the trainer's pipeline, trainer.cpp). Drawing a batch is such work,
 // and on image files it is the most of it (gMLP-S/16 at batch 64: 1.7 ms of copies and
 // shifts a step, docs/bench-gpu.md), with a pageable upload after it. So the trainer draws
 // step t+1's batch after step t's update is queued, before step t's wait, and on a

@@ -331,8 +331,8 @@ TrainSummary train(const TrainOptions& opts) {
     forwarded = false;
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     // The backward starts the gradients' reductions across ranks, layer by layer. A step
-    // whose loss or gradient is not finite updates nothing (decided on the device, which
-    // the step waits for once, at its end), and the run ends on it below: the weights
+    // whose loss or gradient is not finite updates nothing (decided on the device; the
+    // host waits once a step, for its loss and norm), and the run ends on it below: the weights
     // and the last checkpoint stay the last good state.
     queue_train_step(
         model, opt, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
