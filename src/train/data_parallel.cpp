@@ -103,9 +103,9 @@ void DataParallel::allgather_weights() {
     comm_.allgather_blocks(model_.weights(), model_.num_params());
 }
 
-DataParallel::Vote DataParallel::agree(double local_loss, bool stop) {
+DataParallel::Vote DataParallel::agree(double local_loss, double share, bool stop) {
   if (comm_.size() == 1) return {local_loss, stop};
-  double v[2] = {local_loss * share_, stop ? 1.0 : 0.0};
+  double v[2] = {local_loss * share, stop ? 1.0 : 0.0};
   comm_.allreduce_sum(v, 2);
   return {v[0], v[1] > 0};
 }

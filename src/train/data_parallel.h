@@ -49,13 +49,14 @@ class DataParallel {
   // "MPI (Open MPI 4.1.4), 2 ranks; gradients over NCCL 2.28.3" and the like.
   std::string describe() const;
 
-  // One small collective per step: the global loss (sum of local loss x share) and
+  // One small collective per step: the global loss (sum of local loss x share, the
+  // share() of that step's batch: the trainer may have taken the next batch since) and
   // whether any rank was asked to stop, so that every rank stops after the same step.
   struct Vote {
     double loss;
     bool stop;
   };
-  Vote agree(double local_loss, bool stop);
+  Vote agree(double local_loss, double share, bool stop);
 
   // ZeRO-1, after each rank has updated its block of the weights (block_of): every
   // block to every rank, where the weights live (MPI on the host, NCCL on GPUs).

@@ -348,6 +348,7 @@ TrainSummary train(const TrainOptions& opts) {
     // ends in reads the model (an evaluation, a checkpoint) or could stop the run but an
     // interruption, which leaves the forward unused: it changes no weight, moment or
     // gradient, so this step's divergence, too, is reported as it would be without it.
+    const double share = dp.share();  // this step's, before the next batch's take moves it
     const int64_t done = st.step + 1;
     if (ahead_of_reads && done < tc.steps && done % tc.eval_every != 0 && done % tc.ckpt_every != 0 &&
         !(opts.stop_after > 0 && done - first >= opts.stop_after) && !stop && !g_stop_requested.load()) {
@@ -356,7 +357,7 @@ TrainSummary train(const TrainOptions& opts) {
       forwarded = true;
     }
     const StepResult r = finish_train_step(model, opt, comm.size() > 1);
-    const DataParallel::Vote vote = dp.agree(r.loss, stop || g_stop_requested.load());
+    const DataParallel::Vote vote = dp.agree(r.loss, share, stop || g_stop_requested.load());
     const double loss = vote.loss, gnorm = r.grad_norm;
     require(std::isfinite(loss), [&] {
       return "training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(st.step + 1) +
