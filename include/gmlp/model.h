@@ -163,8 +163,8 @@ class Model {
   // Two doubles in backend memory: the last forward's loss, and the gradients' sum of
   // squares that the last clip_grad_norm wrote (what AdamW's guard reads: a step whose
   // loss or gradient is not finite updates nothing). read_step waits for and reads both:
-  // as queue_read_step() left them where it was called since the last read_step, else as
-  // all the work queued so far leaves them. queue_read_step() lets the next step's work
+  // as the work queued before the latest queue_read_step() since the last read_step left
+  // them, else as all the work queued so far leaves them. queue_read_step() lets the next step's work
   // be queued before this one's scalars are read (the trainer's pipeline), and on a
   // device the read then waits for the scalars alone, not for that work.
   double* step_scalars();

@@ -447,7 +447,9 @@ void Model::forward_queued(const Batch& in) {
 
 double Model::forward(const Batch& in) {
   forward_queued(in);
-  return in.targets ? read_step().loss : 0.0;  // without targets, nothing to wait for
+  if (!in.targets) return 0.0;  // nothing to wait for
+  queue_read_step();            // this forward's loss, whatever an earlier queued read left pending
+  return read_step().loss;
 }
 
 double* Model::step_scalars() {

@@ -158,6 +158,7 @@ void clip_grad_norm_queued(Model& model, float max_norm) {
 
 double clip_grad_norm(Model& model, float max_norm) {
   clip_grad_norm_queued(model, max_norm);
+  model.queue_read_step();
   return std::sqrt(model.read_step().sum_squares);
 }
 
