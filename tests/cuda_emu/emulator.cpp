@@ -191,7 +191,7 @@ struct HostOnlyCounts {
   std::chrono::steady_clock::time_point idle_since;
   std::vector<double> gaps;  // each wait's ms
   std::vector<const Site*> sites;  // every launch site that skipped a launch, once
-  uint64_t queued = 0;             // the work queued so far (an event's record notes it)
+  uint64_t queued = 0;             // the legacy stream's work queued so far (an event's record notes it)
   // The host waited for the legacy stream's work up to the `upto`-th piece queued (all
   // of it by default): idle only if nothing was queued after that.
   void waited(uint64_t upto = UINT64_MAX) {
@@ -206,10 +206,12 @@ struct HostOnlyCounts {
     std::lock_guard<std::mutex> lock(m);
     return queued;
   }
-  void work() {
+  // Work queued for the device; `legacy`: on the legacy stream, which a wait for an event
+  // recorded there waits for (an upload beside ends an idle stretch but is not that work).
+  void work(bool legacy = true) {
     if (!host_only()) return;
     std::lock_guard<std::mutex> lock(m);
-    ++queued;
+    if (legacy) ++queued;
     if (!idle) return;
     idle = false;
     gaps.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - idle_since).count());
@@ -823,7 +825,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   // The uploads the backend makes: host to device.
   if (kind != cudaMemcpyHostToDevice || !gmlp::emu::on_device(dst, bytes) || gmlp::emu::on_device(src, bytes))
     return record(cudaErrorInvalidValue);
-  gmlp::emu::g_skipped.work();
+  gmlp::emu::g_skipped.work(is_legacy(stream));
   std::lock_guard<std::mutex> lock(g_beside_mutex);
   // gmlp's asynchronous uploads are from page-locked memory (Backend::upload_beside,
   // upload_queued): from pageable memory a GPU copies in line with the host, which
