@@ -1960,8 +1960,10 @@ TEST(CudaTrain, RunsInTwoThreadsAtOnceEachEndAsItDoesAlone) {
 // The trainer's pipeline (TrainOptions::pipeline): on a device, step t+1's forward is
 // queued before step t's loss comes back, read from page-locked memory behind an event
 // of its own. The run is the step-by-step run to the bit: a causal LM with dropout (its
-// masks' seed drawn with the batch) and a masked LM (its sparse head compacts the
-// targeted rows in the staging the next forward writes). Stopped by its callback at a
+// masks' seed drawn with the batch), a masked LM (its sparse head compacts the targeted
+// rows in the staging the next forward writes) and a vision model from image files (its
+// batches' images sent up beside the step into two buffers taken in turn, shifted, with
+// stochastic depth's draws). Stopped by its callback at a
 // step whose next forward was already queued, then resumed, it is still that run: the
 // checkpoint saves the RNG before that batch's draws. A diverging run stops at the same
 // step with the same message, its log the same. On the emulator a read-back in line
@@ -1970,21 +1972,24 @@ TEST(CudaTrain, RunsInTwoThreadsAtOnceEachEndAsItDoesAlone) {
 TEST(CudaTrain, TheNextForwardQueuedBeforeAStepIsReadIsTheStepByStepRun) {
   REQUIRE_GPU();
   test::TempDir dir("gpu_pipeline");
+  test::write_vision_set(dir.file("images"));
   auto options = [&](const std::string& task, bool pipeline, const std::string& out) {
     TrainOptions o;
     o.device = Device::cuda;
     o.pipeline = pipeline;
-    o.data_path = test::kGplText;
+    o.data_path = task == "vision" ? dir.file("images") : test::kGplText;
     o.out_dir = dir.file(out);
     o.progress_bar = false;
-    o.run.model = ModelConfig::from_json({{"task", task},
-                                          {"d_model", 16},
-                                          {"d_ffn", 32},
-                                          {"n_layers", 2},
-                                          {"seq_len", 24},
-                                          {"dropout", task == "causal_lm" ? 0.1 : 0.0}},
-                                         "test", true);
-    o.run.train.batch_size = 4;
+    nlohmann::json m = {{"task", task}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}};
+    if (task == "vision") {
+      m["survival_prob"] = 0.7;
+      o.run.train.augment_shift = 1;
+    } else {
+      m["seq_len"] = 24;
+      m["dropout"] = task == "causal_lm" ? 0.1 : 0.0;
+    }
+    o.run.model = ModelConfig::from_json(m, "test", true);
+    o.run.train.batch_size = task == "vision" ? 16 : 4;
     o.run.train.steps = 10;
     o.run.train.lr = 1e-2f;
     o.run.train.log_every = 1;
@@ -1997,7 +2002,7 @@ TEST(CudaTrain, TheNextForwardQueuedBeforeAStepIsReadIsTheStepByStepRun) {
     auto m = load_model(model_file(dir.file(out)));
     return std::vector<float>(m->weights(), m->weights() + m->num_params());
   };
-  for (const std::string task : {"causal_lm", "mlm"}) {
+  for (const std::string task : {"causal_lm", "mlm", "vision"}) {
     SCOPED_TRACE(task);
     train(options(task, false, task + "-steps"));
     train(options(task, true, task + "-piped"));
