@@ -180,7 +180,7 @@ def main() -> None:
     cmds = commands(",".join(bench_workloads))
     print("\n`gmlp bench`:\n")
     print("| workload | build | host ms a step, pass by pass (pipelined) | launches a step | matrix products a step "
-          "| the device's waits for the host a step (pipelined) |")
+          "| the device's waits for the host a step (with a pipelined loop: a step alone and a pipelined one) |")
     print("|---|---|---|---:|---:|---|")
     kernels = {}  # workload: {build: {kernel: launches a step}}
     for w, cmd in cmds.items():
@@ -194,12 +194,11 @@ def main() -> None:
                 piped[name].append(p2)
                 if name not in counts:
                     _, l1, p1, w1, k1, _ = run(path, cmd, REPEATS[w])
-                    # With a pipelined loop each repeat is two steps; a step taken alone waits for the device
-                    # once, at its end (its read-back), so the rest of the waits are the pipelined loop's.
-                    steps = 2 if p2 else 1
-                    n = REPEATS[w] * steps
-                    dw = (waits - w1) if waits >= 0 and w1 >= 0 else float("nan")
-                    wait_cell = f"1 ({dw / REPEATS[w] - 1:.2f})" if p2 else f"{dw / REPEATS[w]:.0f}"
+                    # With a pipelined loop each repeat is two steps, one taken alone and one pipelined: the
+                    # waits are the pair's.
+                    n = REPEATS[w] * (2 if p2 else 1)
+                    dw = (waits - w1) / REPEATS[w] if waits >= 0 and w1 >= 0 else float("nan")
+                    wait_cell = f"{dw:.2f} the pair" if p2 else f"{dw:.0f}"
                     counts[name] = ((launches - l1) / n, (products - p1) / n, wait_cell)
                     kernels.setdefault(w, {})[name] = {k: (n_k - k1.get(k, 0)) / n for k, n_k in k2.items()}
         for name, _ in builds:
