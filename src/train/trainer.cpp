@@ -317,12 +317,16 @@ TrainSummary train(const TrainOptions& opts) {
   const bool ahead_of_reads = opts.pipeline && !model.backend().host_memory();
   bool forwarded = false;
   Rng rng_before_forward;
+  // What follows step n (counted from 1) besides its log line: the loop below and the
+  // pipeline's choice ask the same questions.
+  auto evaluates_after = [&](int64_t n) { return n % tc.eval_every == 0 || n == tc.steps; };
+  auto checkpoints_after = [&](int64_t n) { return n % tc.ckpt_every == 0 || n == tc.steps; };
+  auto stops_after = [&](int64_t n) { return opts.stop_after > 0 && n - first >= opts.stop_after; };
   while (st.step < tc.steps && !sum.early_stopped) {
     // With several ranks a stop request waits for the step's vote below, which every
     // rank takes part in: they all stop after the same step. Early stopping needs no
     // vote: every rank computes the same validation score (evaluation is reduced).
-    if ((comm.size() == 1 && (stop || g_stop_requested.load())) ||
-        (opts.stop_after > 0 && st.step - first >= opts.stop_after)) {
+    if ((comm.size() == 1 && (stop || g_stop_requested.load())) || stops_after(st.step)) {
       sum.interrupted = true;
       break;
     }
@@ -350,8 +354,8 @@ TrainSummary train(const TrainOptions& opts) {
     // gradient, so this step's divergence, too, is reported as it would be without it.
     const double share = dp.share();  // this step's, before the next batch's take moves it
     const int64_t done = st.step + 1;
-    if (ahead_of_reads && done < tc.steps && done % tc.eval_every != 0 && done % tc.ckpt_every != 0 &&
-        !(opts.stop_after > 0 && done - first >= opts.stop_after) && !stop && !g_stop_requested.load()) {
+    if (ahead_of_reads && !evaluates_after(done) && !checkpoints_after(done) && !stops_after(done) && !stop &&
+        !g_stop_requested.load()) {
       rng_before_forward = st.rng;
       model.forward_queued(ahead.take(st.rng));
       forwarded = true;
@@ -388,7 +392,7 @@ TrainSummary train(const TrainOptions& opts) {
       window_time = window_wait = 0.0;
       window_units = 0;
     }
-    if (st.step % tc.eval_every == 0 || st.step == tc.steps) {
+    if (evaluates_after(st.step)) {
       nlohmann::json ev = task->evaluate(model, B, tc.eval_batches, comm);
       if (!ev.is_null()) {
         nlohmann::json line = {{"step", st.step}};
@@ -403,7 +407,7 @@ TrainSummary train(const TrainOptions& opts) {
       }
     }
     st.elapsed_s = elapsed_before + seconds_since(t_start);
-    if (st.step % tc.ckpt_every == 0 || st.step == tc.steps || sum.early_stopped) checkpoint();
+    if (checkpoints_after(st.step) || sum.early_stopped) checkpoint();
     if (sum.early_stopped) {
       if (lead)
         bar.note("step " + std::to_string(st.step) + ": no better validation score in " + std::to_string(tc.patience) +
