@@ -162,11 +162,10 @@ class Model {
   void forward_queued(const Batch& batch);
   // Two doubles in backend memory: the last forward's loss, and the gradients' sum of
   // squares that the last clip_grad_norm wrote (what AdamW's guard reads: a step whose
-  // loss or gradient is not finite updates nothing). read_step waits for and reads both:
-  // as the work queued before the latest queue_read_step() since the last read_step left
-  // them, else as all the work queued so far leaves them. queue_read_step() lets the next step's work
-  // be queued before this one's scalars are read (the trainer's pipeline), and on a
-  // device the read then waits for the scalars alone, not for that work.
+  // loss or gradient is not finite updates nothing). queue_read_step() queues their
+  // read-back behind the work queued so far; read_step() waits for it (the latest one
+  // queued) and gives both, on a device without waiting for the work queued after it, so
+  // that the next step's forward can run meanwhile (the trainer's pipeline).
   double* step_scalars();
   struct StepScalars {
     double loss, sum_squares;
@@ -239,7 +238,6 @@ class Model {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<DeviceBuffer<double>> scalars_;  // step_scalars()
   std::unique_ptr<HostBuffer<double>> scalars_h_;  // where queue_read_step reads them back to
-  bool read_queued_ = false;
   mutable std::vector<float> logits_host_;  // a device model's logits, read back by logits()
   int B_ = 0, T_ = 0;
   bool grad_enabled_ = true;

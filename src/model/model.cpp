@@ -460,13 +460,11 @@ double* Model::step_scalars() {
 void Model::queue_read_step() {
   if (!scalars_h_) scalars_h_ = std::make_unique<HostBuffer<double>>(*be_, 2);
   be_->download_queued(scalars_h_->data(), step_scalars(), 2 * sizeof(double));
-  read_queued_ = true;
 }
 
 Model::StepScalars Model::read_step() {
-  if (!read_queued_) queue_read_step();
+  require(scalars_h_ != nullptr, "internal: Model::read_step before any queue_read_step");
   be_->finish_queued_downloads();
-  read_queued_ = false;
   const double* v = scalars_h_->data();
   return {v[0], v[1]};
 }
