@@ -149,8 +149,8 @@ class SeparateMemoryBackend final : public CpuBackend {
                                      dA, H, qkv, P, O, dH, dO, dP, dqkv});
     CpuBackend::tiny_attention_backward(p, g, dA, H, T, B, qkv, P, O, dH, dO, dP, dqkv);
   }
-  void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
-    mine("extract_patches", {images, out});
+  void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
+    mine("extract_patches", {images.values, images.bytes, images.lut, out});
     CpuBackend::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }
   void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,

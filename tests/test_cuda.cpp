@@ -1061,25 +1061,48 @@ TEST(CudaOps, LinearForwardAndBackwardWithTheBiasSummedOverChunksOfRows) {
 
 // Images cut into patch rows (t * B + b, the rows time-major): floats, a copy, the CPU's
 // to the bit; and, as a bf16 training arena holds them for the patch embedding's
-// products (model.cpp), each value rounded to nearest even.
+// products (model.cpp), each value rounded to nearest even. Bytes, each through its
+// channel's row of the table (the model's normalisation), likewise, and the same as the
+// floats the table makes of them cut as floats.
 TEST(CudaOps, PatchesCutIntoFloatsAndIntoBf16AreTheCpusPatches) {
   REQUIRE_GPU();
   const int B = 3, C = 2, H = 8, W = 12, ph = 4, pw = 3, M = B * (H / ph) * (W / pw), P = C * ph * pw;
   const Vec images = randn(size_t(B) * C * H * W, 87);
-  Vec cpu(size_t(M) * P);
-  cpu_backend().extract_patches(images.data(), B, C, H, W, ph, pw, cpu.data());
+  std::vector<uint8_t> bytes(images.size());
+  Vec table(size_t(C) * 256), as_floats(images.size());
+  for (size_t i = 0; i < table.size(); ++i) table[i] = float(i % 256) * 0.5f - float(i / 256) * 3.f - 17.f;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = uint8_t((i * 37 + i / 7) % 256);
+    as_floats[i] = table[i / size_t(H * W) % C * 256 + bytes[i]];
+  }
   OnDevice dv;
-  const float* dI = dv.up(images);
-  float* dP = dv.up(Vec(cpu.size(), -1.f));
-  dv.be.extract_patches(dI, B, C, H, W, ph, pw, dP);
-  const Vec gpu = dv.down(dP, cpu.size());
-  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), sizeof(float) * cpu.size()), 0) << "float patches";
-  DeviceBuffer<uint16_t> p16(dv.be, cpu.size());
-  dv.be.extract_patches_bf16(dI, B, C, H, W, ph, pw, p16.data());
-  std::vector<uint16_t> got(cpu.size());
-  dv.be.download(got.data(), p16.data(), got.size() * sizeof(uint16_t));
-  for (size_t i = 0; i < cpu.size(); ++i)
-    ASSERT_EQ(got[i], ops::bf16_bits(cpu[i])) << "bf16 patch value " << i << " (row " << i / P << ")";
+  const float* dT = dv.up(table);
+  DeviceBuffer<uint8_t> dB(dv.be, bytes.size());
+  dv.be.upload(dB.data(), bytes.data(), bytes.size());
+  for (const bool from_bytes : {false, true}) {
+    SCOPED_TRACE(from_bytes ? "from bytes" : "from floats");
+    const Vec& want_in = from_bytes ? as_floats : images;
+    Vec cpu(size_t(M) * P);
+    cpu_backend().extract_patches(
+        from_bytes ? ops::Pixels::of_bytes(bytes.data(), table.data()) : ops::Pixels::floats(images.data()), B, C, H, W,
+        ph, pw, cpu.data());
+    if (from_bytes) {  // the CPU's cut of bytes is its cut of the floats they stand for
+      Vec of_floats(cpu.size());
+      ops::extract_patches(ops::Pixels::floats(want_in.data()), B, C, H, W, ph, pw, of_floats.data());
+      ASSERT_EQ(std::memcmp(of_floats.data(), cpu.data(), sizeof(float) * cpu.size()), 0) << "CPU bytes";
+    }
+    const ops::Pixels dI = from_bytes ? ops::Pixels::of_bytes(dB.data(), dT) : ops::Pixels::floats(dv.up(images));
+    float* dP = dv.up(Vec(cpu.size(), -1.f));
+    dv.be.extract_patches(dI, B, C, H, W, ph, pw, dP);
+    const Vec gpu = dv.down(dP, cpu.size());
+    EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), sizeof(float) * cpu.size()), 0) << "float patches";
+    DeviceBuffer<uint16_t> p16(dv.be, cpu.size());
+    dv.be.extract_patches_bf16(dI, B, C, H, W, ph, pw, p16.data());
+    std::vector<uint16_t> got(cpu.size());
+    dv.be.download(got.data(), p16.data(), got.size() * sizeof(uint16_t));
+    for (size_t i = 0; i < cpu.size(); ++i)
+      ASSERT_EQ(got[i], ops::bf16_bits(cpu[i])) << "bf16 patch value " << i << " (row " << i / P << ")";
+  }
 }
 
 // Stochastic depth's residual formed as the next block's LayerNorm reads its rows
@@ -1880,6 +1903,64 @@ TEST(CudaCli, AVisionRunFromFilesDrawsAheadAndIsTheStepByStepRun) {
                             gpu = expect_resumed_run_is_straight(common + " --device cuda", dir, 10);
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t i = 0; i < gpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
+}
+
+// Images held as bytes go up to the GPU as bytes (a quarter of the floats' bytes, beside
+// the step) and are normalised as the patches are cut, in fp32 into float patches and in
+// bf16 into the bf16 patches the products read: the run is the one over the floats they
+// stand for, normalised on the host, to the bit, losses and weights, in each precision.
+TEST(CudaTrain, AVisionRunOverBytesIsTheRunOverTheFloatsTheyStandFor) {
+  REQUIRE_GPU();
+  Fp32Again restore;
+  test::TempDir dir("gpu_bytes");
+  constexpr int n = 40, side = 16;
+  std::mt19937 gen(9);
+  std::vector<uint8_t> bytes(size_t(n) * side * side);
+  for (uint8_t& b : bytes) b = uint8_t(gen() % 256);
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 3;
+  auto data = [&](bool as_bytes) {
+    std::vector<float> f;
+    for (uint8_t v : bytes) f.push_back(float(v) * (1.0f / 255.0f));
+    auto d = std::make_shared<TrainData>();
+    d->images = make_image_set(f, labels, 1, side, side, 0, "imgs");
+    d->test_images = d->images;
+    for (ImageSet* s : {&d->images, &d->test_images})
+      if (as_bytes) {
+        s->as_bytes = true;
+        s->bytes = bytes;
+        s->pixels.clear();
+      }
+    return d;
+  };
+  for (const Precision p : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(p == Precision::bf16 ? "bf16" : "fp32");
+    use_precision(Device::cuda, p);
+    std::vector<std::vector<double>> losses;
+    std::vector<std::vector<float>> weights;
+    for (const bool as_bytes : {false, true}) {
+      TrainOptions o;
+      o.run.model = ModelConfig::from_json(
+          {{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}, {"survival_prob", 0.8}}, "test", true);
+      o.run.train.batch_size = 8;
+      o.run.train.augment_shift = 1;
+      o.run.train.steps = 6;
+      o.run.train.lr = 1e-2f;
+      o.run.train.log_every = 1;
+      o.run.train.eval_every = 3;
+      o.device = Device::cuda;
+      o.progress_bar = false;
+      o.data = data(as_bytes);
+      o.out_dir = dir.file(std::string(as_bytes ? "bytes" : "floats") + (p == Precision::bf16 ? "16" : "32"));
+      train(o);
+      losses.push_back(test::train_losses(o.out_dir));
+      const auto m = load_model(model_file(o.out_dir));
+      weights.emplace_back(m->weights(), m->weights() + m->num_params());
+    }
+    ASSERT_EQ(losses[0].size(), 6u);
+    EXPECT_EQ(losses[1], losses[0]);
+    EXPECT_TRUE(weights[1] == weights[0]) << "the weights differ";
+  }
 }
 
 // Two runs at once on one GPU, each in a thread of its own, as two Python threads may

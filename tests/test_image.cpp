@@ -77,8 +77,10 @@ void expect_small(const ImageSet& s, const Small& want) {
   EXPECT_EQ(s.channels, 1);
   EXPECT_EQ(s.height, 4);
   EXPECT_EQ(s.width, 5);
-  ASSERT_EQ(s.pixels.size(), want.pixels.size());
-  for (size_t i = 0; i < s.pixels.size(); ++i) ASSERT_FLOAT_EQ(s.pixels[i], want.pixels[i] / 255.0f) << i;
+  ASSERT_TRUE(s.as_bytes);  // an IDX file's bytes, as they are: a quarter of floats' memory
+  EXPECT_TRUE(s.pixels.empty());
+  EXPECT_EQ(s.bytes, want.pixels);
+  for (size_t i = 0; i < s.bytes.size(); ++i) ASSERT_EQ(s.value(i), float(want.pixels[i]) * (1.0f / 255.0f)) << i;
   EXPECT_EQ(s.labels, (std::vector<int32_t>{2, 0, 1}));
 }
 
@@ -95,7 +97,7 @@ TEST(Idx, RawAndGzippedRoundTrip) {
   const ImageSet gz = load_idx(dir.file("im.gz"), dir.file("lb.gz"), 10);
   expect_small(gz, sm);
   EXPECT_EQ(gz.n_classes, 10);
-  EXPECT_EQ(raw.image(1)[0], 40 / 255.0f);
+  EXPECT_EQ(raw.image_bytes(1)[0], 40);
   // Mixed forms, and the raw bytes behind read_maybe_gzipped are the same.
   expect_small(load_idx(dir.file("im"), dir.file("lb.gz")), sm);
   EXPECT_EQ(read_maybe_gzipped(dir.file("im.gz")), sm.images_file());
@@ -254,6 +256,32 @@ TEST(Normalization, PerChannelMeanStdAndJson) {
   EXPECT_EQ(same.pixels, two_channel_set().pixels);
 }
 
+// A set held as bytes has the statistics of the floats it stands for, bit for bit, is
+// not normalised in place, and byte_table gives for each byte what normalising its
+// float gives.
+TEST(Normalization, BytesStandForTheirFloatsToTheBit) {
+  ImageSet bytes;
+  bytes.n = 3, bytes.channels = 2, bytes.height = 3, bytes.width = 5, bytes.n_classes = 1, bytes.as_bytes = true;
+  for (size_t k = 0; k < 3 * bytes.image_size(); ++k) bytes.bytes.push_back(uint8_t((k * 53 + k / 11) % 256));
+  bytes.labels = {0, 0, 0};
+  ImageSet floats = bytes;
+  floats.as_bytes = false;
+  floats.bytes.clear();
+  for (uint8_t b : bytes.bytes) floats.pixels.push_back(float(b) * (1.0f / 255.0f));  // as IDX files were read
+  const Normalization nb = compute_normalization(bytes), nf = compute_normalization(floats);
+  EXPECT_EQ(nb.mean, nf.mean);
+  EXPECT_EQ(nb.std, nf.std);
+  EXPECT_NE(error_of([&] { normalize(bytes, nb); }).find("held as bytes is normalised by the model"),
+            std::string::npos);
+  normalize(floats, nf);
+  const std::vector<float> table = byte_table(nb, 2);
+  ASSERT_EQ(table.size(), 512u);
+  const size_t hw = 15;
+  for (size_t k = 0; k < bytes.bytes.size(); ++k)
+    ASSERT_EQ(table[k / hw % 2 * 256 + bytes.bytes[k]], floats.pixels[k]) << k;
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(byte_table(Normalization{}, 1)[size_t(b)], float(b) * (1.0f / 255.0f)) << b;
+}
+
 TEST(Augment, ShiftZeroIsIdentityAndContentMoves) {
   const int C = 2, H = 5, W = 6;
   std::vector<float> src(C * H * W), dst(src.size(), -7.0f);
@@ -269,6 +297,11 @@ TEST(Augment, ShiftZeroIsIdentityAndContentMoves) {
         const float want = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? src[(c * H + sy) * W + sx] : -1.0f;
         ASSERT_EQ(dst[(c * H + y) * W + x], want) << c << " " << y << " " << x;
       }
+  // Bytes shift as floats do.
+  std::vector<uint8_t> bsrc(src.size()), bdst(src.size(), 9);
+  for (size_t i = 0; i < src.size(); ++i) bsrc[i] = uint8_t(src[i]);
+  shift_image(bsrc.data(), bdst.data(), C, H, W, 2, -1, uint8_t(0));
+  for (size_t i = 0; i < dst.size(); ++i) ASSERT_EQ(float(bdst[i]), dst[i] < 0 ? 0.0f : dst[i]) << i;
   // A shift past the border leaves only fill.
   shift_image(src.data(), dst.data(), C, H, W, 0, 9);
   for (float v : dst) EXPECT_EQ(v, 0.0f);

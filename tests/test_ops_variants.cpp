@@ -445,7 +445,7 @@ TEST(OpsVariants, ExtractPatchesNonSquare) {
   Vec img(size_t(B) * C * Hi * Wi);
   for (size_t i = 0; i < img.size(); ++i) img[i] = float(i) + 0.5f;
   Vec out(size_t(n) * B * P, kNaN);
-  ops::extract_patches(img.data(), B, C, Hi, Wi, ph, pw, out.data());
+  ops::extract_patches(ops::Pixels::floats(img.data()), B, C, Hi, Wi, ph, pw, out.data());
   for (int gy = 0; gy < Hi / ph; ++gy)
     for (int gx = 0; gx < gw; ++gx)
       for (int b = 0; b < B; ++b)

@@ -3,6 +3,7 @@
 // checks every in-memory source shares with its file form.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -136,44 +137,120 @@ TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
 // makes its draws first and its copies afterwards, on the team (a batch large enough to
 // be threaded): the same RNG gives the same images, labels and shifts, and is left where
 // a step-by-step draw leaves it. The images are the task's normalised ones, and what
-// shifts in is black, normalised.
+// shifts in is black, normalised; or, for a set held as bytes, its bytes, black a 0.
 TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
-  constexpr int n = 37, C = 2, H = 32, W = 32, B = 64, shift = 3;
-  std::mt19937 gen(3);
-  std::uniform_real_distribution<float> px(0.f, 1.f);
-  std::vector<float> pixels(size_t(n) * C * H * W);
-  for (float& v : pixels) v = px(gen);
-  std::vector<int32_t> labels(n);
-  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 5;
-  TrainData d;
-  d.images = make_image_set(pixels, labels, C, H, W, 0, "imgs");
-  RunConfig rc;
-  rc.model =
-      ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
-  rc.train.batch_size = B;
-  rc.train.augment_shift = shift;
-  TaskInputs in;
-  in.memory = &d;
-  auto task = make_task(rc, in);
-  ASSERT_GE(int64_t(B) * C * H * W, ops::kParallelValues) << "the copies must go to the team";
-
-  ImageSet ref = d.images;
-  const Normalization norm = Normalization::from_json(rc.model.normalization, "normalization");
-  normalize(ref, norm);
-  const float fill = -norm.mean[0] / norm.std[0];
-  Rng drawn(11), stepwise(11);
-  for (int round = 0; round < 2; ++round) {  // the second batch overwrites the first's memory
-    const Batch& b = task->next_batch(drawn);
-    ASSERT_EQ(b.B, B);
-    std::vector<float> want(ref.image_size());
-    for (int r = 0; r < B; ++r) {
-      const int i = int(stepwise.below(uint64_t(n)));
-      EXPECT_EQ(b.targets[r], labels[size_t(i)]) << "row " << r;
-      random_shift(ref.image(i), want.data(), C, H, W, shift, stepwise, fill);
-      ASSERT_TRUE(std::equal(want.begin(), want.end(), b.images + size_t(r) * want.size())) << "row " << r;
+  for (const bool as_bytes : {false, true}) {
+    SCOPED_TRACE(as_bytes ? "bytes" : "floats");
+    constexpr int n = 37, C = 2, H = 32, W = 32, B = 64, shift = 3;
+    std::mt19937 gen(3);
+    std::uniform_real_distribution<float> px(0.f, 1.f);
+    std::vector<float> pixels(size_t(n) * C * H * W);
+    for (float& v : pixels) v = px(gen);
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 5;
+    TrainData d;
+    d.images = make_image_set(pixels, labels, C, H, W, 0, "imgs");
+    if (as_bytes) {
+      d.images.as_bytes = true;
+      for (float v : d.images.pixels) d.images.bytes.push_back(uint8_t(v * 255.f));
+      d.images.pixels.clear();
     }
-    EXPECT_EQ(drawn.state(), stepwise.state());
+    RunConfig rc;
+    rc.model =
+        ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+    rc.train.batch_size = B;
+    rc.train.augment_shift = shift;
+    TaskInputs in;
+    in.memory = &d;
+    auto task = make_task(rc, in);
+    ASSERT_GE(int64_t(B) * C * H * W, ops::kParallelValues) << "the copies must go to the team";
+
+    ImageSet ref = d.images;
+    const Normalization norm = Normalization::from_json(rc.model.normalization, "normalization");
+    if (!as_bytes) normalize(ref, norm);
+    const float fill = byte_table(norm, C)[0];  // black as normalize() makes it, channel 0's
+    Rng drawn(11), stepwise(11);
+    for (int round = 0; round < 2; ++round) {  // the second batch overwrites the first's memory
+      const Batch& b = task->next_batch(drawn);
+      ASSERT_EQ(b.B, B);
+      ASSERT_EQ(b.images == nullptr, as_bytes);
+      ASSERT_EQ(b.image_bytes != nullptr, as_bytes);
+      std::vector<float> want(ref.image_size());
+      std::vector<uint8_t> want_bytes(ref.image_size());
+      for (int r = 0; r < B; ++r) {
+        const int i = int(stepwise.below(uint64_t(n)));
+        EXPECT_EQ(b.targets[r], labels[size_t(i)]) << "row " << r;
+        const auto [dy, dx] = draw_shift(shift, stepwise);  // random_shift's draws
+        if (as_bytes) {
+          shift_image(ref.image_bytes(i), want_bytes.data(), C, H, W, dy, dx, uint8_t(0));
+          ASSERT_TRUE(std::equal(want_bytes.begin(), want_bytes.end(), b.image_bytes + size_t(r) * want.size()))
+              << "row " << r;
+        } else {
+          shift_image(ref.image(i), want.data(), C, H, W, dy, dx, fill);
+          ASSERT_TRUE(std::equal(want.begin(), want.end(), b.images + size_t(r) * want.size())) << "row " << r;
+        }
+      }
+      EXPECT_EQ(drawn.state(), stepwise.state());
+    }
   }
+}
+
+// An IDX data set is held as its bytes, which the model normalises as it cuts its patches;
+// the run is the one over the floats they stand for, normalised on the host, to the bit:
+// every loss, the test accuracy and the weights, with shifts and stochastic depth; and a
+// run over the floats resumes one over the bytes (the data's fingerprint is the same).
+TEST(TrainMemory, AVisionRunOverBytesIsTheRunOverTheFloatsTheyStandFor) {
+  test::TempDir dir("train_bytes");
+  constexpr int n = 48, H = 8, W = 8;
+  std::mt19937 gen(5);
+  std::vector<uint8_t> bytes(size_t(n) * H * W), test_bytes(size_t(16) * H * W);
+  for (auto* v : {&bytes, &test_bytes})
+    for (uint8_t& b : *v) b = uint8_t(gen() % 256);
+  std::vector<int32_t> labels(n), test_labels(16);
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = (bytes[size_t(i) * H * W] + bytes[size_t(i) * H * W + 9]) % 3;
+  for (int i = 0; i < 16; ++i) test_labels[size_t(i)] = i % 3;
+  auto as_set = [&](const std::vector<uint8_t>& b, const std::vector<int32_t>& l, bool as_bytes) {
+    std::vector<float> f;
+    for (uint8_t v : b) f.push_back(float(v) * (1.0f / 255.0f));  // as IDX files were read as floats
+    ImageSet s = make_image_set(f, l, 1, H, W, 3, "imgs");
+    if (as_bytes) {
+      s.as_bytes = true;
+      s.bytes = b;
+      s.pixels.clear();
+    }
+    return s;
+  };
+  auto run = [&](bool as_bytes, const std::string& out, int64_t stop_after, bool resume) {
+    auto d = std::make_shared<TrainData>();
+    d->images = as_set(bytes, labels, as_bytes);
+    d->test_images = as_set(test_bytes, test_labels, as_bytes);
+    TrainOptions o;
+    o.run.model = ModelConfig::from_json(
+        {{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}, {"survival_prob", 0.7}}, "test", true);
+    o.run.train.batch_size = 8;
+    o.run.train.steps = 8;
+    o.stop_after = stop_after;
+    o.run.train.log_every = 1;
+    o.run.train.eval_every = 4;
+    o.run.train.augment_shift = 2;
+    o.out_dir = out;
+    o.progress_bar = false;
+    o.data = d;
+    o.resume = resume;
+    return train(o);
+  };
+  const TrainSummary floats = run(false, dir.file("floats"), 0, false);
+  const TrainSummary from_bytes = run(true, dir.file("bytes"), 0, false);
+  EXPECT_EQ(test::train_losses(dir.file("bytes")), test::train_losses(dir.file("floats")));
+  EXPECT_EQ(from_bytes.val_metrics, floats.val_metrics);
+  const auto a = load_model(model_file(dir.file("floats"))), b = load_model(model_file(dir.file("bytes")));
+  ASSERT_EQ(a->num_params(), b->num_params());
+  EXPECT_EQ(std::memcmp(a->weights(), b->weights(), sizeof(float) * a->num_params()), 0);
+  EXPECT_EQ(a->config().normalization, b->config().normalization);
+
+  EXPECT_TRUE(run(true, dir.file("half"), 4, false).interrupted);
+  EXPECT_EQ(run(false, dir.file("half"), 0, true).steps, 8);
+  EXPECT_EQ(test::train_losses(dir.file("half")), test::train_losses(dir.file("floats")));
 }
 
 }  // namespace

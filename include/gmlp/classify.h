@@ -31,7 +31,8 @@ std::vector<float> classify_texts(Model& model, const Tokenizer& tok, const std:
                                   int batch);
 std::vector<float> classify_image(Model& model, const float* image);
 
-// Applies the model's stored normalisation (config "normalization") in place.
+// Applies the model's stored normalisation (config "normalization") in place; a set of bytes
+// is left as it is, the model normalising bytes as it reads them.
 void normalize_for_model(const ModelConfig& cfg, ImageSet& set);
 
 // "name" of class i from the config's class_names, else its index.

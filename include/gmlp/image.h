@@ -15,16 +15,26 @@
 
 namespace gmlp {
 
-// A labelled set of images, all of one shape.
+// The value a pixel byte stands for: byte / 255, as every reader here computes it.
+inline float byte_pixel(uint8_t b) { return float(b) * (1.0f / 255.0f); }
+
+// A labelled set of images, all of one shape: floats, or (as_bytes) the bytes an IDX file
+// holds, a quarter of the memory. A set of bytes is never normalised in place: the model
+// normalises bytes as it reads them (Batch::image_bytes), to the same floats.
 struct ImageSet {
   int n = 0, channels = 0, height = 0, width = 0;
-  std::vector<float> pixels;     // [n, C, H, W], in [0, 1] until normalised
+  bool as_bytes = false;
+  std::vector<float> pixels;     // [n, C, H, W], in [0, 1] until normalised (empty as_bytes)
+  std::vector<uint8_t> bytes;    // [n, C, H, W] pixel values 0..255 (as_bytes)
   std::vector<int32_t> labels;   // [n], each in [0, n_classes)
   int n_classes = 0;
 
   size_t image_size() const { return size_t(channels) * size_t(height) * size_t(width); }
   const float* image(int i) const { return pixels.data() + size_t(i) * image_size(); }
   float* image(int i) { return pixels.data() + size_t(i) * image_size(); }
+  const uint8_t* image_bytes(int i) const { return bytes.data() + size_t(i) * image_size(); }
+  // Pixel k of the set, [0, 1] (or normalised, for a float set that was), either way.
+  float value(size_t k) const { return as_bytes ? byte_pixel(bytes[k]) : pixels[k]; }
 };
 
 // A whole file's bytes, gunzipped when it starts with the gzip magic (1f 8b), so either
@@ -42,7 +52,7 @@ struct IdxArray {
 IdxArray read_idx(const std::string& path);
 
 // An IDX image file [n, H, W] (one channel) and its IDX label file [n] as an ImageSet
-// with pixels / 255. n_classes > 0: every label must be below it; 0: n_classes is the
+// of its bytes (as_bytes). n_classes > 0: every label must be below it; 0: n_classes is the
 // largest label + 1. Errors name the file: dims of the wrong rank, counts that differ,
 // a label out of range, plus everything read_idx reports.
 ImageSet load_idx(const std::string& images_path, const std::string& labels_path, int n_classes = 0);
@@ -50,6 +60,9 @@ ImageSet load_idx(const std::string& images_path, const std::string& labels_path
 // with load_idx's label rule; Errors name `what`: sizes that disagree, an empty set,
 // a label out of range.
 ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, int channels, int height, int width,
+                        int n_classes, const std::string& what);
+// The same of bytes (pixel values 0..255), held as bytes (as_bytes).
+ImageSet make_image_set(std::vector<uint8_t> bytes, std::vector<int32_t> labels, int channels, int height, int width,
                         int n_classes, const std::string& what);
 
 // The split ("train" or "test") of an IDX data set in `dir`, named as MNIST names it:
@@ -72,8 +85,13 @@ struct Normalization {
 // Mean and population standard deviation of each channel over every pixel of the set
 // (accumulated in double). A constant channel gets std 1. Error on an empty set.
 Normalization compute_normalization(const ImageSet& set);
-// In place; Error when the channel count differs from the normalisation's.
+// In place; Error when the channel count differs from the normalisation's, or when the set
+// is held as bytes (the model normalises those as it reads them).
 void normalize(ImageSet& set, const Normalization& norm);
+// What each byte of each channel stands for once normalised: [C, 256], entry (c, b) the
+// float normalize() makes of byte_pixel(b) in channel c (so the same bits). norm empty:
+// byte_pixel(b).
+std::vector<float> byte_table(const Normalization& norm, int channels);
 // In place on `count` images [C, H, W] (hw = H * W pixels per channel).
 void normalize(float* images, size_t count, int channels, size_t hw, const Normalization& norm);
 
@@ -81,6 +99,9 @@ void normalize(float* images, size_t count, int channels, size_t hw, const Norma
 // pixels that come from outside the image are `fill`. src and dst must not overlap.
 void shift_image(const float* src, float* dst, int channels, int height, int width, int dy, int dx,
                  float fill = 0.0f);
+// The same over bytes.
+void shift_image(const uint8_t* src, uint8_t* dst, int channels, int height, int width, int dy, int dx,
+                 uint8_t fill = 0);
 // A random shift of up to max_shift pixels in each direction: {dy, dx}, dy drawn first,
 // each as rng.below(2 * max_shift + 1) - max_shift. max_shift 0: {0, 0}, drawing nothing.
 std::pair<int, int> draw_shift(int max_shift, Rng& rng);

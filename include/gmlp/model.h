@@ -52,7 +52,10 @@ struct ParamViews {
 };
 
 // One forward's inputs. Token tasks: tokens (B rows of T ids, row b at tokens + b*stride).
-// Vision: images [B, C, H, W]. Optional:
+// Vision: images [B, C, H, W], floats as the model takes them (normalised by the caller),
+// or image_bytes: pixel values 0..255, which the model normalises as it cuts its patches,
+// by config().normalization (none: byte / 255), to the floats that normalising byte / 255
+// on the host gives, to the bit. Optional:
 //  lengths [B]: real tokens per row (bidirectional token tasks; the rest is padding);
 //  targets: per token (same layout as tokens; < 0 ignored) for LM/MLM, per row [B] for
 //           classify/vision; without targets forward returns 0;
@@ -62,7 +65,7 @@ struct ParamViews {
 //           counter from dropout_seed where the ops read them (docs/variants.md), the
 //           batch's row b being row row_offset + b of the global batch (data parallelism:
 //           every split of a global batch draws the same masks);
-//  images_on_backend: images is the model's backend memory (a DeviceBuffer of its
+//  images_on_backend: images (or image_bytes) is the model's backend memory (a DeviceBuffer of its
 //           backend), read in place instead of uploaded each forward: a batch used
 //           again and again, as gmlp bench's, stays on the GPU as a PyTorch benchmark's
 //           tensors do. A host pointer so marked faults on a GPU.
@@ -71,6 +74,7 @@ struct Batch {
   const int32_t* tokens = nullptr;
   int stride = 0;
   const float* images = nullptr;
+  const uint8_t* image_bytes = nullptr;
   bool images_on_backend = false;
   const int32_t* lengths = nullptr;
   const int32_t* targets = nullptr;
@@ -220,6 +224,7 @@ class Model {
   void targets_forward(const Batch& in);
   void head_forward(const Batch& in, const float* xL);
   void head_backward(const float* xL);
+  const float* image_table();
 
   ModelConfig cfg_;
   Backend* be_;
@@ -235,6 +240,7 @@ class Model {
   ParamViews dw_;                                  // views of the backend's buffers (w_ and g_ on the CPU)
   mutable ParamViews dg_;
   std::vector<float> pe_;  // sinusoidal table [T, d] when enabled (grown for longer T)
+  std::unique_ptr<DeviceBuffer<float>> image_table_;  // [C, 256]: what each byte of a channel stands for (on use)
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<DeviceBuffer<double>> scalars_;  // step_scalars()
   std::unique_ptr<HostBuffer<double>> scalars_h_;  // where queue_read_step reads them back to

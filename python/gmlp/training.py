@@ -34,9 +34,7 @@ def _labels(labels, config_model: dict) -> tuple[list[str], list[str]]:
 
 
 def _images(images) -> np.ndarray:
-    a = np.asarray(images)
-    if a.dtype == np.uint8:
-        a = a.astype(np.float32) / 255.0
+    a = np.asarray(images)  # uint8 stays so: the engine holds it as bytes
     if a.ndim == 3:
         a = a[:, None]  # [N, H, W]: one channel
     return a

@@ -17,8 +17,19 @@ std::vector<int32_t> to_vector(py::handle obj, const std::string& what) {
   return std::vector<int32_t>(a.data(), a.data() + a.size());
 }
 
-// images [N, C, H, W] floats in [0, 1] with labels [N].
+// images [N, C, H, W] floats in [0, 1] with labels [N]; or uint8 0..255, kept as bytes (a
+// quarter of the memory; the model normalises them as it reads them).
 ImageSet image_set(py::handle images, py::handle labels, int n_classes, const std::string& what) {
+  py::array any = py::module_::import("numpy").attr("asarray")(images);
+  if (py::isinstance<py::array_t<uint8_t>>(any)) {
+    auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(any);
+    if (a.ndim() != 4) throw py::value_error(what + " images: expected shape [N, C, H, W]");
+    std::vector<uint8_t> bytes(a.data(), a.data() + a.size());
+    return checked_args([&] {
+      return make_image_set(std::move(bytes), to_vector(labels, what + " labels"), int(a.shape(1)), int(a.shape(2)),
+                            int(a.shape(3)), n_classes, what);
+    });
+  }
   auto a = float_array(images, what + " images");
   if (a.ndim() != 4) throw py::value_error(what + " images: expected shape [N, C, H, W]");
   std::vector<float> pixels(a.data(), a.data() + a.size());

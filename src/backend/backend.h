@@ -200,11 +200,12 @@ class Backend {
   virtual void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, const float* dA,
                                        const float* H, int T, int B, const float* qkv, const float* P,
                                        const float* O, float* dH, float* dO, float* dP, float* dqkv) = 0;
-  virtual void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) = 0;
+  // images: this backend's memory, and so is a byte image's table.
+  virtual void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) = 0;
   // The same patches rounded into bf16, the operand of the patch embedding's bf16
   // products (a training forward in an arena that holds bf16, model.cpp). Errors on a
   // backend that does not store bf16.
-  virtual void extract_patches_bf16(const float* /*images*/, int /*B*/, int /*C*/, int /*Hi*/, int /*Wi*/, int /*ph*/,
+  virtual void extract_patches_bf16(ops::Pixels /*images*/, int /*B*/, int /*C*/, int /*Hi*/, int /*Wi*/, int /*ph*/,
                                     int /*pw*/, uint16_t* /*out*/) {
     no_bf16("extract_patches_bf16");
   }

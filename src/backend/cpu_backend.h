@@ -108,7 +108,7 @@ class CpuBackend : public Backend {
                                float* dP, float* dqkv) override {
     ops::tiny_attention_backward(p, g, dA, H, T, B, qkv, P, O, dH, dO, dP, dqkv);
   }
-  void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
+  void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
     ops::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }
   void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe,

@@ -169,36 +169,53 @@ ImageSet load_idx(const std::string& images_path, const std::string& labels_path
   s.channels = 1;
   s.height = int(im.dims[1]);
   s.width = int(im.dims[2]);
-  s.pixels.resize(im.data.size());
-  for (size_t i = 0; i < im.data.size(); ++i) s.pixels[i] = float(im.data[i]) * (1.0f / 255.0f);
+  s.as_bytes = true;
+  s.bytes = std::move(im.data);
   s.labels.assign(lb.data.begin(), lb.data.end());
   s.n_classes = check_labels(s.labels, n_classes, labels_path);
   return s;
 }
 
-ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, int channels, int height, int width,
-                        int n_classes, const std::string& what) {
+namespace {
+// make_image_set's checks of everything but the values, and the set they shape.
+ImageSet shaped_set(size_t values, std::vector<int32_t> labels, int channels, int height, int width, int n_classes,
+                    const std::string& what) {
   require(n_classes >= 0, what + ": n_classes must be >= 0, got " + std::to_string(n_classes));
   require(channels >= 1 && height >= 1 && width >= 1, what + ": image shape " + std::to_string(channels) + "x" +
                                                           std::to_string(height) + "x" + std::to_string(width) +
                                                           " has an empty side");
   const size_t per = size_t(channels) * size_t(height) * size_t(width);
   require(!labels.empty(), what + ": no images");
-  require(labels.size() <= INT32_MAX && pixels.size() == labels.size() * per,
-          what + ": " + std::to_string(labels.size()) + " labels but " + std::to_string(pixels.size()) +
-              " pixel values (" + std::to_string(pixels.size() / per) + " images of " + std::to_string(per) + ")");
-  for (size_t i = 0; i < pixels.size(); ++i)
-    require(std::isfinite(pixels[i]), [&] {
-      return what + ": pixel value " + std::to_string(pixels[i]) + " at index " + std::to_string(i) + " is not finite";
-    });
+  require(labels.size() <= INT32_MAX && values == labels.size() * per,
+          what + ": " + std::to_string(labels.size()) + " labels but " + std::to_string(values) + " pixel values (" +
+              std::to_string(values / per) + " images of " + std::to_string(per) + ")");
   ImageSet s;
   s.n = int(labels.size());
   s.channels = channels;
   s.height = height;
   s.width = width;
-  s.pixels = std::move(pixels);
   s.labels = std::move(labels);
   s.n_classes = check_labels(s.labels, n_classes, what);
+  return s;
+}
+}  // namespace
+
+ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, int channels, int height, int width,
+                        int n_classes, const std::string& what) {
+  ImageSet s = shaped_set(pixels.size(), std::move(labels), channels, height, width, n_classes, what);
+  for (size_t i = 0; i < pixels.size(); ++i)
+    require(std::isfinite(pixels[i]), [&] {
+      return what + ": pixel value " + std::to_string(pixels[i]) + " at index " + std::to_string(i) + " is not finite";
+    });
+  s.pixels = std::move(pixels);
+  return s;
+}
+
+ImageSet make_image_set(std::vector<uint8_t> bytes, std::vector<int32_t> labels, int channels, int height, int width,
+                        int n_classes, const std::string& what) {
+  ImageSet s = shaped_set(bytes.size(), std::move(labels), channels, height, width, n_classes, what);
+  s.as_bytes = true;
+  s.bytes = std::move(bytes);
   return s;
 }
 
@@ -255,11 +272,12 @@ Normalization compute_normalization(const ImageSet& set) {
   for (int c = 0; c < set.channels; ++c) {
     double sum = 0, sq = 0;
     for (int i = 0; i < set.n; ++i) {
-      const float* p = set.image(i) + size_t(c) * hw;
+      const size_t first = set.image_size() * size_t(i) + size_t(c) * hw;
       double s1 = 0, s2 = 0;  // per image first: keeps the double sums well conditioned
       for (size_t k = 0; k < hw; ++k) {
-        s1 += p[k];
-        s2 += double(p[k]) * p[k];
+        const float v = set.value(first + k);
+        s1 += v;
+        s2 += double(v) * v;
       }
       sum += s1;
       sq += s2;
@@ -288,15 +306,25 @@ void normalize(float* images, size_t count, int channels, size_t hw, const Norma
 }
 
 void normalize(ImageSet& set, const Normalization& norm) {
+  require(!set.as_bytes, "normalize: an image set held as bytes is normalised by the model as it reads it");
   normalize(set.pixels.data(), size_t(set.n), set.channels, size_t(set.height) * set.width, norm);
 }
 
-void shift_image(const float* src, float* dst, int channels, int height, int width, int dy, int dx, float fill) {
+std::vector<float> byte_table(const Normalization& norm, int channels) {
+  std::vector<float> table(size_t(channels) * 256);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = byte_pixel(uint8_t(i % 256));
+  normalize(table.data(), 1, channels, 256, norm);
+  return table;
+}
+
+namespace {
+template <typename T>
+void shift_pixels(const T* src, T* dst, int channels, int height, int width, int dy, int dx, T fill) {
   for (int c = 0; c < channels; ++c) {
-    const float* s = src + size_t(c) * height * width;
-    float* d = dst + size_t(c) * height * width;
+    const T* s = src + size_t(c) * height * width;
+    T* d = dst + size_t(c) * height * width;
     for (int y = 0; y < height; ++y) {
-      float* row = d + size_t(y) * width;
+      T* row = d + size_t(y) * width;
       const int sy = y - dy;
       if (sy < 0 || sy >= height) {
         std::fill(row, row + width, fill);
@@ -305,10 +333,18 @@ void shift_image(const float* src, float* dst, int channels, int height, int wid
       // Columns x with 0 <= x - dx < width come from the source row.
       const int x0 = std::clamp(dx, 0, width), x1 = std::clamp(width + dx, 0, width);
       std::fill(row, row + x0, fill);
-      if (x1 > x0) std::memcpy(row + x0, s + size_t(sy) * width + (x0 - dx), sizeof(float) * size_t(x1 - x0));
+      if (x1 > x0) std::memcpy(row + x0, s + size_t(sy) * width + (x0 - dx), sizeof(T) * size_t(x1 - x0));
       std::fill(row + std::max(x0, x1), row + width, fill);
     }
   }
+}
+}  // namespace
+
+void shift_image(const float* src, float* dst, int channels, int height, int width, int dy, int dx, float fill) {
+  shift_pixels(src, dst, channels, height, width, dy, dx, fill);
+}
+void shift_image(const uint8_t* src, uint8_t* dst, int channels, int height, int width, int dy, int dx, uint8_t fill) {
+  shift_pixels(src, dst, channels, height, width, dy, dx, fill);
 }
 
 std::pair<int, int> draw_shift(int max_shift, Rng& rng) {

@@ -26,7 +26,7 @@ std::string class_name(const ModelConfig& cfg, int i) {
 }
 
 void normalize_for_model(const ModelConfig& cfg, ImageSet& set) {
-  if (cfg.normalization.is_null()) return;
+  if (cfg.normalization.is_null() || set.as_bytes) return;  // bytes: the model normalises them
   normalize(set, Normalization::from_json(cfg.normalization, "model config 'normalization'"));
 }
 

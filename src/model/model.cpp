@@ -5,13 +5,15 @@
 // The arena holds, per layer, what block.h's BlockSaved lists, plus scratch that every
 // layer shares. With gradients disabled only one layer's slots exist and every layer
 // reuses them.
+#include "gmlp/model.h"
+
 #include <algorithm>
 #include <limits>
 
-#include "gmlp/error.h"
-#include "gmlp/model.h"
-#include "model/block.h"
 #include "backend/backend.h"
+#include "gmlp/error.h"
+#include "gmlp/image.h"
+#include "model/block.h"
 
 namespace gmlp {
 
@@ -45,6 +47,7 @@ struct Model::Arena {
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
   F32 keep;                                  // [L, B]
   F32 images, patches;                       // vision: [B, C*H*W] (a device's, made on use), [M, C*ph*pw]
+  DeviceBuffer<uint8_t> image_bytes;         // or the images as bytes (a device's, made on use)
   DeviceBuffer<uint16_t> patches16, patch_w16;  // and where bf16 is held, for its training forwards, the patches
                                                 //   and patch_w ([d, C*ph*pw]) in bf16 as the patch embedding's
                                                 //   products read them (the float patches then made on use, by a
@@ -363,7 +366,9 @@ void Model::forward_queued(const Batch& in) {
             "forward: sequence of " + std::to_string(T) + " tokens is longer than the model's window n = " +
                 std::to_string(cfg_.seq_len));
   } else {
-    require(in.images != nullptr, "forward: a vision model needs images");
+    require(
+        (in.images != nullptr) != (in.image_bytes != nullptr),
+        in.images ? "forward: a batch's images are floats or bytes, not both" : "forward: a vision model needs images");
     require(T == cfg_.seq_len, "forward: a vision batch has T = " + std::to_string(cfg_.seq_len) + " patches, got " +
                                    std::to_string(T));
   }
@@ -509,6 +514,20 @@ static ops::DropMask head_mask(const ModelConfig& c, bool on, uint64_t seed, int
   return on ? ops::drop_mask(seed, c.n_layers, c.head_dropout, row_offset) : ops::DropMask{};
 }
 
+// What a byte of each channel stands for: the floats that normalising byte / 255 on the host
+// gives (image.h's byte_table), in the backend's memory, made once.
+const float* Model::image_table() {
+  if (!image_table_) {
+    const Normalization norm = cfg_.normalization.is_null()
+                                   ? Normalization{}
+                                   : Normalization::from_json(cfg_.normalization, "model config 'normalization'");
+    const std::vector<float> table = byte_table(norm, cfg_.image_channels);
+    image_table_ = std::make_unique<DeviceBuffer<float>>(*be_, table.size());
+    be_->upload(image_table_->data(), table.data(), sizeof(float) * table.size());
+  }
+  return image_table_->data();
+}
+
 // Token ids (checked against the vocabulary) to embeddings, with positions when
 // configured; or images to patch embeddings. x: [M, d], sequence-major.
 void Model::embed_forward(const Batch& in, float* x) {
@@ -534,12 +553,20 @@ void Model::embed_forward(const Batch& in, float* x) {
     }
     be_->embedding_forward(W.embed, d, a.tokens.data(), M, B, pe_.empty() ? nullptr : a.pe.data(), x);
   } else {
-    const float* images = in.images;
+    ops::Pixels images =
+        in.image_bytes ? ops::Pixels::of_bytes(in.image_bytes, image_table()) : ops::Pixels::floats(in.images);
     if (!be_->host_memory() && !in.images_on_backend) {
-      const size_t per_image = size_t(cfg_.image_channels) * cfg_.image_height * cfg_.image_width;
-      if (a.images.size() < size_t(a.B) * per_image) a.images = DeviceBuffer<float>(*be_, size_t(a.B) * per_image);
-      be_->upload(a.images.data(), in.images, sizeof(float) * size_t(B) * per_image);
-      images = a.images.data();
+      const size_t n = size_t(a.B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width;
+      const size_t used = n / size_t(a.B) * size_t(B);
+      if (in.image_bytes) {
+        if (a.image_bytes.size() < n) a.image_bytes = DeviceBuffer<uint8_t>(*be_, n);
+        be_->upload(a.image_bytes.data(), in.image_bytes, used);
+        images.bytes = a.image_bytes.data();
+      } else {
+        if (a.images.size() < n) a.images = DeviceBuffer<float>(*be_, n);
+        be_->upload(a.images.data(), in.images, sizeof(float) * used);
+        images.values = a.images.data();
+      }
     }
     if (!a.patches16.empty() && grad_enabled_) {  // bf16: the product follows the weights' copies (forward_queued)
       be_->extract_patches_bf16(images, B, cfg_.image_channels, cfg_.image_height, cfg_.image_width, cfg_.patch_height,

@@ -297,7 +297,20 @@ void tiny_attention_backward(const AttnParams& p, const AttnGrads& g, const floa
 
 // ---- patch.cpp: images [B, C, Hi, Wi] to patch rows [n, B, C*ph*pw] (sequence-major,
 // patch t = gy * (Wi/pw) + gx, feature c*ph*pw + py*pw + px: a Conv2d weight's order).
-void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
+// The images are floats, taken as they are, or bytes (pixel values as an IDX file holds
+// them), each mapped through its channel's row of `lut` [C, 256] as it is read: a
+// quarter of the bytes to hold, draw and send to a device, and the normalisation done by
+// the cut itself (the table is the normalisation of byte / 255, so the floats the bytes
+// stand for, to the bit: Model's image table).
+struct Pixels {
+  const float* values = nullptr;
+  const uint8_t* bytes = nullptr;
+  const float* lut = nullptr;  // with bytes
+
+  static Pixels floats(const float* v) { return {v, nullptr, nullptr}; }
+  static Pixels of_bytes(const uint8_t* b, const float* table) { return {nullptr, b, table}; }
+};
+void extract_patches(Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
 
 // ---- embedding.cpp: x[r, :] = E[tokens[r], :] (+ pe[r / B, :] when pe), for the
 // M = T * B rows of sequence-major token ids.

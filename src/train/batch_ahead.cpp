@@ -11,19 +11,22 @@ void BatchAhead::draw_from(Rng& rng) {
   // drop the same. Evaluation batches never carry any.
   draw_dropout(cfg_, rng, next_);
   staged_ = nullptr;
-  if (!next_.images || be_.host_memory()) return;
+  if ((!next_.images && !next_.image_bytes) || be_.host_memory()) return;
   const DataParallel::Rows rows = dp_.rows(next_.B);
-  const size_t per_image = size_t(cfg_.image_channels) * cfg_.image_height * cfg_.image_width;
+  // Floats or bytes, as the task holds its images: a byte set sends a quarter of the bytes.
+  const size_t per_image = size_t(cfg_.image_channels) * cfg_.image_height * cfg_.image_width *
+                           (next_.images ? sizeof(float) : sizeof(uint8_t));
   const size_t n = size_t(rows.count) * per_image;
   if (images_[0].size() < n) {
-    for (DeviceBuffer<float>& buf : images_) buf = DeviceBuffer<float>(be_, n);
+    for (DeviceBuffer<uint8_t>& buf : images_) buf = DeviceBuffer<uint8_t>(be_, n);
     // alloc() zeroes them on the device's own queue, which an upload beside does not wait
     // for: on a GPU the zeros could land after the images.
     be_.synchronize();
   }
-  DeviceBuffer<float>& buf = images_[turn_];
+  DeviceBuffer<uint8_t>& buf = images_[turn_];
   turn_ ^= 1;
-  be_.upload_beside(buf.data(), next_.images + size_t(rows.first) * per_image, sizeof(float) * n);
+  const auto* all = next_.images ? static_cast<const void*>(next_.images) : next_.image_bytes;
+  be_.upload_beside(buf.data(), static_cast<const uint8_t*>(all) + size_t(rows.first) * per_image, n);
   staged_ = buf.data();
 }
 
@@ -36,7 +39,10 @@ Batch BatchAhead::take(Rng& rng) {
   be_.await_uploads();
   Batch mine = dp_.shard(next_);
   if (staged_) {
-    mine.images = staged_;
+    if (mine.images)
+      mine.images = reinterpret_cast<const float*>(staged_);
+    else
+      mine.image_bytes = staged_;
     mine.images_on_backend = true;
   }
   return mine;

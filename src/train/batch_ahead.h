@@ -44,11 +44,11 @@ class BatchAhead {
   bool ready_ = false;
   Batch next_;                     // the batch drawn last, the whole of it
   Rng after_;                      // the run's RNG after its draws
-  const float* staged_ = nullptr;  // this rank's rows of its images, on the device
+  const uint8_t* staged_ = nullptr;  // this rank's rows of its images (floats or bytes), on the device
   // Two, taken in turn: the upload for step t+1 may run while step t's kernels still
   // read step t's images, and step t-1's finished before step t was queued. Made
   // together, with one wait, when the first batch is drawn.
-  DeviceBuffer<float> images_[2];
+  DeviceBuffer<uint8_t> images_[2];  // sized in bytes
   int turn_ = 0;
 };
 

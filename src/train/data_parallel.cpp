@@ -52,7 +52,9 @@ const Batch& DataParallel::shard(const Batch& g) {
   shard_ = g;
   shard_.B = n;
   if (g.tokens) shard_.tokens = g.tokens + int64_t(r0) * g.stride;
-  if (g.images) shard_.images = g.images + int64_t(r0) * c.image_channels * c.image_height * c.image_width;
+  const int64_t image = int64_t(c.image_channels) * c.image_height * c.image_width;
+  if (g.images) shard_.images = g.images + int64_t(r0) * image;
+  if (g.image_bytes) shard_.image_bytes = g.image_bytes + int64_t(r0) * image;
   if (g.lengths) shard_.lengths = g.lengths + r0;
   if (g.targets) shard_.targets = g.targets + (c.per_token_output() ? int64_t(r0) * g.stride : int64_t(r0));
   if (g.keep) {

@@ -210,7 +210,10 @@ ClassEval evaluate_images(Model& model, const ImageSet& set, int batch, Communic
     Batch b;
     b.B = n;
     b.T = c.seq_len;
-    b.images = set.image(int(s));
+    if (set.as_bytes)
+      b.image_bytes = set.image_bytes(int(s));
+    else
+      b.images = set.image(int(s));
     return b;
   });
 }

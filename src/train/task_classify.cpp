@@ -146,21 +146,28 @@ class TextClassifyTask : public TrainTask {
   Batch batch_;
 };
 
+// Images as the data gave them: floats (normalised here, in place), or the bytes of an
+// IDX file, a quarter of the memory to hold, shift and send to a device, which the model
+// normalises as it cuts its patches (to the same floats: Batch::image_bytes). A batch is
+// of the training set's kind.
 class VisionTask : public TrainTask {
  public:
-  VisionTask(const ModelConfig& cfg, ImageSet train, ImageSet test, int B, int shift)
+  VisionTask(const ModelConfig& cfg, ImageSet train, ImageSet test, int B, int shift, const Normalization& norm)
       : cfg_(cfg),
         train_(std::move(train)),
         test_(std::move(test)),
         B_(B),
         shift_(shift),
-        images_(cpu_backend(), size_t(B) * train_.image_size()),
+        table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
+    // Shifted-in pixels are black in the original images: byte 0, or its normalised
+    // value (channel 0's; the float sets come from memory, where one fill serves all).
+    fill_ = table_[0];
+    place_batches(cpu_backend());
     batch_.B = B;
     batch_.T = cfg.seq_len;
-    batch_.images = images_.data();
     batch_.targets = labels_.data();
     if (cfg.survival_prob < 1.f) batch_.keep = keep_.data();
   }
@@ -171,8 +178,10 @@ class VisionTask : public TrainTask {
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
+  // Over the images as the model sees them, normalised: a set read as floats by an earlier
+  // build has the fingerprint it has now as bytes, so its runs resume.
   uint64_t data_fingerprint() const override {
-    return fnv1a(test_.pixels, fnv1a(test_.labels, fnv1a(train_.pixels, fnv1a(train_.labels))));
+    return fingerprint(test_, fnv1a(test_.labels, fingerprint(train_, fnv1a(train_.labels))));
   }
   const Batch& next_batch(Rng& rng) override {
     // The draws first, in random_shift's order (an image, then its shift); then the
@@ -185,8 +194,12 @@ class VisionTask : public TrainTask {
     const size_t sz = train_.image_size();
     ops::parallel_for_if(B_, int64_t(B_) * int64_t(sz), ops::kParallelValues, [&](int b) {
       const auto& [i, shift] = picks_[size_t(b)];
-      shift_image(train_.image(i), images_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width,
-                  shift.first, shift.second, fill_);
+      if (train_.as_bytes)
+        shift_image(train_.image_bytes(i), bytes_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width,
+                    shift.first, shift.second, uint8_t(0));
+      else
+        shift_image(train_.image(i), images_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width,
+                    shift.first, shift.second, fill_);
     });
     if (batch_.keep) draw_keep(cfg_, B_, rng, keep_.data());
     return batch_;
@@ -202,18 +215,37 @@ class VisionTask : public TrainTask {
     return eval_json(evaluate_images(model, test_, batch, &comm));
   }
   std::string summarize(const nlohmann::json& v) const override { return eval_summary(v); }
-  void set_fill(float f) { fill_ = f; }
   void place_batches(Backend& be) override {
-    images_ = HostBuffer<float>(be, images_.size());
-    batch_.images = images_.data();
+    const size_t n = size_t(B_) * train_.image_size();
+    if (train_.as_bytes) {
+      bytes_ = HostBuffer<uint8_t>(be, n);
+      batch_.image_bytes = bytes_.data();
+    } else {
+      images_ = HostBuffer<float>(be, n);
+      batch_.images = images_.data();
+    }
   }
 
  private:
+  uint64_t fingerprint(const ImageSet& set, uint64_t h) const {
+    if (!set.as_bytes) return fnv1a(set.pixels, h);
+    const size_t hw = size_t(set.height) * set.width;
+    std::vector<float> image(set.image_size());
+    for (int i = 0; i < set.n; ++i) {
+      const uint8_t* b = set.image_bytes(i);
+      for (size_t k = 0; k < image.size(); ++k) image[k] = table_[k / hw * 256 + b[k]];
+      h = fnv1a(image, h);
+    }
+    return h;
+  }
+
   ModelConfig cfg_;
   ImageSet train_, test_;
   int B_, shift_;
+  std::vector<float> table_;  // byte_table: what the model makes of each byte
   float fill_ = 0.f;
-  HostBuffer<float> images_;
+  HostBuffer<float> images_;                                // a batch of a float set's images
+  HostBuffer<uint8_t> bytes_;                               // or of a byte set's
   std::vector<std::pair<int, std::pair<int, int>>> picks_;  // each row's image and shift
   std::vector<int32_t> labels_;
   std::vector<float> keep_;
@@ -301,14 +333,10 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
   // Normalise with the training set's statistics, stored in the model for inference.
   if (m.normalization.is_null()) m.normalization = compute_normalization(train).to_json();
   const Normalization norm = Normalization::from_json(m.normalization, "model config 'normalization'");
-  normalize(train, norm);
-  if (test.n > 0) normalize(test, norm);
-  auto task = std::make_unique<VisionTask>(m, std::move(train), std::move(test), rc.train.batch_size,
-                                           rc.train.augment_shift);
-  // Shifted-in pixels are black in the original images: after normalisation that is
-  // -mean/std (of channel 0; the data sets here are grey).
-  task->set_fill(-norm.mean[0] / norm.std[0]);
-  return task;
+  for (ImageSet* set : {&train, &test})
+    if (set->n > 0 && !set->as_bytes) normalize(*set, norm);
+  return std::make_unique<VisionTask>(m, std::move(train), std::move(test), rc.train.batch_size, rc.train.augment_shift,
+                                      norm);
 }
 
 }  // namespace gmlp

@@ -379,11 +379,11 @@ class CudaBackend final : public Backend {
     const Entry entry("tiny_attention_backward");
     cuda::tiny_attention_backward(p, g, dA, H, T, B, qkv, P, O, dH, dO, dP, dqkv);
   }
-  void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
+  void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) override {
     const Entry entry("extract_patches");
     cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }
-  void extract_patches_bf16(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out) override {
+  void extract_patches_bf16(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out) override {
     const Entry entry("extract_patches");
     cuda::extract_patches(images, B, C, Hi, Wi, ph, pw, out);
   }

@@ -151,8 +151,8 @@ void tiny_attention_backward(const ops::AttnParams& p, const ops::AttnGrads& g, 
 // embedding.cu (token embedding and patches)
 void embedding_forward(const float* E, int d, const int32_t* tokens, int M, int B, const float* pe, float* x);
 void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE);
-void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
-void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out);
+void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out);
+void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out);
 
 // dropout.cu: the masks computed from their counters as the kernels read them
 // (ops/dropout_mask.h); keep (stochastic depth) may be null, the mask inactive.

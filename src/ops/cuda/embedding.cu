@@ -126,17 +126,25 @@ __global__ void k_embed_backward(const float* dx, int d, const int32_t* start, c
 // where a thread per value divided a 64-bit index and then its parts, nine divisions a
 // value copied. Into floats, or rounded into bf16 (under bf16 the patch embedding's
 // products read them so: half the bytes written, and no rounding pass per product).
-template <typename TO>
-__global__ void k_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, int n, ops::FastDiv by_gw,
-                          TO* out) {
+// From floats, or from bytes through the entry's channel's row of the table (TI uint8_t,
+// ops::Pixels): a thread's channel is fixed, so its 256 values stay in L1.
+template <typename TI, typename TO>
+__global__ void k_patches(const TI* images, const float* lut, int B, int C, int Hi, int Wi, int ph, int pw, int n,
+                          ops::FastDiv by_gw, TO* out) {
   const int P = C * ph * pw;
   const int e = column();
   if (e >= P) return;
   const int c = e / (ph * pw), py = (e / pw) % ph, px = e % pw;
-  const float* pixel = images + (int64_t(c) * Hi + py) * Wi + px;
+  const TI* pixel = images + (int64_t(c) * Hi + py) * Wi + px;
+  const float* table = lut ? lut + c * 256 : nullptr;
   for (RowWalk w(B); w.row < int64_t(n) * B; w.next()) {  // patch t = w.quot of image b = w.rem
     const uint32_t t = uint32_t(w.quot), gy = by_gw.div(t), gx = by_gw.mod(t);
-    const float v = pixel[w.rem * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
+    const TI p = pixel[w.rem * C * Hi * Wi + int64_t(gy * ph) * Wi + gx * pw];
+    float v;
+    if constexpr (std::is_same_v<TI, uint8_t>)
+      v = table[p];
+    else
+      v = p;
     if constexpr (std::is_same_v<TO, uint16_t>)
       out[w.row * P + e] = ops::to_bf16(v);
     else
@@ -170,19 +178,23 @@ void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, in
 
 namespace {
 template <typename TO>
-void extract_patches_as(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, TO* out) {
+void extract_patches_as(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, TO* out) {
   const int n = (Hi / ph) * (Wi / pw);
   if (n <= 0 || B <= 0) return;
   const Launch l = columns_by_rows_batched(C * ph * pw, int64_t(n) * B);
-  GMLP_LAUNCH(k_patches<TO>, l.grid, l.block)(images, B, C, Hi, Wi, ph, pw, n, ops::FastDiv(uint32_t(Wi / pw)), out);
+  const ops::FastDiv by_gw(uint32_t(Wi / pw));
+  if (images.bytes)
+    GMLP_LAUNCH((k_patches<uint8_t, TO>), l.grid, l.block)(images.bytes, images.lut, B, C, Hi, Wi, ph, pw, n, by_gw, out);
+  else
+    GMLP_LAUNCH((k_patches<float, TO>), l.grid, l.block)(images.values, static_cast<const float*>(nullptr), B, C, Hi, Wi, ph, pw, n, by_gw, out);
   check_launch("patches");
 }
 }  // namespace
 
-void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
+void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, float* out) {
   extract_patches_as(images, B, C, Hi, Wi, ph, pw, out);
 }
-void extract_patches(const float* images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out) {
+void extract_patches(ops::Pixels images, int B, int C, int Hi, int Wi, int ph, int pw, uint16_t* out) {
   extract_patches_as(images, B, C, Hi, Wi, ph, pw, out);
 }
 
