@@ -13,6 +13,8 @@ namespace gmlp {
 // Reads a whole regular file; Error naming the path when it cannot (missing, a
 // directory, unreadable).
 std::string read_file(const std::string& path);
+// The same as bytes (a data file held as it is read, with no copy).
+std::vector<uint8_t> read_file_bytes(const std::string& path);
 // Writes bytes to path atomically: a temp file beside it, fsync, rename, fsync of the
 // directory, so a crash leaves either the old file or the new one.
 void write_file_atomic(const std::string& path, const std::string& bytes);

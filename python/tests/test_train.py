@@ -215,6 +215,13 @@ def test_vision_from_arrays(tmp_path):
                      "lr": 1e-2, "warmup": 5}}
     s = gmlp.train(cfg, data=(x, y), test=(x[:20], y[:20]), out=tmp_path / "v")
     assert s["val"]["val_acc"] >= 0.9
+    # uint8 is held as bytes, which the model normalises as it reads them: the run over
+    # the floats they stand for (byte * float32(1/255)) is the same run, to the bit
+    f = x.astype(np.float32) * np.float32(1 / 255)
+    sf = gmlp.train(cfg, data=(f, y), test=(f[:20], y[:20]), out=tmp_path / "f")
+    losses = [[line["loss"] for line in lines_of(tmp_path / d) if "loss" in line] for d in ("v", "f")]
+    assert len(losses[0]) == 4 and losses[0] == losses[1]
+    assert sf["val"] == s["val"]
     m = gmlp.Model.load(tmp_path / "v")
     c = m.config
     assert (c["image_channels"], c["image_height"], c["image_width"], c["patch_height"]) == (1, 8, 8, 4)

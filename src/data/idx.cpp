@@ -97,10 +97,9 @@ std::string hex2(int v) {
 }  // namespace
 
 std::vector<uint8_t> read_maybe_gzipped(const std::string& path) {
-  const std::string raw = read_file(path);
-  const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
-  if (is_gzip(p, raw.size())) return gunzip(path, p, raw.size());
-  return std::vector<uint8_t>(p, p + raw.size());
+  std::vector<uint8_t> raw = read_file_bytes(path);
+  if (is_gzip(raw.data(), raw.size())) return gunzip(path, raw.data(), raw.size());
+  return raw;
 }
 
 IdxArray read_idx(const std::string& path) {
@@ -133,7 +132,9 @@ IdxArray read_idx(const std::string& path) {
   if (have > count)
     fail("IDX data longer than its dims " + shape_str(a.dims) + " say: " + std::to_string(have - count) +
          " extra bytes");
-  a.data.assign(buf.begin() + header, buf.end());
+  // The header shifted out in place: a set's bytes are held once, not copied beside the file's.
+  buf.erase(buf.begin(), buf.begin() + std::ptrdiff_t(header));
+  a.data = std::move(buf);
   return a;
 }
 

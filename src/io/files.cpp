@@ -15,10 +15,10 @@
 namespace gmlp {
 namespace {
 std::string errno_str() { return std::strerror(errno); }
-}  // namespace
 
-std::string read_file(const std::string& path) {
-  std::string out;
+template <typename Bytes>
+Bytes read_whole(const std::string& path) {
+  Bytes out;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open: " + errno_str());
   struct stat st {};
@@ -30,7 +30,7 @@ std::string read_file(const std::string& path) {
   out.resize(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < out.size()) {
-    ssize_t r = ::read(fd, out.data() + done, out.size() - done);
+    ssize_t r = ::read(fd, reinterpret_cast<char*>(out.data()) + done, out.size() - done);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       std::string why = r < 0 ? errno_str() : "file shrank while reading";
@@ -42,6 +42,10 @@ std::string read_file(const std::string& path) {
   ::close(fd);
   return out;
 }
+}  // namespace
+
+std::string read_file(const std::string& path) { return read_whole<std::string>(path); }
+std::vector<uint8_t> read_file_bytes(const std::string& path) { return read_whole<std::vector<uint8_t>>(path); }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
