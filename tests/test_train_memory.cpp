@@ -137,7 +137,8 @@ TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
 // makes its draws first and its copies afterwards, on the team (a batch large enough to
 // be threaded): the same RNG gives the same images, labels and shifts, and is left where
 // a step-by-step draw leaves it. The images are the task's normalised ones, and what
-// shifts in is black, normalised; or, for a set held as bytes, its bytes, black a 0.
+// shifts into a channel is its black, normalised (two channels: each its own); or, for a
+// set held as bytes, its bytes, black a 0.
 TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
   for (const bool as_bytes : {false, true}) {
     SCOPED_TRACE(as_bytes ? "bytes" : "floats");
@@ -168,7 +169,7 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
     ImageSet ref = d.images;
     const Normalization norm = Normalization::from_json(rc.model.normalization, "normalization");
     if (!as_bytes) normalize(ref, norm);
-    const float fill = byte_table(norm, C)[0];  // black as normalize() makes it, channel 0's
+    const std::vector<float> black = byte_table(norm, C);  // byte 0 of channel c as normalize() makes it: c * 256
     Rng drawn(11), stepwise(11);
     for (int round = 0; round < 2; ++round) {  // the second batch overwrites the first's memory
       const Batch& b = task->next_batch(drawn);
@@ -186,7 +187,8 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
           ASSERT_TRUE(std::equal(want_bytes.begin(), want_bytes.end(), b.image_bytes + size_t(r) * want.size()))
               << "row " << r;
         } else {
-          shift_image(ref.image(i), want.data(), C, H, W, dy, dx, fill);
+          for (int c = 0; c < C; ++c)  // each channel shifts in its own black
+            shift_image(ref.image(i) + c * H * W, want.data() + c * H * W, 1, H, W, dy, dx, black[size_t(c) * 256]);
           ASSERT_TRUE(std::equal(want.begin(), want.end(), b.images + size_t(r) * want.size())) << "row " << r;
         }
       }

@@ -162,9 +162,6 @@ class VisionTask : public TrainTask {
         picks_(size_t(B)),
         labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
-    // Shifted-in pixels are black in the original images: byte 0, or its normalised
-    // value (channel 0's; the float sets come from memory, where one fill serves all).
-    fill_ = table_[0];
     place_batches(cpu_backend());
     batch_.B = B;
     batch_.T = cfg.seq_len;
@@ -194,12 +191,17 @@ class VisionTask : public TrainTask {
     const size_t sz = train_.image_size();
     ops::parallel_for_if(B_, int64_t(B_) * int64_t(sz), ops::kParallelValues, [&](int b) {
       const auto& [i, shift] = picks_[size_t(b)];
+      // What shifts in is black: byte 0, or in a float set (normalised) each channel's
+      // normalised black, a channel at a time.
       if (train_.as_bytes)
         shift_image(train_.image_bytes(i), bytes_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width,
                     shift.first, shift.second, uint8_t(0));
       else
-        shift_image(train_.image(i), images_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width,
-                    shift.first, shift.second, fill_);
+        for (int c = 0; c < train_.channels; ++c) {
+          const size_t at = size_t(c) * train_.height * train_.width;
+          shift_image(train_.image(i) + at, images_.data() + size_t(b) * sz + at, 1, train_.height, train_.width,
+                      shift.first, shift.second, table_[size_t(c) * 256]);
+        }
     });
     if (batch_.keep) draw_keep(cfg_, B_, rng, keep_.data());
     return batch_;
@@ -243,7 +245,6 @@ class VisionTask : public TrainTask {
   ImageSet train_, test_;
   int B_, shift_;
   std::vector<float> table_;  // byte_table: what the model makes of each byte
-  float fill_ = 0.f;
   HostBuffer<float> images_;                                // a batch of a float set's images
   HostBuffer<uint8_t> bytes_;                               // or of a byte set's
   std::vector<std::pair<int, std::pair<int, int>>> picks_;  // each row's image and shift
