@@ -154,6 +154,21 @@ TEST(Config, OpenValuesAreLeftToTheDataOnlyWhenAsked) {
   // Open is not lax: what the data does not decide is still checked.
   EXPECT_NE(error_of([&] { ModelConfig::from_json({{"task", "vision"}, {"d_ffn", 7}}, "here", true); }).find("d_ffn"),
             std::string::npos);
+  // A normalisation must have the images' channels: a model normalises a batch of bytes
+  // with it only inside a forward, where it could not fail cleanly.
+  nlohmann::json shaped = {
+      {"task", "vision"},  {"n_classes", 3},   {"image_channels", 3},
+      {"image_height", 8}, {"image_width", 8}, {"patch_height", 4},
+      {"patch_width", 4},  {"seq_len", 4},     {"normalization", {{"mean", {0.5}}, {"std", {0.25}}}}};
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_json(shaped, "here");
+            }).find("'normalization' has 1 channels, but 'image_channels' = 3"),
+            std::string::npos);
+  shaped["normalization"] = {{"mean", {0.5, 0.5, 0.5}}, {"std", {0.25, 0.25, 0.0}}};
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(shaped, "here"); }).find("needs a finite mean and std > 0"),
+            std::string::npos);
+  shaped["normalization"] = {{"mean", {0.5, 0.5, 0.5}}, {"std", {0.25, 0.25, 0.25}}};
+  EXPECT_EQ(ModelConfig::from_json(shaped, "here").image_channels, 3);
 }
 
 TEST(Config, FileErrorsNameTheFile) {

@@ -122,6 +122,21 @@ TEST(TrainMemory, InMemorySourcesShareTheFileChecks) {
                 .find("label -1"),
             std::string::npos);
   EXPECT_EQ(make_image_set(std::vector<float>(8), {0, 4}, 1, 2, 2, 0, "imgs").n_classes, 5);
+  // Bytes (a Python uint8 array) take the same checks, and are held as bytes.
+  EXPECT_NE(test::error_of([] {
+              make_image_set(std::vector<uint8_t>(7), {0, 1}, 1, 2, 2, 0, "imgs");
+            }).find("imgs: 2 labels but 7 pixel values"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] {
+              make_image_set(std::vector<uint8_t>(8), {0, 3}, 1, 2, 2, 3, "imgs");
+            }).find("imgs: label 3 at index 1 is out of range for 3 classes"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] {
+              make_image_set(std::vector<uint8_t>(8), {0, 1}, 0, 2, 2, 0, "imgs");
+            }).find("has an empty side"),
+            std::string::npos);
+  const ImageSet b = make_image_set(std::vector<uint8_t>(8, 200), {0, 1}, 1, 2, 2, 0, "imgs");
+  EXPECT_TRUE(b.as_bytes && b.pixels.empty() && b.bytes.size() == 8 && b.n == 2);
   std::vector<float> nan_pixel(8, 0.5f);
   nan_pixel[5] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_NE(test::error_of([&] { make_image_set(nan_pixel, {0, 1}, 1, 2, 2, 0, "imgs"); })
@@ -199,22 +214,23 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
 
 // An IDX data set is held as its bytes, which the model normalises as it cuts its patches;
 // the run is the one over the floats they stand for, normalised on the host, to the bit:
-// every loss, the test accuracy and the weights, with shifts and stochastic depth; and a
-// run over the floats resumes one over the bytes (the data's fingerprint is the same).
+// every loss, the test accuracy and the weights, with shifts (each channel's black shifted
+// in) and stochastic depth, in colour (each channel its own normalisation); and a run over
+// the floats resumes one over the bytes (the data's fingerprint is the same).
 TEST(TrainMemory, AVisionRunOverBytesIsTheRunOverTheFloatsTheyStandFor) {
   test::TempDir dir("train_bytes");
-  constexpr int n = 48, H = 8, W = 8;
+  constexpr int n = 48, C = 3, H = 8, W = 8;
   std::mt19937 gen(5);
-  std::vector<uint8_t> bytes(size_t(n) * H * W), test_bytes(size_t(16) * H * W);
+  std::vector<uint8_t> bytes(size_t(n) * C * H * W), test_bytes(size_t(16) * C * H * W);
   for (auto* v : {&bytes, &test_bytes})
-    for (uint8_t& b : *v) b = uint8_t(gen() % 256);
+    for (size_t k = 0; k < v->size(); ++k) (*v)[k] = uint8_t(gen() % (k / (H * W) % C == 1 ? 64 : 256));
   std::vector<int32_t> labels(n), test_labels(16);
-  for (int i = 0; i < n; ++i) labels[size_t(i)] = (bytes[size_t(i) * H * W] + bytes[size_t(i) * H * W + 9]) % 3;
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = (bytes[size_t(i) * C * H * W] + bytes[size_t(i) * C * H * W + 9]) % 3;
   for (int i = 0; i < 16; ++i) test_labels[size_t(i)] = i % 3;
   auto as_set = [&](const std::vector<uint8_t>& b, const std::vector<int32_t>& l, bool as_bytes) {
     std::vector<float> f;
     for (uint8_t v : b) f.push_back(float(v) * (1.0f / 255.0f));  // as IDX files were read as floats
-    ImageSet s = make_image_set(f, l, 1, H, W, 3, "imgs");
+    ImageSet s = make_image_set(f, l, C, H, W, 3, "imgs");
     if (as_bytes) {
       s.as_bytes = true;
       s.bytes = b;

@@ -26,7 +26,7 @@ struct TrainData {
   std::string text;
   std::vector<int32_t> tokens;
   LabelledSet texts, test_texts, val_texts;  // val_texts: replace the val_fraction split when given
-  ImageSet images, test_images;  // pixels in [0, 1] (normalised by the task)
+  ImageSet images, test_images;              // floats in [0, 1] (normalised by the task) or bytes (by the model)
 };
 
 struct TrainOptions {

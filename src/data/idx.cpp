@@ -36,8 +36,12 @@ size_t idx_declared_size(const uint8_t* p, size_t have) {
 // not unpack to gigabytes before the size check.
 std::vector<uint8_t> gunzip(const std::string& path, const uint8_t* in, size_t n) {
   require(n <= UINT32_MAX, path + ": gzip file over 4 GiB is not supported");
+  // Grown to what the IDX header declares once it has arrived, and no further: the set
+  // keeps this vector, so no slack of a guessed or doubled size is held for the run. But
+  // never past what n bytes can inflate to (deflate's limit is 1,032:1), so a header that
+  // declares gigabytes in a small file reserves nothing it could not fill anyway.
   std::vector<uint8_t> out;
-  out.reserve(std::min<size_t>(n * 4, size_t(1) << 30));
+  const size_t most = n > SIZE_MAX / 1032 ? SIZE_MAX : n * 1032;
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw Error(path + ": zlib inflateInit2 failed");
   auto fail = [&](const std::string& what) {
@@ -53,6 +57,7 @@ std::vector<uint8_t> gunzip(const std::string& path, const uint8_t* in, size_t n
     const int rc = inflate(&zs, Z_NO_FLUSH);
     out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
     const size_t declared = idx_declared_size(out.data(), out.size());
+    if (declared != 0 && out.capacity() < std::min(declared, most)) out.reserve(std::min(declared, most));
     if (declared != 0 && out.size() > declared)
       fail("the gzip data unpacks to more than the " + std::to_string(declared) +
            " bytes its IDX header declares");

@@ -12,6 +12,7 @@
 
 #include "gmlp/error.h"
 #include "gmlp/files.h"
+#include "gmlp/image.h"
 #include "gmlp/tokenizer.h"
 
 namespace gmlp {
@@ -312,6 +313,13 @@ void ModelConfig::validate(bool open) const {
     require(image_width % patch_width == 0,
             "config: patches do not tile the image: 'patch_width' = " + std::to_string(patch_width) +
                 " does not divide 'image_width' = " + std::to_string(image_width));
+    // A normalisation of another channel count would fail only inside a forward.
+    if (!normalization.is_null()) {
+      const Normalization norm = Normalization::from_json(normalization, "config");
+      require(norm.mean.size() == size_t(image_channels),
+              "config: 'normalization' has " + std::to_string(norm.mean.size()) +
+                  " channels, but 'image_channels' = " + std::to_string(image_channels));
+    }
     const int grid = (image_height / patch_height) * (image_width / patch_width);
     require(seq_len == grid, "config: a " + std::to_string(image_height) + "x" + std::to_string(image_width) +
                                  " image in " + std::to_string(patch_height) + "x" + std::to_string(patch_width) +

@@ -371,6 +371,7 @@ void Model::forward_queued(const Batch& in) {
         in.images ? "forward: a batch's images are floats or bytes, not both" : "forward: a vision model needs images");
     require(T == cfg_.seq_len, "forward: a vision batch has T = " + std::to_string(cfg_.seq_len) + " patches, got " +
                                    std::to_string(T));
+    if (in.image_bytes) image_table();  // made (and its normalisation read) before anything is queued
   }
   require(in.lengths == nullptr || (!cfg_.causal() && cfg_.token_input()),
           "forward: padding lengths are for bidirectional token models (mlm, classify)");
