@@ -335,6 +335,74 @@ TEST(Augment, ShiftZeroIsIdentityAndContentMoves) {
     EXPECT_EQ(random_shift(dot.data(), out.data(), 1, 9, 9, 3, a), random_shift(dot.data(), out.data(), 1, 9, 9, 3, b));
 }
 
+// An image folder: classes are the sorted folder names, images in class then file-name
+// order, each held as bytes (an image of the set's size as its own bytes; another size or
+// channel count converted and resized, rounded to bytes), hidden and other files skipped;
+// a test split takes the training split's classes. Each malformed layout names the place.
+TEST(ImageFolder, ClassesFromFolderNamesImagesAsBytes) {
+  TempDir dir("imgfolder");
+  auto pnm = [&](const std::string& rel, int channels, int h, int w, int seed) {
+    fs::create_directories(fs::path(dir.file(rel)).parent_path());
+    std::ofstream f(dir.file(rel), std::ios::binary);
+    f << (channels == 3 ? "P6\n" : "P5\n") << w << " " << h << "\n255\n";
+    Bytes px(size_t(channels) * h * w);
+    for (size_t k = 0; k < px.size(); ++k) px[k] = uint8_t((k * 37 + size_t(seed) * 101) % 256);
+    f.write(reinterpret_cast<const char*>(px.data()), std::streamsize(px.size()));
+    return px;
+  };
+  const Bytes a = pnm("set/train/cat/a.pgm", 1, 4, 6, 1);
+  pnm("set/train/cat/b.PGM", 1, 4, 6, 2);
+  pnm("set/train/ant/z.pgm", 1, 4, 6, 3);
+  pnm("set/train/dog/c.ppm", 3, 8, 12, 4);  // colour and twice the size: made grey and halved
+  std::ofstream(dir.file("set/train/dog/notes.txt")) << "not an image";
+  pnm("set/train/dog/.hidden.pgm", 1, 2, 2, 5);
+  pnm("set/train/.cache/x.pgm", 1, 2, 2, 6);
+  pnm("set/test/dog/d.pgm", 1, 4, 6, 7);
+
+  std::vector<std::string> names;
+  const ImageSet s = load_image_dataset(dir.file("set"), "train", 0, {}, &names);
+  EXPECT_EQ(names, (std::vector<std::string>{"ant", "cat", "dog"}));
+  ASSERT_TRUE(s.as_bytes);
+  EXPECT_EQ(s.n, 4);
+  EXPECT_EQ(s.n_classes, 3);
+  EXPECT_EQ(s.labels, (std::vector<int32_t>{0, 1, 1, 2}));
+  EXPECT_EQ((std::vector<int>{s.channels, s.height, s.width}), (std::vector<int>{1, 4, 6}));  // ant/z.pgm's
+  EXPECT_EQ(Bytes(s.image_bytes(1), s.image_bytes(1) + 24), a);                               // cat/a.pgm, as it is
+  const Image dog = load_image(dir.file("set/train/dog/c.ppm"), 1, 4, 6);
+  for (size_t k = 0; k < 24; ++k) ASSERT_EQ(s.image_bytes(3)[k], uint8_t(std::lround(dog.pixels[k] * 255.0f))) << k;
+  // A shape asked for: every image brought to it.
+  const ImageSet rgb = load_image_dataset(dir.file("set"), "train", 0, {3, 2, 3}, &names);
+  EXPECT_EQ((std::vector<int>{rgb.n, rgb.channels, rgb.height, rgb.width}), (std::vector<int>{4, 3, 2, 3}));
+  EXPECT_EQ(rgb.bytes.size(), 4u * 18);
+  // The test split by the training classes: its only folder is class 2.
+  const ImageSet t = load_image_dataset(dir.file("set"), "test", 3, {1, 4, 6}, &names);
+  EXPECT_EQ(t.labels, (std::vector<int32_t>{2}));
+  EXPECT_EQ(t.n_classes, 3);
+
+  pnm("set/test/bird/e.pgm", 1, 4, 6, 8);
+  EXPECT_NE(error_of([&] {
+              load_image_dataset(dir.file("set"), "test", 3, {1, 4, 6}, &names);
+            }).find("class folder 'bird' is not one of the training classes (ant, cat, dog)"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { load_image_dataset(dir.file("set"), "train", 2); }).find("3 classes, more than the model's 2"),
+      std::string::npos);
+  fs::create_directories(dir.file("set/train/emu"));
+  std::ofstream(dir.file("set/train/emu/readme.md")) << "x";
+  EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "train"); }).find("emu: no images"), std::string::npos);
+  fs::remove_all(dir.file("set/train/emu"));
+  std::ofstream(dir.file("set/train/cat/broken.png")) << "not a png";
+  const std::string e = error_of([&] { load_image_dataset(dir.file("set"), "train"); });
+  EXPECT_NE(e.find("broken.png"), std::string::npos) << e;
+  fs::remove(dir.file("set/train/cat/broken.png"));
+  fs::remove_all(dir.file("set/test"));
+  EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("nor a test/ folder of class folders"),
+            std::string::npos);
+  fs::create_directories(dir.file("set/test"));
+  EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("no class subfolders"),
+            std::string::npos);
+}
+
 TEST(ImageFile, PgmAsciiBinaryAnd16Bit) {
   TempDir dir("pgm");
   write_text(dir.file("a.pgm"), "P2\n# a comment\n3 2\n# another\n10\n0 5 10\n 2 4\n6\n");

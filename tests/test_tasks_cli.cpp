@@ -156,6 +156,44 @@ TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
   EXPECT_NE(a, train_losses(dir.file("other")));
 }
 
+// The same task from an image folder (train/<class>/*.pgm, test/<class>/*.pgm): the
+// classes are the folders' names, the shape the images', and `gmlp eval` reads the test
+// folder by the model's class names.
+TEST(TasksCli, VisionTrainsAndEvalsFromAnImageFolder) {
+  test::TempDir dir("tasks_vision_folder");
+  const std::string data = dir.file("data"), out = dir.file("run");
+  const std::vector<std::string> folders = {"a-top-left", "b-top-right", "c-bottom-left"};
+  std::mt19937 rng(5);
+  for (auto [split, n] : {std::pair<std::string, int>{"train", 64}, {"test", 30}}) {
+    for (const auto& f : folders) std::filesystem::create_directories(data + "/" + split + "/" + f);
+    for (int i = 0; i < n; ++i) {
+      const int k = i % 3;
+      write_pgm(data + "/" + split + "/" + folders[size_t(k)] + "/" + std::to_string(i) + ".pgm",
+                quadrant_image(k, rng), 8, 8);
+    }
+  }
+  auto r =
+      run_command(gmlp() + " train --data " + data + " --out " + out + kVisionTiny + " --steps 80 --eval-every 40");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "64 train / 30 test images of 1x8x8")) << r.output;
+  auto m = load_model(model_file(out));
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.class_names, folders);
+  EXPECT_EQ((std::vector<int>{c.image_channels, c.image_height, c.image_width, c.n_classes}),
+            (std::vector<int>{1, 8, 8, 3}));
+  r = run_command(gmlp() + " eval --model " + out + " --data " + data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch mt;
+  ASSERT_TRUE(std::regex_search(r.output, mt, std::regex("top-1 accuracy ([0-9.]+) \\(30 examples\\)"))) << r.output;
+  EXPECT_GT(std::stod(mt[1].str()), 0.9) << r.output;
+  // A test folder of a class the model does not have is refused, naming it.
+  std::filesystem::create_directories(data + "/test/d-elsewhere");
+  write_pgm(data + "/test/d-elsewhere/0.pgm", quadrant_image(0, rng), 8, 8);
+  r = run_command(gmlp() + " eval --model " + out + " --data " + data + " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "class folder 'd-elsewhere' is not one of the training classes")) << r.output;
+}
+
 TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {
   test::TempDir dir("tasks_vision");
   const std::string data = dir.file("data"), out = dir.file("run");

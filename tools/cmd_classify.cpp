@@ -130,7 +130,9 @@ int run_classifier_eval(Model& model, const std::string& data, int batch, bool j
   ClassEval ev;
   std::string what;
   if (c.task == Task::vision) {
-    ImageSet test = load_image_dataset(data, "test", c.n_classes);
+    std::vector<std::string> names = c.class_names;  // an image folder's classes by the model's names
+    ImageSet test =
+        load_image_dataset(data, "test", c.n_classes, {c.image_channels, c.image_height, c.image_width}, &names);
     normalize_for_model(c, test);
     ev = evaluate_images(model, test, batch);
     what = data + " (test split)";

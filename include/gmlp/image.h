@@ -65,11 +65,32 @@ ImageSet make_image_set(std::vector<float> pixels, std::vector<int32_t> labels, 
 ImageSet make_image_set(std::vector<uint8_t> bytes, std::vector<int32_t> labels, int channels, int height, int width,
                         int n_classes, const std::string& what);
 
-// The split ("train" or "test") of an IDX data set in `dir`, named as MNIST names it:
-// {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte, each optionally
-// with .gz (the raw file wins when both exist; "t10k-labels.idx1-ubyte", as some
-// mirrors name them, is accepted too). Error naming the folder and the names tried when a file is missing.
-ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes = 0);
+// The shape images are brought to (channels 1 or 3, height, width); 0: the first image's.
+struct ImageShape {
+  int channels = 0, height = 0, width = 0;
+};
+
+// An image folder (torchvision's ImageFolder layout): one subfolder of `dir` per class,
+// each holding PNG, JPEG, BMP, GIF, PGM or PPM files (by extension; hidden files and
+// other files skipped). Every image is decoded, converted to the shape's channels and
+// resized to its size (read_image, convert_channels, resize_bilinear), and held as bytes
+// (a resized value rounded to the nearest byte), in class then file-name order.
+// class_names: empty, it becomes the folders' names in sorted order, class i the i-th;
+// given (the training split's, a model's), each folder is its name's index there. Errors
+// name the folder or file: no class folders, a class folder with no images, a folder
+// that is not a given class, an image that cannot be read (the first in file order).
+ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names);
+
+// The split ("train" or "test") of an image data set in `dir`. An IDX data set, named as
+// MNIST names it: {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte,
+// each optionally with .gz (the raw file wins when both exist; "t10k-labels.idx1-ubyte",
+// as some mirrors name them, is accepted too); shape and class_names are not used. Else,
+// where neither file is there, an image folder <dir>/<split> (load_image_folder, with
+// shape and, where given, class_names, filled in with the folders' names when empty).
+// n_classes > 0: labels must be below it. Error naming the folder and the names tried
+// when neither is there.
+ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes = 0, ImageShape shape = {},
+                            std::vector<std::string>* class_names = nullptr);
 
 // Per-channel normalisation x' = (x - mean[c]) / std[c], stored with a model so that
 // inference applies what training applied.

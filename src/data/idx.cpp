@@ -225,26 +225,43 @@ ImageSet make_image_set(std::vector<uint8_t> bytes, std::vector<int32_t> labels,
   return s;
 }
 
-ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes) {
+ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes, ImageShape shape,
+                            std::vector<std::string>* class_names) {
   namespace fs = std::filesystem;
   require(split == "train" || split == "test", "image data set split must be \"train\" or \"test\", got \"" + split + "\"");
-  require(fs::is_directory(dir), dir + ": not a directory (expected an IDX data set folder, e.g. data/mnist)");
+  require(fs::is_directory(dir), dir +
+                                     ": not a directory (expected an IDX data set folder, e.g. data/mnist, or a folder "
+                                     "of train/ and test/ image folders)");
   const std::string stem = split == "train" ? "train" : "t10k";
-  auto find = [&](const std::string& kind, const std::string& idx) {
-    std::vector<std::string> tried;
+  auto find = [&](const std::string& kind, const std::string& idx, std::string& tried) {
     for (const char* sep : {"-", "."})
       for (const char* ext : {"", ".gz"}) {
         const std::string name = stem + "-" + kind + sep + idx + "-ubyte" + ext;
         const fs::path p = fs::path(dir) / name;
         if (fs::is_regular_file(p)) return p.string();
-        tried.push_back(name);
+        tried += (tried.empty() ? "" : ", ") + name;
       }
-    std::string names;
-    for (const auto& t : tried) names += (names.empty() ? "" : ", ") + t;
-    throw Error(dir + ": no " + split + " " + kind + " file (tried " + names + ")");
+    return std::string();
   };
-  const std::string images = find("images", "idx3"), labels = find("labels", "idx1");
-  return load_idx(images, labels, n_classes);
+  std::string tried_images, tried_labels;
+  const std::string images = find("images", "idx3", tried_images), labels = find("labels", "idx1", tried_labels);
+  if (!images.empty() && !labels.empty()) return load_idx(images, labels, n_classes);
+  // No IDX pair: an image folder, <dir>/<split>/<class>/<image>.
+  const fs::path folder = fs::path(dir) / split;
+  if (images.empty() && labels.empty() && fs::is_directory(folder)) {
+    std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};
+    ImageSet s = load_image_folder(folder.string(), shape, local);
+    require(n_classes == 0 || s.n_classes <= n_classes, folder.string() + ": " + std::to_string(s.n_classes) +
+                                                            " classes, more than the model's " +
+                                                            std::to_string(n_classes));
+    if (n_classes > 0) s.n_classes = n_classes;
+    if (class_names) *class_names = std::move(local);
+    return s;
+  }
+  if (images.empty())
+    throw Error(dir + ": no " + split + " images file (tried " + tried_images + "), nor a " + split +
+                "/ folder of class folders");
+  throw Error(dir + ": no " + split + " labels file (tried " + tried_labels + ")");
 }
 
 nlohmann::json Normalization::to_json() const { return {{"mean", mean}, {"std", std}}; }

@@ -301,7 +301,12 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
 
 std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in) {
   ModelConfig& m = rc.model;
-  ImageSet train = in.memory ? in.memory->images : load_image_dataset(in.data_path, "train", m.n_classes);
+  // An image folder's classes are its folders' names (or the config's names, when it has
+  // them); an IDX set's come from classes.txt below.
+  std::vector<std::string> names = m.class_names;
+  ImageSet train = in.memory ? in.memory->images
+                             : load_image_dataset(in.data_path, "train", m.n_classes,
+                                                  {m.image_channels, m.image_height, m.image_width}, &names);
   require(train.n > 0, in.data_name() + ": a vision model trains on images; none given");
   // What the config left open, the data decides: the image shape (patches of 4 when
   // they tile it) and the classes.
@@ -315,7 +320,9 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
     m.seq_len = (m.image_height / m.patch_height) * (m.image_width / m.patch_width);
   }
   if (m.n_classes == 0) m.n_classes = train.n_classes;
-  ImageSet test = in.memory ? in.memory->test_images : load_image_dataset(in.data_path, "test", m.n_classes);
+  ImageSet test = in.memory ? in.memory->test_images
+                            : load_image_dataset(in.data_path, "test", m.n_classes,
+                                                 {train.channels, train.height, train.width}, &names);
   for (const ImageSet* set : {&train, &test})
     require(set->n == 0 || set->n_classes <= m.n_classes,
             std::string("'") + in.data_name() + "' has labels up to " + std::to_string(set->n_classes - 1) + ", but the model has " +
@@ -328,7 +335,7 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
               std::to_string(m.image_channels) + "x" + std::to_string(m.image_height) + "x" +
               std::to_string(m.image_width));
   if (m.class_names.empty() && !in.memory) {
-    auto names = read_class_names(in.data_path);
+    if (names.empty()) names = read_class_names(in.data_path);
     if (int(names.size()) == m.n_classes) m.class_names = names;
   }
   // Normalise with the training set's statistics, stored in the model for inference.

@@ -1,0 +1,98 @@
+// Image-folder data sets (<dir>/<split>/<class>/<image>, torchvision's ImageFolder
+// layout): every image decoded once, converted and resized to the set's shape, and held
+// as bytes, as an IDX set is.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "gmlp/error.h"
+#include "gmlp/image.h"
+
+namespace gmlp {
+
+namespace {
+namespace fs = std::filesystem;
+
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  static const char* const kExts[] = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".pgm", ".ppm", ".pnm"};
+  return std::any_of(std::begin(kExts), std::end(kExts), [&](const char* e) { return ext == e; });
+}
+
+bool hidden(const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; }
+
+// A decoded image's [0, 1] values as bytes: byte / 255 came in as byte_pixel(byte), which
+// rounds back to the byte; a resized value to its nearest byte, as a resize in 8 bits does.
+uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f)); }
+}  // namespace
+
+ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names) {
+  require(fs::is_directory(dir), dir + ": not a directory (expected one subfolder of images per class)");
+  std::vector<std::string> folders;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && !hidden(e.path())) folders.push_back(e.path().filename().string());
+  std::sort(folders.begin(), folders.end());
+  require(!folders.empty(), dir + ": no class subfolders (expected <class>/<image> inside it)");
+  // The classes: the folders in name order, or, given names (the training split's, a
+  // model's), each folder's index among them.
+  const bool given = !class_names.empty();
+  if (!given) class_names = folders;
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < class_names.size(); ++i) index[class_names[i]] = int(i);
+  std::vector<std::pair<std::string, int32_t>> files;  // path, label: in class then name order
+  for (const std::string& name : folders) {
+    const auto it = index.find(name);
+    require(it != index.end(), [&] {
+      std::string known;
+      for (const auto& n : class_names) known += (known.empty() ? "" : ", ") + n;
+      return dir + ": class folder '" + name + "' is not one of the training classes (" + known + ")";
+    });
+    std::vector<std::string> paths;
+    for (const auto& e : fs::directory_iterator(fs::path(dir) / name))
+      if (e.is_regular_file() && !hidden(e.path()) && is_image_file(e.path())) paths.push_back(e.path().string());
+    require(!paths.empty(), (fs::path(dir) / name).string() +
+                                ": no images (PNG, JPEG, BMP, GIF, PGM or PPM files, by their extension)");
+    std::sort(paths.begin(), paths.end());
+    for (auto& p : paths) files.emplace_back(std::move(p), it->second);
+  }
+  require(files.size() <= size_t(INT32_MAX), dir + ": too many images");
+  // The shape: what was asked, each of channels, height and width; the rest the first
+  // image's (in class then name order).
+  if (shape.channels == 0 || shape.height == 0 || shape.width == 0) {
+    const Image first = read_image(files[0].first);
+    if (shape.channels == 0) shape.channels = first.channels;
+    if (shape.height == 0) shape.height = first.height;
+    if (shape.width == 0) shape.width = first.width;
+  }
+  ImageSet s;
+  s.n = int(files.size());
+  s.channels = shape.channels;
+  s.height = shape.height;
+  s.width = shape.width;
+  s.as_bytes = true;
+  s.bytes.resize(size_t(s.n) * s.image_size());
+  s.labels.resize(files.size());
+  s.n_classes = int(class_names.size());
+  // Decoded in parallel, each image into its own place; the first failure in file order
+  // is the one reported, so the error does not depend on the threads.
+  std::vector<std::string> errors(files.size());
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < int64_t(files.size()); ++i) {
+    try {
+      const Image img = load_image(files[size_t(i)].first, s.channels, s.height, s.width);
+      uint8_t* out = s.bytes.data() + size_t(i) * s.image_size();
+      for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(img.pixels[k]);
+    } catch (const std::exception& e) {
+      errors[size_t(i)] = e.what();
+    }
+    s.labels[size_t(i)] = files[size_t(i)].second;
+  }
+  for (const std::string& e : errors)
+    if (!e.empty()) throw Error(e);
+  return s;
+}
+
+}  // namespace gmlp
