@@ -382,7 +382,7 @@ TEST(ImageFolder, ClassesFromFolderNamesImagesAsBytes) {
   pnm("set/test/bird/e.pgm", 1, 4, 6, 8);
   EXPECT_NE(error_of([&] {
               load_image_dataset(dir.file("set"), "test", 3, {1, 4, 6}, &names);
-            }).find("class folder 'bird' is not one of the training classes (ant, cat, dog)"),
+            }).find("class folder 'bird' is not one of the model's classes (ant, cat, dog)"),
             std::string::npos);
   EXPECT_NE(
       error_of([&] { load_image_dataset(dir.file("set"), "train", 2); }).find("3 classes, more than the model's 2"),
@@ -400,6 +400,21 @@ TEST(ImageFolder, ClassesFromFolderNamesImagesAsBytes) {
             std::string::npos);
   fs::create_directories(dir.file("set/test"));
   EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("no class subfolders"),
+            std::string::npos);
+  // A folder name that is no UTF-8 (it would become a class name), a link to itself.
+  fs::create_directories(dir.file("set/test/caf\xe9"));
+  EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("the class folder's name"),
+            std::string::npos);
+  fs::remove_all(dir.file("set/test/caf\xe9"));
+  pnm("set/test/cat/ok.pgm", 1, 4, 6, 9);
+  fs::create_symlink(dir.file("set/test/cat/loop.png"), dir.file("set/test/cat/loop.png"));
+  const std::string loop = error_of([&] { load_image_dataset(dir.file("set"), "test"); });
+  EXPECT_NE(loop.find("loop.png: cannot read"), std::string::npos) << loop;
+  // An IDX file of either split makes it an IDX set: a folder is never read beside it.
+  fs::remove(dir.file("set/test/cat/loop.png"));
+  write_bytes(dir.file("set/train-images-idx3-ubyte"), Small().images_file());
+  write_bytes(dir.file("set/train-labels-idx1-ubyte"), Small().labels_file());
+  EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("no test images file"),
             std::string::npos);
 }
 

@@ -157,8 +157,9 @@ TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
 }
 
 // The same task from an image folder (train/<class>/*.pgm, test/<class>/*.pgm): the
-// classes are the folders' names, the shape the images', and `gmlp eval` reads the test
-// folder by the model's class names.
+// classes are the folders' names, the shape the images' (or what of it the config sets),
+// and `gmlp eval` reads a test folder by the model's class names (one holding two of the
+// three classes is scored by name, not by its folders' order).
 TEST(TasksCli, VisionTrainsAndEvalsFromAnImageFolder) {
   test::TempDir dir("tasks_vision_folder");
   const std::string data = dir.file("data"), out = dir.file("run");
@@ -186,12 +187,36 @@ TEST(TasksCli, VisionTrainsAndEvalsFromAnImageFolder) {
   std::smatch mt;
   ASSERT_TRUE(std::regex_search(r.output, mt, std::regex("top-1 accuracy ([0-9.]+) \\(30 examples\\)"))) << r.output;
   EXPECT_GT(std::stod(mt[1].str()), 0.9) << r.output;
+  std::filesystem::remove_all(data + "/test/a-top-left");
+  r = run_command(gmlp() + " eval --model " + out + " --data " + data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, mt, std::regex("top-1 accuracy ([0-9.]+) \\(20 examples\\)"))) << r.output;
+  EXPECT_GT(std::stod(mt[1].str()), 0.9) << r.output;
+  // What of the shape the config sets, the images are brought to: grey made colour.
+  r = run_command(gmlp() + " train --data " + data + " --out " + dir.file("rgb") + kVisionTiny +
+                  " --steps 2 --eval-every 2 --set model.image_channels=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "64 train / 20 test images of 3x8x8")) << r.output;
+  // A class count other than the folders' is refused (the model must keep their names).
+  r = run_command(gmlp() + " train --data " + data + " --out " + dir.file("four") + kVisionTiny +
+                  " --steps 2 --set model.n_classes=4 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "has 3 class folders, but the model has 'n_classes' = 4")) << r.output;
+  // A model without class names cannot score an image folder.
+  write_vision_set(dir.file("idx"));
+  std::filesystem::remove(dir.file("idx/classes.txt"));
+  r = run_command(gmlp() + " train --data " + dir.file("idx") + " --out " + dir.file("unnamed") + kVisionTiny +
+                  " --steps 2 --eval-every 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + " eval --model " + dir.file("unnamed") + " --data " + data + " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "matched to the model's by name, and this model has no class names")) << r.output;
   // A test folder of a class the model does not have is refused, naming it.
   std::filesystem::create_directories(data + "/test/d-elsewhere");
   write_pgm(data + "/test/d-elsewhere/0.pgm", quadrant_image(0, rng), 8, 8);
   r = run_command(gmlp() + " eval --model " + out + " --data " + data + " 2>&1");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_TRUE(contains(r.output, "class folder 'd-elsewhere' is not one of the training classes")) << r.output;
+  EXPECT_TRUE(contains(r.output, "class folder 'd-elsewhere' is not one of the model's classes")) << r.output;
 }
 
 TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {

@@ -133,6 +133,8 @@ int run_classifier_eval(Model& model, const std::string& data, int batch, bool j
     std::vector<std::string> names = c.class_names;  // an image folder's classes by the model's names
     ImageSet test =
         load_image_dataset(data, "test", c.n_classes, {c.image_channels, c.image_height, c.image_width}, &names);
+    require(!c.class_names.empty() || names.empty(),
+            data + ": an image folder's classes are matched to the model's by name, and this model has no class names");
     normalize_for_model(c, test);
     ev = evaluate_images(model, test, batch);
     what = data + " (test split)";

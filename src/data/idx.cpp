@@ -232,8 +232,7 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
   require(fs::is_directory(dir), dir +
                                      ": not a directory (expected an IDX data set folder, e.g. data/mnist, or a folder "
                                      "of train/ and test/ image folders)");
-  const std::string stem = split == "train" ? "train" : "t10k";
-  auto find = [&](const std::string& kind, const std::string& idx, std::string& tried) {
+  auto find = [&](const std::string& stem, const std::string& kind, const std::string& idx, std::string& tried) {
     for (const char* sep : {"-", "."})
       for (const char* ext : {"", ".gz"}) {
         const std::string name = stem + "-" + kind + sep + idx + "-ubyte" + ext;
@@ -243,12 +242,25 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
       }
     return std::string();
   };
-  std::string tried_images, tried_labels;
-  const std::string images = find("images", "idx3", tried_images), labels = find("labels", "idx1", tried_labels);
-  if (!images.empty() && !labels.empty()) return load_idx(images, labels, n_classes);
-  // No IDX pair: an image folder, <dir>/<split>/<class>/<image>.
+  const std::string stem = split == "train" ? "train" : "t10k";
+  std::string tried_images, tried_labels, others;
+  const std::string images = find(stem, "images", "idx3", tried_images),
+                    labels = find(stem, "labels", "idx1", tried_labels);
+  // An IDX set if either split has a file of one (a missing file is then that set's
+  // error, never a folder's images read beside the other split's IDX files); else an image
+  // folder, <dir>/<split>/<class>/<image>.
+  const std::string other = split == "train" ? "t10k" : "train";
+  const bool idx_set = !images.empty() || !labels.empty() || !find(other, "images", "idx3", others).empty() ||
+                       !find(other, "labels", "idx1", others).empty();
+  if (idx_set) {
+    require(!images.empty(), dir + ": no " + split + " images file (tried " + tried_images + ")");
+    require(!labels.empty(), dir + ": no " + split + " labels file (tried " + tried_labels + ")");
+    return load_idx(images, labels, n_classes);
+  }
   const fs::path folder = fs::path(dir) / split;
-  if (images.empty() && labels.empty() && fs::is_directory(folder)) {
+  require(fs::is_directory(folder), dir + ": no IDX files (tried " + tried_images + ", " + tried_labels + "), nor a " +
+                                        split + "/ folder of class folders");
+  {
     std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};
     ImageSet s = load_image_folder(folder.string(), shape, local);
     require(n_classes == 0 || s.n_classes <= n_classes, folder.string() + ": " + std::to_string(s.n_classes) +
@@ -258,10 +270,6 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
     if (class_names) *class_names = std::move(local);
     return s;
   }
-  if (images.empty())
-    throw Error(dir + ": no " + split + " images file (tried " + tried_images + "), nor a " + split +
-                "/ folder of class folders");
-  throw Error(dir + ": no " + split + " labels file (tried " + tried_labels + ")");
 }
 
 nlohmann::json Normalization::to_json() const { return {{"mean", mean}, {"std", std}}; }

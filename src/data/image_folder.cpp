@@ -9,6 +9,7 @@
 
 #include "gmlp/error.h"
 #include "gmlp/image.h"
+#include "gmlp/tokenizer.h"  // utf8_code_points
 
 namespace gmlp {
 
@@ -24,6 +25,29 @@ bool is_image_file(const fs::path& p) {
 
 bool hidden(const fs::path& p) { return p.filename().string().rfind('.', 0) == 0; }
 
+// The entries of a folder, each with whether it is a folder or a regular file (links
+// followed). A folder that cannot be listed, or an entry whose kind cannot be told (a
+// link to nowhere, a loop of links), is an Error naming it, not a filesystem exception.
+struct Entry {
+  fs::path path;
+  bool dir, file;
+};
+std::vector<Entry> entries(const fs::path& dir) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  require(!ec, [&] { return dir.string() + ": cannot list: " + ec.message(); });
+  std::vector<Entry> out;
+  for (; it != end; it.increment(ec)) {
+    require(!ec, [&] { return dir.string() + ": cannot list: " + ec.message(); });
+    if (hidden(it->path())) continue;
+    const fs::file_status st = fs::status(it->path(), ec);
+    require(!ec, [&] { return it->path().string() + ": cannot read: " + ec.message(); });
+    out.push_back({it->path(), fs::is_directory(st), fs::is_regular_file(st)});
+  }
+  require(!ec, [&] { return dir.string() + ": cannot list: " + ec.message(); });
+  return out;
+}
+
 // A decoded image's [0, 1] values as bytes: byte / 255 came in as byte_pixel(byte), which
 // rounds back to the byte; a resized value to its nearest byte, as a resize in 8 bits does.
 uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f)); }
@@ -32,8 +56,19 @@ uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) 
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names) {
   require(fs::is_directory(dir), dir + ": not a directory (expected one subfolder of images per class)");
   std::vector<std::string> folders;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory() && !hidden(e.path())) folders.push_back(e.path().filename().string());
+  for (const Entry& e : entries(dir))
+    if (e.dir) {
+      // A folder's name becomes a class name: stored as JSON in the checkpoint, printed
+      // in reports.
+      const std::string name = e.path.filename().string();
+      utf8_code_points(name, e.path.string() + ": the class folder's name");
+      for (const unsigned char ch : name)
+        require(ch >= 0x20 && ch != 0x7f, [&] {
+          return e.path.string() + ": the class folder's name holds a control character (byte " +
+                 std::to_string(int(ch)) + ")";
+        });
+      folders.push_back(name);
+    }
   std::sort(folders.begin(), folders.end());
   require(!folders.empty(), dir + ": no class subfolders (expected <class>/<image> inside it)");
   // The classes: the folders in name order, or, given names (the training split's, a
@@ -48,11 +83,11 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
     require(it != index.end(), [&] {
       std::string known;
       for (const auto& n : class_names) known += (known.empty() ? "" : ", ") + n;
-      return dir + ": class folder '" + name + "' is not one of the training classes (" + known + ")";
+      return dir + ": class folder '" + name + "' is not one of the model's classes (" + known + ")";
     });
     std::vector<std::string> paths;
-    for (const auto& e : fs::directory_iterator(fs::path(dir) / name))
-      if (e.is_regular_file() && !hidden(e.path()) && is_image_file(e.path())) paths.push_back(e.path().string());
+    for (const Entry& e : entries(fs::path(dir) / name))
+      if (e.file && is_image_file(e.path)) paths.push_back(e.path.string());
     require(!paths.empty(), (fs::path(dir) / name).string() +
                                 ": no images (PNG, JPEG, BMP, GIF, PGM or PPM files, by their extension)");
     std::sort(paths.begin(), paths.end());
@@ -85,8 +120,10 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
       const Image img = load_image(files[size_t(i)].first, s.channels, s.height, s.width);
       uint8_t* out = s.bytes.data() + size_t(i) * s.image_size();
       for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(img.pixels[k]);
-    } catch (const std::exception& e) {
-      errors[size_t(i)] = e.what();
+    } catch (const std::exception& e) {  // the readers' errors name the file; anything else gets its name
+      const std::string& path = files[size_t(i)].first;
+      const std::string what = e.what();
+      errors[size_t(i)] = what.find(path) == std::string::npos ? path + ": " + what : what;
     }
     s.labels[size_t(i)] = files[size_t(i)].second;
   }

@@ -304,7 +304,8 @@ void ModelConfig::validate(bool open) const {
     require(tokenizer.is_null(), "config: a vision model takes no 'tokenizer'");
     require(pos_embedding == PosEmbedding::none,
             "config: vision models use no position embedding ('pos_embedding' \"none\")");
-    if (open && image_channels == 0) return;  // the shape comes from the data
+    // The shape, or what of it is 0, comes from the data.
+    if (open && (image_channels == 0 || image_height == 0 || image_width == 0)) return;
     for (auto [key, v] : image_keys) check_positive(v, key);
     // "do not tile" names the problem; the keys name where it is.
     require(image_height % patch_height == 0,

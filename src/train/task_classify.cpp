@@ -308,13 +308,14 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
                              : load_image_dataset(in.data_path, "train", m.n_classes,
                                                   {m.image_channels, m.image_height, m.image_width}, &names);
   require(train.n > 0, in.data_name() + ": a vision model trains on images; none given");
-  // What the config left open, the data decides: the image shape (patches of 4 when
-  // they tile it) and the classes.
-  if (m.image_channels == 0) {
-    m.image_channels = train.channels;
-    m.image_height = train.height;
-    m.image_width = train.width;
-    const int p = train.height % 4 == 0 && train.width % 4 == 0 ? 4 : 1;
+  // What the config left open, the data decides: the image shape, or what of it is 0
+  // (what it sets, an image folder's images are brought to; an IDX set's must have),
+  // patches of 4 when they tile it, and the classes.
+  if (m.image_channels == 0 || m.image_height == 0 || m.image_width == 0) {
+    if (m.image_channels == 0) m.image_channels = train.channels;
+    if (m.image_height == 0) m.image_height = train.height;
+    if (m.image_width == 0) m.image_width = train.width;
+    const int p = m.image_height % 4 == 0 && m.image_width % 4 == 0 ? 4 : 1;
     if (m.patch_height == 0) m.patch_height = p;
     if (m.patch_width == 0) m.patch_width = p;
     m.seq_len = (m.image_height / m.patch_height) * (m.image_width / m.patch_width);
@@ -334,8 +335,16 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
               std::to_string(train.height) + "x" + std::to_string(train.width) + ", but the model takes " +
               std::to_string(m.image_channels) + "x" + std::to_string(m.image_height) + "x" +
               std::to_string(m.image_width));
-  if (m.class_names.empty() && !in.memory) {
-    if (names.empty()) names = read_class_names(in.data_path);
+  if (m.class_names.empty() && !names.empty()) {
+    // An image folder's: the model keeps them, or its test folders and `gmlp eval`'s could
+    // not be matched to its classes by name.
+    require(int(names.size()) == m.n_classes, [&] {
+      return "'" + in.data_name() + "' has " + std::to_string(names.size()) + " class folders, but the model has " +
+             "'n_classes' = " + std::to_string(m.n_classes);
+    });
+    m.class_names = names;
+  } else if (m.class_names.empty() && !in.memory) {
+    names = read_class_names(in.data_path);
     if (int(names.size()) == m.n_classes) m.class_names = names;
   }
   // Normalise with the training set's statistics, stored in the model for inference.
