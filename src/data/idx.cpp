@@ -258,7 +258,8 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
     return load_idx(images, labels, n_classes);
   }
   const fs::path folder = fs::path(dir) / split;
-  require(fs::is_directory(folder), dir + ": no IDX files (tried " + tried_images + ", " + tried_labels + "), nor a " +
+  std::error_code ec;
+  require(fs::is_directory(folder, ec), dir + ": no IDX files (tried " + tried_images + ", " + tried_labels + "), nor a " +
                                         split + "/ folder of class folders");
   {
     std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};

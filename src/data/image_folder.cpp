@@ -54,7 +54,8 @@ uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) 
 }  // namespace
 
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names) {
-  require(fs::is_directory(dir), dir + ": not a directory (expected one subfolder of images per class)");
+  std::error_code ec;
+  require(fs::is_directory(dir, ec), dir + ": not a directory (expected one subfolder of images per class)");
   std::vector<std::string> folders;
   for (const Entry& e : entries(dir))
     if (e.dir) {
