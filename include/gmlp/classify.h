@@ -30,6 +30,10 @@ std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::
 std::vector<float> classify_texts(Model& model, const Tokenizer& tok, const std::vector<std::string>& texts,
                                   int batch);
 std::vector<float> classify_image(Model& model, const float* image);
+// Class probabilities [n, n_classes] of n images [n, C, H, W] of the model's shape, `batch`
+// a forward: floats (normalised as the model takes them), or, images null, bytes (pixel
+// values, which the model normalises as it reads them: Batch::image_bytes).
+std::vector<float> classify_images(Model& model, const float* images, const uint8_t* bytes, size_t n, int batch);
 
 // Applies the model's stored normalisation (config "normalization") in place; a set of bytes
 // is left as it is, the model normalising bytes as it reads them.

@@ -169,8 +169,7 @@ class Model:
         if self.task != "vision":
             raise ValueError(f"classify needs a classifier (task classify or vision); this one is {self.task!r}")
         a = np.asarray(x)
-        if a.dtype == np.uint8:  # byte / 255 as the engine's bytes stand for (image.h's byte_pixel)
-            a = a.astype(np.float32) * np.float32(1.0 / 255.0)
+        # uint8 goes to the engine as bytes, which the model normalises as it reads them
         c = self.config
         shape = (c["image_channels"], c["image_height"], c["image_width"])
         if a.shape == shape or (a.ndim == 2 and (1,) + a.shape == shape):

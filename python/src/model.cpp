@@ -180,26 +180,33 @@ py::array classify_texts(PyModel& m, const std::vector<std::string>& texts) {
   return out;
 }
 
-// images [N, C, H, W] in [0, 1]: the model's stored normalisation is applied here.
+// images [N, C, H, W]: floats in [0, 1], the model's stored normalisation applied here, or
+// uint8 0..255, which the model normalises as it reads them (the same values); 64 a
+// forward.
 py::array classify_images(PyModel& m, py::handle x) {
   require_classifier(m, Task::vision);
   const ModelConfig& c = m.cfg();
-  auto a = float_array(x, "images");
+  py::array any = py::module_::import("numpy").attr("asarray")(x);
+  const bool bytes = py::isinstance<py::array_t<uint8_t>>(any);
+  py::array a = bytes ? py::array(py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(any))
+                      : py::array(float_array(any, "images"));
   if (a.ndim() != 4 || a.shape(1) != c.image_channels || a.shape(2) != c.image_height || a.shape(3) != c.image_width)
     throw py::value_error("images: expected shape [N, " + std::to_string(c.image_channels) + ", " +
                           std::to_string(c.image_height) + ", " + std::to_string(c.image_width) + "], got " + shape_of(a));
   const size_t n = size_t(a.shape(0)), per = size_t(c.image_channels) * c.image_height * c.image_width;
-  std::vector<float> pixels(a.data(), a.data() + n * per);
-  py::array_t<float> out(std::vector<py::ssize_t>{py::ssize_t(n), c.n_classes});
-  float* dst = out.mutable_data();
-  Compute g(m);
-  if (!c.normalization.is_null())
-    normalize(pixels.data(), n, c.image_channels, size_t(c.image_height) * c.image_width,
-              Normalization::from_json(c.normalization, "model config 'normalization'"));
-  for (size_t i = 0; i < n; ++i) {
-    const auto p = classify_image(*m.model, pixels.data() + i * per);
-    std::copy(p.begin(), p.end(), dst + i * size_t(c.n_classes));
+  std::vector<float> pixels;
+  if (!bytes) {
+    const float* f = static_cast<const float*>(a.data());
+    pixels.assign(f, f + n * per);
+    if (!c.normalization.is_null())
+      normalize(pixels.data(), n, c.image_channels, size_t(c.image_height) * c.image_width,
+                Normalization::from_json(c.normalization, "model config 'normalization'"));
   }
+  py::array_t<float> out(std::vector<py::ssize_t>{py::ssize_t(n), c.n_classes});
+  Compute g(m);
+  const std::vector<float> p = classify_images(*m.model, bytes ? nullptr : pixels.data(),
+                                               bytes ? static_cast<const uint8_t*>(a.data()) : nullptr, n, 64);
+  std::copy(p.begin(), p.end(), out.mutable_data());
   return out;
 }
 

@@ -230,6 +230,13 @@ def test_vision_from_arrays(tmp_path):
     assert p.shape == (20, 2) and (p.argmax(1) == y[:20]).mean() >= 0.9
     np.testing.assert_allclose(m.classify(x[3]), p[3], rtol=1e-5)  # one image
     np.testing.assert_allclose(m.classify(x[:20].astype(np.float32) / 255), p, rtol=1e-5)
+    # many images go 64 a forward; each row is its image's alone, whichever batch it fell in
+    big = np.concatenate([x, x])
+    pb = m.classify(big)
+    assert pb.shape == (160, 2)
+    for i in (0, 63, 64, 127, 128, 159):
+        np.testing.assert_allclose(pb[i], m.classify(big[i]), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(m.classify(big.astype(np.float32) / 255)[100:], pb[100:], rtol=1e-5)
     with pytest.raises(ValueError, match="test: label 9 at index 1"):
         gmlp.train(cfg, data=(x, np.where(y == 1, 7, 0)), test=(x[:2], np.array([0, 9])), out=tmp_path / "e")
 

@@ -76,14 +76,32 @@ std::vector<float> classify_text(Model& model, const Tokenizer& tok, const std::
   return classify_texts(model, tok, {text}, 64);
 }
 
-std::vector<float> classify_image(Model& model, const float* image) {
+std::vector<float> classify_image(Model& model, const float* image) { return classify_images(model, image, nullptr, 1, 1); }
+
+std::vector<float> classify_images(Model& model, const float* images, const uint8_t* bytes, size_t n, int batch) {
+  const ModelConfig& c = model.config();
+  require(c.task == Task::vision, "classify_images: the model's task is \"" + name_of(c.task) + "\", not \"vision\"");
+  require(batch >= 1, "classify_images: batch must be >= 1");
+  const size_t per = size_t(c.image_channels) * c.image_height * c.image_width;
+  const int k = c.n_classes;
   NoGrad no_grad(model);
-  Batch b;
-  b.B = 1;
-  b.T = model.config().seq_len;
-  b.images = image;
-  model.forward(b);
-  return softmax_row(model.logits(), model.config().n_classes);
+  std::vector<float> probs(n * size_t(k));
+  for (size_t s = 0; s < n; s += size_t(batch)) {
+    Batch b;
+    b.B = int(std::min(n - s, size_t(batch)));
+    b.T = c.seq_len;
+    if (images)
+      b.images = images + s * per;
+    else
+      b.image_bytes = bytes + s * per;
+    model.forward(b);
+    const float* logits = model.logits();
+    for (int i = 0; i < b.B; ++i) {
+      const std::vector<float> p = softmax_row(logits + size_t(i) * k, k);
+      std::copy(p.begin(), p.end(), probs.begin() + (s + size_t(i)) * k);
+    }
+  }
+  return probs;
 }
 
 }  // namespace gmlp
