@@ -378,6 +378,12 @@ TEST(ImageFolder, ClassesFromFolderNamesImagesAsBytes) {
   const ImageSet t = load_image_dataset(dir.file("set"), "test", 3, {1, 4, 6}, &names);
   EXPECT_EQ(t.labels, (std::vector<int32_t>{2}));
   EXPECT_EQ(t.n_classes, 3);
+  // A model whose names repeat (ImageNet's "crane"): a folder of that name is ambiguous.
+  std::vector<std::string> twice = {"dog", "cat", "dog"};
+  EXPECT_NE(error_of([&] {
+              load_image_dataset(dir.file("set"), "test", 3, {1, 4, 6}, &twice);
+            }).find("class folder 'dog' names more than one of the model's classes (0, 2)"),
+            std::string::npos);
 
   pnm("set/test/bird/e.pgm", 1, 4, 6, 8);
   EXPECT_NE(error_of([&] {

@@ -76,11 +76,23 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   // model's), each folder's index among them.
   const bool given = !class_names.empty();
   if (!given) class_names = folders;
+  // A model's names may repeat (ImageNet's, converted from timm, name two classes "crane"):
+  // a folder of such a name cannot say which it is.
   std::map<std::string, int> index;
-  for (size_t i = 0; i < class_names.size(); ++i) index[class_names[i]] = int(i);
+  std::map<std::string, std::string> repeated;  // name: the indices that bear it
+  for (size_t i = 0; i < class_names.size(); ++i) {
+    const auto [it, fresh] = index.emplace(class_names[i], int(i));
+    if (!fresh) {
+      std::string& which = repeated[class_names[i]];
+      which += (which.empty() ? std::to_string(it->second) : std::string()) + ", " + std::to_string(i);
+    }
+  }
   std::vector<std::pair<std::string, int32_t>> files;  // path, label: in class then name order
   for (const std::string& name : folders) {
     const auto it = index.find(name);
+    require(!repeated.count(name), [&] {
+      return dir + ": class folder '" + name + "' names more than one of the model's classes (" + repeated[name] + ")";
+    });
     require(it != index.end(), [&] {
       std::string known;
       for (const auto& n : class_names) known += (known.empty() ? "" : ", ") + n;
