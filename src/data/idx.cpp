@@ -261,16 +261,14 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
   std::error_code ec;
   require(fs::is_directory(folder, ec), dir + ": no IDX files (tried " + tried_images + ", " + tried_labels + "), nor a " +
                                         split + "/ folder of class folders");
-  {
-    std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};
-    ImageSet s = load_image_folder(folder.string(), shape, local);
-    require(n_classes == 0 || s.n_classes <= n_classes, folder.string() + ": " + std::to_string(s.n_classes) +
-                                                            " classes, more than the model's " +
-                                                            std::to_string(n_classes));
-    if (n_classes > 0) s.n_classes = n_classes;
-    if (class_names) *class_names = std::move(local);
-    return s;
-  }
+  std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};
+  ImageSet s = load_image_folder(folder.string(), shape, local);
+  require(n_classes == 0 || s.n_classes <= n_classes, folder.string() + ": " + std::to_string(s.n_classes) +
+                                                          " classes, more than the model's " +
+                                                          std::to_string(n_classes));
+  if (n_classes > 0) s.n_classes = n_classes;
+  if (class_names) *class_names = std::move(local);
+  return s;
 }
 
 nlohmann::json Normalization::to_json() const { return {{"mean", mean}, {"std", std}}; }

@@ -557,8 +557,8 @@ void Model::embed_forward(const Batch& in, float* x) {
     ops::Pixels images =
         in.image_bytes ? ops::Pixels::of_bytes(in.image_bytes, image_table()) : ops::Pixels::floats(in.images);
     if (!be_->host_memory() && !in.images_on_backend) {
-      const size_t n = size_t(a.B) * cfg_.image_channels * cfg_.image_height * cfg_.image_width;
-      const size_t used = n / size_t(a.B) * size_t(B);
+      const size_t per_image = size_t(cfg_.image_channels) * cfg_.image_height * cfg_.image_width;
+      const size_t n = size_t(a.B) * per_image, used = size_t(B) * per_image;
       if (in.image_bytes) {
         if (a.image_bytes.size() < n) a.image_bytes = DeviceBuffer<uint8_t>(*be_, n);
         be_->upload(a.image_bytes.data(), in.image_bytes, used);
