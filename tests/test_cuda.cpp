@@ -1316,13 +1316,26 @@ TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   for (int r = 0; r < M; ++r) targets[size_t(r)] = r % 4 == 1 ? -1 : (r * 37) % V;
   Vec dl(logits.size());
   double loss = 0;
-  cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data(), &loss);
+  cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data(), &loss, 0, false);
   OnDevice d;
   float* dDl = d.up(Vec(dl.size()));
   double* dLoss = d.up(std::vector<double>{-1.0});
-  d.be.cross_entropy(d.up(logits), M, V, d.up(targets), dDl, dLoss);
-  EXPECT_NEAR(d.down(dLoss), loss, 1e-5 * loss);
+  const float* dLogits = d.up(logits);
+  const int32_t* dTargets = d.up(targets);
+  d.be.cross_entropy(dLogits, M, V, dTargets, dDl, dLoss, 0, false);
+  const double device_loss = d.down(dLoss);
+  EXPECT_NEAR(device_loss, loss, 1e-5 * loss);
   EXPECT_TRUE(test::all_close(d.down(dDl, dl.size()).data(), dl.data(), dl.size(), 1e-7f, 1e-4f, "dlogits"));
+  // In two pieces (gradient accumulation), each a mean over the whole's 22 targets, the
+  // second added: the whole's loss, and every row's gradient as in the whole, to the bit.
+  const int first = 12, whole = M - M / 4;  // rows 12..28 hold 13 of the targets
+  float* dPieces = d.up(Vec(dl.size()));
+  d.be.cross_entropy(dLogits, first, V, dTargets, dPieces, dLoss, whole, false);
+  d.be.cross_entropy(dLogits + size_t(first) * V, M - first, V, dTargets + first, dPieces + size_t(first) * V, dLoss,
+                     whole, true);
+  EXPECT_NEAR(d.down(dLoss), device_loss, 1e-12 * loss);
+  const Vec pieces = d.down(dPieces, dl.size()), all = d.down(dDl, dl.size());
+  EXPECT_EQ(std::memcmp(pieces.data(), all.data(), sizeof(float) * all.size()), 0);
 }
 
 // Each row of dE sums its token's rows of dx in row order on the device as on the CPU:
@@ -2117,6 +2130,84 @@ TEST(CudaTrain, TheNextForwardQueuedBeforeAStepIsReadIsTheStepByStepRun) {
   EXPECT_EQ(said[1], said[0]);
   EXPECT_EQ(test::train_losses(dir.file("diverge-piped")), test::train_losses(dir.file("diverge-steps")));
   EXPECT_EQ(test::read_jsonl(dir.file("diverge-piped") + "/metrics.jsonl").size(), 1u);
+}
+
+// Gradient accumulation on the device (train.grad_accum): a step's batch in four pieces,
+// the first forwarded ahead by the pipeline, is the step taken whole, in fp32 and bf16 (only
+// the weight gradients' sums round differently: close, and not the same bits), and a run
+// in pieces stopped with its next first piece queued resumes to the bit. A GPU run in
+// pieces holds less device memory (the summary's peak, each run a process of its own).
+TEST(CudaTrain, APieceAtATimeIsTheWholeBatch) {
+  REQUIRE_GPU();
+  Fp32Again restore;
+  test::TempDir dir("gpu_accum");
+  test::write_vision_set(dir.file("images"));
+  auto options = [&](const std::string& task, int pieces, const std::string& out) {
+    TrainOptions o;
+    o.device = Device::cuda;
+    o.data_path = task == "vision" ? dir.file("images") : test::kGplText;
+    o.out_dir = dir.file(out);
+    o.progress_bar = false;
+    nlohmann::json m = {{"task", task}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}};
+    if (task == "vision") {
+      m["survival_prob"] = 0.7;
+      o.run.train.augment_shift = 1;
+    } else {
+      m["seq_len"] = 24;
+      m["dropout"] = task == "causal_lm" ? 0.1 : 0.0;
+    }
+    o.run.model = ModelConfig::from_json(m, "test", true);
+    o.run.train.batch_size = 8;
+    o.run.train.grad_accum = pieces;
+    o.run.train.steps = 8;
+    o.run.train.lr = 1e-2f;
+    o.run.train.log_every = 1;
+    o.run.train.eval_every = 4;
+    o.run.train.eval_batches = 2;
+    o.run.train.ckpt_every = 6;
+    return o;
+  };
+  auto weights = [&](const std::string& out) {
+    auto m = load_model(model_file(dir.file(out)));
+    return std::vector<float>(m->weights(), m->weights() + m->num_params());
+  };
+  for (const Precision p : {Precision::fp32, Precision::bf16}) {
+    use_precision(Device::cuda, p);
+    for (const std::string task : {"causal_lm", "mlm", "vision"}) {
+      const std::string name = task + (p == Precision::bf16 ? "-bf16" : "-fp32");
+      SCOPED_TRACE(name);
+      train(options(task, 1, name + "-1"));
+      train(options(task, 4, name + "-4"));
+      const std::vector<double> whole = test::train_losses(dir.file(name + "-1")),
+                                pieces = test::train_losses(dir.file(name + "-4"));
+      ASSERT_EQ(pieces.size(), whole.size());
+      for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(pieces[i], whole[i], 1e-5 * whole[i]) << "step " << i + 1;
+      const Vec w1 = weights(name + "-1"), w4 = weights(name + "-4");
+      EXPECT_TRUE(test::all_close(w4.data(), w1.data(), w1.size(), 2e-5f, 1e-4f, "weights"));
+      EXPECT_NE(w4, w1) << "the pieces' sums round as the whole's: were the pieces taken?";
+      // Stopped after step 3 (step 4's first piece queued ahead), then resumed.
+      TrainOptions split = options(task, 4, name + "-split");
+      split.on_log = [](const nlohmann::json& line) { return !(line.contains("loss") && line["step"] == 3); };
+      EXPECT_TRUE(train(split).interrupted);
+      TrainOptions resume = options(task, 4, name + "-split");
+      resume.resume = true;
+      train(resume);
+      EXPECT_EQ(test::train_losses(dir.file(name + "-split")), pieces);
+      EXPECT_EQ(weights(name + "-split"), w4);
+    }
+  }
+  std::vector<double> peak;
+  for (const int pieces : {1, 4}) {
+    const auto r = test::run_command(test::gmlp_exe() + " train --device cuda --task vision --data " +
+                                     dir.file("images") + " --set model.d_model=16 --set model.d_ffn=64" +
+                                     " --batch-size 32 --steps 2 --no-progress --grad-accum " + std::to_string(pieces) +
+                                     " --out " + dir.file("peak" + std::to_string(pieces)) + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("\ndevice memory: ([0-9.]+) MiB at the most\n"))) << r.output;
+    peak.push_back(std::stod(m[1]));
+  }
+  EXPECT_LT(peak[1], peak[0]);
 }
 
 // GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls

@@ -171,12 +171,33 @@ TEST(Distributed, VisionOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) {
                " --no-progress --steps 8 --log-every 1 --eval-every 4",
            "val_acc", {}, "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
 }
+
+// Two GPU ranks, each taking its rows in two pieces: the reductions over NCCL start in
+// the last piece's backward, over the pieces' summed gradients.
+TEST(Distributed, TwoCudaRanksInPiecesAreTheOneProcessRun) {
+  test::TempDir data("dist_pieces_emu");
+  test::write_vision_set(data.file("set"));
+  same_run(single() + " train --device cpu", launch_on_emulator(2) + " --grad-accum 2",
+           " --task vision --data " + data.file("set") +
+               " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+               " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
+               " --no-progress --steps 8 --log-every 1 --eval-every 4",
+           "val_acc", {}, "gradients accumulated over 2 pieces of 2 rows a step on each rank");
+}
 #endif
 
 TEST(Distributed, MaskedLmOnTwoRanksIsTheOneProcessRun) {
   // Each rank holds a different number of masked positions: the gradients are weighted
   // by each rank's share of them.
   same_run_any_p(" --task mlm --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 6", "val_ppl");
+}
+
+// Each rank takes its rows in two pieces, each a mean over the rank's masked positions
+// (which differ between the pieces and the ranks): the one-process run, whole.
+TEST(Distributed, TwoRanksInPiecesAreTheOneProcessRun) {
+  same_run(single() + " train", launch(2) + " train --grad-accum 2",
+           " --task mlm --data " + test::kGplText + kTiny + " --steps 12 --log-every 1 --eval-every 6", "val_ppl", {},
+           "gradients accumulated over 2 pieces of 2 rows a step on each rank");
 }
 
 TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
@@ -248,6 +269,13 @@ TEST(Distributed, ABatchThatDoesNotDivideIsRefused) {
   EXPECT_TRUE(contains(r.output, "train.batch_size = 7 is the global batch")) << r.output;
   EXPECT_TRUE(contains(r.output, "multiple of 2")) << r.output;
   EXPECT_FALSE(fs::exists(state_file(dir.file("run"))));
+  // Each rank's 4 rows do not divide into 8 pieces.
+  r = run_command(launch(2) + " train --data " + test::kGplText + kTiny + " --grad-accum 8 --steps 2 --out " +
+                  dir.file("run"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "a refused run must not hang";
+  EXPECT_TRUE(contains(r.output, "train.grad_accum = 8 pieces: it must be a multiple of 16")) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run")));
 }
 
 TEST(Distributed, ResumesOnTheSameAndOnAnotherNumberOfRanks) {
@@ -272,6 +300,14 @@ TEST(Distributed, ResumesOnTheSameAndOnAnotherNumberOfRanks) {
   EXPECT_TRUE(contains(r.output, "trained on 2 rank(s), it continues on 1")) << r.output;
   expect_close_losses(train_losses(dir.file("straight")), train_losses(dir.file("moved")));
   expect_close_weights(model_file(dir.file("straight")), model_file(dir.file("moved")));
+  // And on one, in two pieces a step: each the memory of one rank's rows.
+  r = run_command(launch(2) + args + " --out " + dir.file("halved") + " --stop-after 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(single() + " train --resume --grad-accum 2 --no-progress --out " + dir.file("halved"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "gradients accumulated over 2 pieces of 4 rows a step")) << r.output;
+  expect_close_losses(train_losses(dir.file("straight")), train_losses(dir.file("halved")));
+  expect_close_weights(model_file(dir.file("straight")), model_file(dir.file("halved")));
 }
 
 // Every tensor of two safetensors files is bit-identical (their metadata may differ).

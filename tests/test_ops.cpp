@@ -14,13 +14,14 @@
 #include <sstream>
 #include <vector>
 
-#include "ops/fast_div.h"
-#include "ops/fast_math.h"
-#include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
+#include "backend/backend.h"
 #include "gmlp/comm.h"
 #include "gmlp/config.h"
 #include "gmlp/optimizer.h"
 #include "grad_check.h"
+#include "ops/fast_div.h"
+#include "ops/fast_math.h"
+#include "ops/ops.h"  // internal to gmlp_core: src/ is not on the public include path
 #include "oracles.h"
 #include "test_util.h"
 
@@ -592,6 +593,32 @@ TEST(OpsCrossEntropy, HandComputedValues) {
   EXPECT_EQ(ops::cross_entropy(two.data(), 2, 2, none.data(), d2.data(), &count), 0.0);
   EXPECT_EQ(count, 0);
   EXPECT_EQ(d2, Vec(4, 0.f));
+}
+
+// A batch taken in pieces (gradient accumulation): each piece's mean over the whole
+// batch's targets gives each row the gradient it has in the whole, to the bit, and the
+// pieces' losses add up to the whole's.
+TEST(OpsCrossEntropy, PiecesMeanOverTheWholeBatchAreTheWholeBatch) {
+  std::mt19937 rng(5);
+  const int M = 11, V = 9, first = 4;
+  const std::vector<int32_t> targets = {3, -1, 0, 8, -1, 2, 2, -1, 5, 1, -1};
+  const Vec logits = uniform(M * V, -3, 3, rng);
+  Vec whole(logits.size(), kNaN), pieces(logits.size(), kNaN);
+  int64_t count = 0, own = 0;
+  const double mean = ops::cross_entropy(logits.data(), M, V, targets.data(), whole.data(), &count);
+  ASSERT_EQ(count, 7);
+  const double a = ops::cross_entropy(logits.data(), first, V, targets.data(), pieces.data(), &own, count);
+  EXPECT_EQ(own, 3);  // the count returned is the piece's own
+  const double b = ops::cross_entropy(logits.data() + first * V, M - first, V, targets.data() + first,
+                                      pieces.data() + first * V, nullptr, count);
+  EXPECT_NEAR(a + b, mean, 1e-14);
+  EXPECT_EQ(std::memcmp(pieces.data(), whole.data(), sizeof(float) * whole.size()), 0);
+  // The backend's form adds the second piece's mean to the first's.
+  double loss = -1.0;
+  cpu_backend().cross_entropy(logits.data(), first, V, targets.data(), nullptr, &loss, count, false);
+  cpu_backend().cross_entropy(logits.data() + first * V, M - first, V, targets.data() + first, nullptr, &loss, count,
+                              true);
+  EXPECT_NEAR(loss, mean, 1e-14);
 }
 
 TEST(OpsEmbedding, SinusoidalPositions) {

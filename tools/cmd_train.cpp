@@ -28,7 +28,7 @@ struct TrainArgs {
   std::string config, data, test, val, out = "runs/default", tokenizer, task, init_from;
   std::vector<std::string> sets, grid;
   // Only read when given on the command line (see run_train).
-  std::string batch_size, lr, seed, eval_every, ckpt_every, log_every, val_fraction, epochs, patience;
+  std::string batch_size, grad_accum, lr, seed, eval_every, ckpt_every, log_every, val_fraction, epochs, patience;
   int64_t steps = 0, stop_after = 0;
   bool resume = false, overwrite = false, no_progress = false, shard_optimizer = false, refit = false;
   std::string device = "auto";
@@ -112,10 +112,17 @@ nlohmann::json assemble_config(const TrainArgs& a, const CLI::App& cmd, nlohmann
   // Flags given on the command line override the config, whatever their value:
   // the config validation below judges them (so --steps -5 is an error, not ignored).
   auto& t = j["train"];
-  for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{
-           {"--steps", "steps"}, {"--batch-size", "batch_size"}, {"--lr", "lr"}, {"--seed", "seed"},
-           {"--eval-every", "eval_every"}, {"--ckpt-every", "ckpt_every"}, {"--log-every", "log_every"},
-           {"--val-fraction", "val_fraction"}, {"--epochs", "epochs"}, {"--patience", "patience"}}) {
+  for (const auto& [flag, key] : std::vector<std::pair<std::string, std::string>>{{"--steps", "steps"},
+                                                                                  {"--batch-size", "batch_size"},
+                                                                                  {"--grad-accum", "grad_accum"},
+                                                                                  {"--lr", "lr"},
+                                                                                  {"--seed", "seed"},
+                                                                                  {"--eval-every", "eval_every"},
+                                                                                  {"--ckpt-every", "ckpt_every"},
+                                                                                  {"--log-every", "log_every"},
+                                                                                  {"--val-fraction", "val_fraction"},
+                                                                                  {"--epochs", "epochs"},
+                                                                                  {"--patience", "patience"}}) {
     const CLI::Option* o = cmd.get_option(flag);
     if (o->count() == 0) continue;
     const std::string v = o->as<std::string>();
@@ -189,6 +196,15 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
                 (task == "vision" ? "scripts/fetch_vision.sh" : "scripts/fetch_data.sh") + " or pass --data");
   const std::string where = a.config.empty() ? std::string("options") : "config '" + a.config + "' with options";
   TrainOptions o;
+  // A resumed run keeps its settings, but may take its batches in other pieces: checked
+  // against the run's batch when the run is read (the defaults' batch is not the run's).
+  if (a.resume && cmd.get_option("--grad-accum")->count()) {
+    const nlohmann::json v = j["train"]["grad_accum"];
+    j["train"].erase("grad_accum");
+    require(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= (1 << 20),
+            "--grad-accum must be a positive integer, got " + v.dump());
+    o.grad_accum = v.get<int>();
+  }
   // What the data decides (classes, a vision model's image shape) may stay open here:
   // the task fills it when it loads the data (make_task).
   o.run.model = ModelConfig::from_json(j["model"], where + " [model]", /*open=*/true);
@@ -200,6 +216,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   o.out_dir = a.out;
   o.resume = a.resume;
   o.extend_to = a.resume && cmd.get_option("--steps")->count() ? a.steps : 0;
+
   o.stop_after = a.stop_after;
   o.progress_bar = !a.no_progress;
   o.device = choose_device(a.device, a.precision);
@@ -261,6 +278,10 @@ void add_run_options(CLI::App* c, TrainArgs& a, const std::string& batch_help, c
                 "Search: KEY=V1,V2,... (repeatable; e.g. lr=1e-4,3e-4 epochs=3,5): every combination in its own "
                 "subdirectory of --out, chosen by validation, only the chosen one scored on the test set");
   c->add_option("--batch-size", a.batch_size, batch_help);
+  c->add_option("--grad-accum", a.grad_accum,
+                "Gradient accumulation: take each step's batch (each process's rows) in this many pieces, their "
+                "gradients added before the update: the memory of a batch this many times smaller, the same run; "
+                "allowed with --resume");
   c->add_option("--lr", a.lr, "Peak learning rate");
   c->add_option("--seed", a.seed, seed_help);
   c->add_option("--eval-every", a.eval_every, "Steps between held-out evaluations");

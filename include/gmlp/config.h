@@ -70,7 +70,12 @@ struct ModelConfig {
 };
 
 struct TrainConfig {
-  int batch_size = 16;
+  int batch_size = 16;  // examples per step (over every rank of a data-parallel job)
+  // Gradient accumulation: each step's batch (each rank's rows of it) is taken in this
+  // many pieces, forward and backward one after another, their gradients added before
+  // the one update: the memory of a batch this many times smaller, the same run (each
+  // row's gradient the one it has in the whole batch; only the sums round differently).
+  int grad_accum = 1;
   int64_t steps = 2400;
   Schedule schedule = Schedule::cosine;  // linear warmup + cosine, Noam, or constant
   float lr = 3e-3f;                 // peak lr (cosine, constant); Noam uses noam_factor

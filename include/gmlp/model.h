@@ -68,7 +68,13 @@ struct ParamViews {
 //  images_on_backend: images (or image_bytes) is the model's backend memory (a DeviceBuffer of its
 //           backend), read in place instead of uploaded each forward: a batch used
 //           again and again, as gmlp bench's, stays on the GPU as a PyTorch benchmark's
-//           tensors do. A host pointer so marked faults on a GPU.
+//           tensors do. A host pointer so marked faults on a GPU;
+//  mean_over, add_loss: the batch is one piece of a larger one (gradient accumulation:
+//           train.grad_accum): the loss and its gradient are means over mean_over targets
+//           (> 0; 0: this batch's own), and with add_loss the loss is added to
+//           step_scalars()[0] instead of written there. The pieces' forwards and
+//           backwards, one after another, then leave the whole batch's mean loss and add
+//           up its gradients, each row's gradient the one it has in the whole batch.
 struct Batch {
   int B = 0, T = 0;
   const int32_t* tokens = nullptr;
@@ -82,6 +88,8 @@ struct Batch {
   bool dropout = false;
   uint64_t dropout_seed = 0;
   int row_offset = 0;
+  int64_t mean_over = 0;
+  bool add_loss = false;
 };
 
 // The ordered tensor list of a config, and views of any buffer laid out by it.

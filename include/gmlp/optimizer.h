@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "gmlp/config.h"
@@ -98,10 +99,13 @@ StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_no
 // queues everything after the forward (model.forward_queued(batch) first) and the
 // read-back of the loss and norm; the second waits for that read-back alone and settles
 // the step count. Nothing that changes a weight or a gradient may be queued in between:
-// the step count and the skipped-step decision follow this step's update.
+// the step count and the skipped-step decision follow this step's update. With gradient
+// accumulation the forward queued first is the step's first piece, and `rest` holds the
+// others (DataParallel::pieces), each forwarded and backpropagated in turn before
+// after_backward.
 void queue_train_step(Model& model, AdamW& opt, float max_norm, float lr,
                       const std::function<void()>& after_backward = {}, const std::function<void()>& after_update = {},
-                      bool local_loss = false);
+                      bool local_loss = false, std::span<const Batch> rest = {});
 StepResult finish_train_step(Model& model, AdamW& opt, bool local_loss = false);
 
 }  // namespace gmlp

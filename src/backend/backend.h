@@ -214,10 +214,12 @@ class Backend {
   // dE [V, d] += each row of dx at its token's row, every row of dE summed in the order
   // of the rows of dx (so the same bits on every backend and every run).
   virtual void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int V, float* dE) = 0;
-  // The mean loss over the targets >= 0, written to *loss in backend memory: a training
-  // step reads it back once, after its update is queued (Model::read_step).
-  virtual void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
-                             double* loss) = 0;
+  // The mean loss over the targets >= 0, written to *loss in backend memory (added to it
+  // with add): a training step reads it back once, after its update is queued
+  // (Model::read_step). mean_over > 0: the mean (and dlogits) over that many targets,
+  // not this call's own (ops::cross_entropy; a piece of a batch, gradient accumulation).
+  virtual void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
+                             int64_t mean_over, bool add) = 0;
 
   // ---- the glue of ops/rows.h: residuals, stochastic depth, pooling, row selection.
   virtual void residual_bias(const float* x, const float* b, int M, int d, float* out) = 0;

@@ -118,9 +118,10 @@ class CpuBackend : public Backend {
   void embedding_backward(const float* dx, int d, const int32_t* tokens, int M, int /*V*/, float* dE) override {
     ops::embedding_backward(dx, d, tokens, M, dE);
   }
-  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
-                     double* loss) override {
-    *loss = ops::cross_entropy(logits, M, V, targets, dlogits, nullptr);
+  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
+                     int64_t mean_over, bool add) override {
+    const double mean = ops::cross_entropy(logits, M, V, targets, dlogits, nullptr, mean_over);
+    *loss = add ? *loss + mean : mean;
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     ops::residual_bias(x, b, M, d, out);

@@ -150,6 +150,7 @@ void model_fields(C& c, F&& f) {
 template <typename C, typename F>
 void train_fields(C& c, F&& f) {
   f("batch_size", c.batch_size, Write::always);
+  f("grad_accum", c.grad_accum, Write::always);
   f("steps", c.steps, Write::always);
   f("schedule", c.schedule, Write::always);
   f("lr", c.lr, Write::always);
@@ -365,6 +366,10 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& where, bool
 
 void TrainConfig::validate() const {
   check_positive(batch_size, "batch_size");
+  check_positive(grad_accum, "grad_accum");
+  require(batch_size % grad_accum == 0, "config: 'batch_size' (" + std::to_string(batch_size) +
+                                            ") must be a multiple of 'grad_accum' (" + std::to_string(grad_accum) +
+                                            "): a step's batch is taken in grad_accum equal pieces");
   require(steps >= 0, "config: 'steps' must be >= 0, got " + std::to_string(steps));
   require(std::isfinite(lr) && lr > 0, "config: 'lr' must be positive, got " + std::to_string(lr));
   require(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr,

@@ -401,6 +401,8 @@ void Model::forward_queued(const Batch& in) {
   require(!in.dropout || has_dropout(cfg_), "forward: dropout needs model.dropout or model.head_dropout > 0");
   require(!in.dropout || grad_enabled_, "forward: dropout is for training forwards");
   require(in.row_offset >= 0, "forward: row_offset " + std::to_string(in.row_offset) + " is negative");
+  require(in.mean_over >= 0 && in.mean_over <= INT32_MAX,
+          "forward: mean_over " + std::to_string(in.mean_over) + " is outside [0, 2^31)");
   last_dropout_ = in.dropout;
   last_seed_ = in.dropout_seed;
   last_row_offset_ = in.row_offset;
@@ -656,10 +658,10 @@ void Model::head_forward(const Batch& in, const float* xL) {
   float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
   if (last_sparse_) {
     const int K = head_rows_;
-    if (K == 0) return be_->zero(loss, sizeof(double));
+    if (K == 0) return in.add_loss ? void() : be_->zero(loss, sizeof(double));
     be_->gather_rows(a.h.data(), a.rows.data(), K, d, a.h_sel.data());
     be_->linear_forward(a.h_sel.data(), K, d, W.head_w, W.head_b, out, a.logits.data());
-    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits, loss);
+    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits, loss, in.mean_over, in.add_loss);
   }
   int rows = M;
   if (cfg_.per_token_output()) {
@@ -672,8 +674,8 @@ void Model::head_forward(const Batch& in, const float* xL) {
     if (drop.active()) be_->dropout_apply(a.pooled.data(), drop, B, d, a.pooled.data());
     be_->linear_forward(a.pooled.data(), B, d, W.head_w, W.head_b, out, a.logits.data());
   }
-  if (!in.targets) return be_->zero(loss, sizeof(double));
-  be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, loss);
+  if (!in.targets) return in.add_loss ? void() : be_->zero(loss, sizeof(double));
+  be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, loss, in.mean_over, in.add_loss);
 }
 
 // The head's and the final LayerNorm's backward: leaves dL/d(xL) in a.dx.

@@ -8,10 +8,12 @@
 
 namespace gmlp::ops {
 
-double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count) {
-  int64_t n = 0;
-  for (int r = 0; r < M; ++r) n += targets[r] >= 0;
-  if (count) *count = n;
+double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count,
+                     int64_t mean_over) {
+  int64_t own = 0;
+  for (int r = 0; r < M; ++r) own += targets[r] >= 0;
+  if (count) *count = own;
+  const int64_t n = mean_over > 0 ? mean_over : own;
   const float scale = n > 0 ? 1.f / float(n) : 0.f;
   const double total = ordered_sum(M, [&](int64_t r) -> double {
     const float* lr = logits + r * V;

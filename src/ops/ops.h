@@ -335,8 +335,12 @@ void residual_branch_backward(const float* dout, const float* keep, const DropMa
 
 // ---- cross_entropy.cpp: mean softmax cross-entropy over M rows of V logits.
 // targets[r] < 0 are ignored (not counted in the mean). Returns the mean loss (nats);
-// when dlogits is non-null writes d(mean loss)/d logits. Also returns the count used.
-double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count);
+// when dlogits is non-null writes d(mean loss)/d logits. Also returns the count of targets.
+// mean_over > 0: the mean is over that many targets instead of this call's own, as for one
+// piece of a larger batch (gradient accumulation: each row's gradient is then the one it
+// has in the whole batch, to the bit).
+double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count,
+                     int64_t mean_over = 0);
 
 // ---- rows.cpp: the block's and heads' row-wise glue, M = T * B rows of d.
 // out = x + b (b broadcast over rows): the residual a GEMM then adds onto.

@@ -11,6 +11,39 @@ namespace {
 // Gradient ranges are gathered into buckets of at least this many floats (1 MiB)
 // before a reduction starts: per-call latency would dominate tiny layers.
 constexpr size_t kBucketFloats = size_t(1) << 18;
+
+// The targets >= 0 among rows [first, first + count) of a batch.
+int64_t targets_in(const Batch& g, const ModelConfig& c, int first, int count) {
+  if (!g.targets) return 0;
+  if (!c.per_token_output()) return count;  // a label a row
+  int64_t n = 0;
+  for (int b = first; b < first + count; ++b)
+    for (int t = 0; t < g.T; ++t) n += g.targets[int64_t(b) * g.stride + t] >= 0;
+  return n;
+}
+
+// Rows [first, first + count) of a batch, as a batch; keep: where its columns of the
+// stochastic-depth masks are put.
+Batch rows_of(const Batch& g, const ModelConfig& c, int first, int count, std::vector<float>& keep) {
+  Batch s = g;
+  s.B = count;
+  if (g.tokens) s.tokens = g.tokens + int64_t(first) * g.stride;
+  const int64_t image = int64_t(c.image_channels) * c.image_height * c.image_width;
+  if (g.images) s.images = g.images + int64_t(first) * image;
+  if (g.image_bytes) s.image_bytes = g.image_bytes + int64_t(first) * image;
+  if (g.lengths) s.lengths = g.lengths + first;
+  if (g.targets) s.targets = g.targets + (c.per_token_output() ? int64_t(first) * g.stride : int64_t(first));
+  if (g.keep) {
+    // keep is [L, B]: these rows' columns of every layer.
+    const int L = c.n_layers;
+    keep.resize(size_t(L) * count);
+    for (int l = 0; l < L; ++l)
+      std::memcpy(keep.data() + size_t(l) * count, g.keep + size_t(l) * g.B + first, sizeof(float) * size_t(count));
+    s.keep = keep.data();
+  }
+  s.row_offset = g.row_offset + first;  // the dropout masks go by global row
+  return s;
+}
 }  // namespace
 
 DataParallel::DataParallel(Communicator& comm, Model& model, bool reduce_alone)
@@ -31,48 +64,51 @@ std::string DataParallel::describe() const {
 const Batch& DataParallel::shard(const Batch& g) {
   const int P = comm_.size();
   pending_end_ = model_.num_params();
+  backwards_left_ = 1;
   if (P == 1) return g;
   require(g.B % P == 0, "a batch of " + std::to_string(g.B) + " rows does not divide among " + std::to_string(P) +
                             " ranks");
   const ModelConfig& c = model_.config();
-  const Rows mine_rows = rows(g.B);
-  const int n = mine_rows.count, r0 = mine_rows.first;
+  const Rows mine = rows(g.B);
   // Targets per rank, from the whole batch that every rank holds: no communication.
-  int64_t mine = n, total = g.B;
-  if (c.per_token_output() && g.targets) {
-    mine = total = 0;
-    for (int b = 0; b < g.B; ++b)
-      for (int t = 0; t < g.T; ++t)
-        if (g.targets[int64_t(b) * g.stride + t] >= 0) {
-          ++total;
-          if (b >= r0 && b < r0 + n) ++mine;
-        }
-  }
-  share_ = total > 0 ? double(mine) / double(total) : 0.0;
-  shard_ = g;
-  shard_.B = n;
-  if (g.tokens) shard_.tokens = g.tokens + int64_t(r0) * g.stride;
-  const int64_t image = int64_t(c.image_channels) * c.image_height * c.image_width;
-  if (g.images) shard_.images = g.images + int64_t(r0) * image;
-  if (g.image_bytes) shard_.image_bytes = g.image_bytes + int64_t(r0) * image;
-  if (g.lengths) shard_.lengths = g.lengths + r0;
-  if (g.targets) shard_.targets = g.targets + (c.per_token_output() ? int64_t(r0) * g.stride : int64_t(r0));
-  if (g.keep) {
-    // keep is [L, B]: this rank's columns of every layer.
-    const int L = c.n_layers;
-    keep_.resize(size_t(L) * n);
-    for (int l = 0; l < L; ++l)
-      std::memcpy(keep_.data() + size_t(l) * n, g.keep + size_t(l) * g.B + r0, sizeof(float) * size_t(n));
-    shard_.keep = keep_.data();
-  }
-  shard_.row_offset = g.row_offset + r0;  // the dropout masks go by global row
+  const int64_t total = g.targets ? targets_in(g, c, 0, g.B) : g.B;
+  share_ = total > 0 ? double(g.targets ? targets_in(g, c, mine.first, mine.count) : mine.count) / double(total) : 0.0;
+  shard_ = rows_of(g, c, mine.first, mine.count, keep_);
   return shard_;
+}
+
+const std::vector<Batch>& DataParallel::pieces(const Batch& mine, int count) {
+  require(count >= 1 && mine.B % count == 0,
+          "a batch of " + std::to_string(mine.B) + " rows does not divide into " + std::to_string(count) + " pieces");
+  backwards_left_ = count;
+  pieces_.clear();
+  if (count == 1) {
+    pieces_.push_back(mine);
+    return pieces_;
+  }
+  const ModelConfig& c = model_.config();
+  const int n = mine.B / count;
+  // Each piece's loss and gradient a mean over all of this rank's targets (0: none, and
+  // none in any piece either).
+  const int64_t over = targets_in(mine, c, 0, mine.B);
+  piece_keep_.resize(size_t(count));
+  for (int j = 0; j < count; ++j) {
+    Batch p = rows_of(mine, c, j * n, n, piece_keep_[size_t(j)]);
+    p.mean_over = over;
+    p.add_loss = j > 0;
+    pieces_.push_back(p);
+  }
+  return pieces_;
 }
 
 // Ranges arrive from the end of the buffer towards its start, each adjacent to the
 // previous one; they are scaled to this rank's share and reduced in buckets.
 // The gradients are the backend's copy: host memory on the CPU, device memory on a GPU.
 void DataParallel::grads_ready(size_t offset, size_t count) {
+  if (backwards_left_ > 1) {  // a piece before the last: its gradients are not all in yet
+    if (offset == 0) --backwards_left_;
+    return;
+  }
   float* g = model_.device_grads(true);
   model_.backend().scale(g + offset, count, float(share_));
   if (pending_end_ - offset >= kBucketFloats || offset == 0) {

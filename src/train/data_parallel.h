@@ -7,6 +7,10 @@
 // so do the gradients, which are scaled by that share and summed with all-reduces
 // started layer by layer during backward. Every rank then applies the same clipping
 // and AdamW step to the same gradients and keeps identical weights.
+//
+// Gradient accumulation (train.grad_accum) is the same split in time: a rank's rows are
+// taken in pieces, each a mean over the rank's targets, whose gradients add up to the
+// rank's; the reductions start in the last piece's backward.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +38,11 @@ class DataParallel {
   // This rank's rows of the global batch (the batch itself on one process); sets
   // share(). The global batch's rows must divide among the ranks.
   const Batch& shard(const Batch& global);
+  // The rank's rows, as shard() returned them, in `count` pieces of equal rows (the
+  // batch itself for one): each a mean over all of the rank's targets, every piece's
+  // loss after the first added to the first's (Batch::mean_over, add_loss). Valid until
+  // the next shard(); the model's backwards of the first count - 1 are not reduced.
+  const std::vector<Batch>& pieces(const Batch& mine, int count);
   // This rank's rows of a global batch of B rows (all of them on one process).
   struct Rows {
     int first, count;
@@ -74,8 +83,11 @@ class DataParallel {
   DeviceReducer* reducer_ = nullptr;  // a GPU model's gradients go through it
   double share_ = 1.0;
   size_t pending_end_ = 0;  // grads [offset, pending_end_) scaled, not yet being reduced
+  int backwards_left_ = 1;  // of this step's pieces; the last one's gradients are reduced
   Batch shard_;
   std::vector<float> keep_;  // this rank's columns of the stochastic-depth masks
+  std::vector<Batch> pieces_;
+  std::vector<std::vector<float>> piece_keep_;  // each piece's columns of them
 };
 
 }  // namespace gmlp

@@ -171,9 +171,13 @@ StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_no
 }
 
 void queue_train_step(Model& model, AdamW& opt, float max_norm, float lr, const std::function<void()>& after_backward,
-                      const std::function<void()>& after_update, bool local_loss) {
+                      const std::function<void()>& after_update, bool local_loss, std::span<const Batch> rest) {
   model.zero_grad();
   model.backward();
+  for (const Batch& piece : rest) {  // backward() adds each piece's gradients to the others'
+    model.forward_queued(piece);
+    model.backward();
+  }
   if (after_backward) after_backward();
   // The clipping's sum of squares, and its scaling taken in the update: clip_scale's own
   // pass over the gradients (read and written: 1% of a BERT-size step on an H100) saved.

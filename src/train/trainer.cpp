@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <span>
 #include <sstream>
 
 #include "gmlp/checkpoint.h"
@@ -85,6 +86,16 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
     std::fprintf(stderr, "gmlp train: the run was trained on %d rank(s), it continues on %d: the same batches, "
                  "but its sums round differently from the uninterrupted run's\n", ranks, world().size());
   if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
+  // Accumulation may change too (a run moved to a machine with less memory, or fewer
+  // GPUs): the same batches, summed in other pieces.
+  if (opts.grad_accum > 0 && opts.grad_accum != rc.train.grad_accum) {
+    if (world().rank() == 0)
+      std::fprintf(stderr,
+                   "gmlp train: the run took its batches in %d piece(s) (train.grad_accum), it continues in "
+                   "%d: the same batches, but its sums round differently from the uninterrupted run's\n",
+                   rc.train.grad_accum, opts.grad_accum);
+    rc.train.grad_accum = opts.grad_accum;
+  }
   return meta;
 }
 
@@ -172,13 +183,18 @@ TrainSummary train(const TrainOptions& opts) {
     rc.train.steps = std::max<int64_t>(
         1, int64_t(std::ceil(double(rc.train.epochs) * double(task->examples()) / double(rc.train.batch_size))));
   const TrainConfig& tc = rc.train;
-  const int B = tc.batch_size;
+  const int B = tc.batch_size, pieces = tc.grad_accum;
   require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
           "batch_size x seq_len = " + std::to_string(int64_t(B) * rc.model.seq_len) +
               " tokens per step is more than one step can hold");
   require(B % comm.size() == 0, "train.batch_size = " + std::to_string(B) + " is the global batch, split evenly over the " +
                                     std::to_string(comm.size()) + " processes of this job: it must be a multiple of " +
                                     std::to_string(comm.size()));
+  require(B % (comm.size() * pieces) == 0, [&] {
+    return "train.batch_size = " + std::to_string(B) + " is split over " + std::to_string(comm.size()) +
+           " process(es), each taking its rows in train.grad_accum = " + std::to_string(pieces) +
+           " pieces: it must be a multiple of " + std::to_string(comm.size() * pieces);
+  });
   if (comm.size() > 1 && opts.device == Device::cuda) {
     // A GPU model's gradients are summed by NCCL: opened here, before anything is
     // written, so that a machine without it ends the job with nothing half-made.
@@ -288,6 +304,9 @@ TrainSummary train(const TrainOptions& opts) {
     if (comm.size() > 1)
       std::fprintf(stderr, "gmlp train: %s, %d rows of each batch per rank\n", dp.describe().c_str(),
                    B / comm.size());
+    if (pieces > 1)
+      std::fprintf(stderr, "gmlp train: gradients accumulated over %d pieces of %d rows a step%s\n", pieces,
+                   B / (comm.size() * pieces), comm.size() > 1 ? " on each rank" : "");
     if (opt.sharded())
       std::fprintf(stderr, "gmlp train: optimizer state sharded (ZeRO-1): each rank keeps AdamW's moments for %zu of "
                    "%zu parameters\n", opt.m().size(), model.num_params());
@@ -317,6 +336,14 @@ TrainSummary train(const TrainOptions& opts) {
   const bool ahead_of_reads = opts.pipeline && !model.backend().host_memory();
   bool forwarded = false;
   Rng rng_before_forward;
+  // A step's batch in its pieces (one without accumulation): the first forwarded here
+  // (or ahead, by the pipeline), the rest by queue_train_step.
+  std::span<const Batch> rest;
+  auto forward_first = [&](const Batch& mine) {
+    const std::vector<Batch>& p = dp.pieces(mine, pieces);
+    model.forward_queued(p[0]);
+    rest = std::span<const Batch>(p).subspan(1);
+  };
   // What follows step n (counted from 1) besides its log line: the loop below and the
   // pipeline's choice ask the same questions.
   auto evaluates_after = [&](int64_t n) { return n % tc.eval_every == 0 || n == tc.steps; };
@@ -331,7 +358,7 @@ TrainSummary train(const TrainOptions& opts) {
       break;
     }
     auto t0 = Clock::now();
-    if (!forwarded) model.forward_queued(ahead.take(st.rng));
+    if (!forwarded) forward_first(ahead.take(st.rng));
     forwarded = false;
     const float lr = learning_rate(tc, rc.model.d_model, st.step + 1);
     // The backward starts the gradients' reductions across ranks, layer by layer. A step
@@ -344,7 +371,7 @@ TrainSummary train(const TrainOptions& opts) {
           if (opt.sharded()) dp.allgather_weights();
           if (st.step + 1 < tc.steps) ahead.draw(st.rng);  // while the device runs this step
         },
-        comm.size() > 1);
+        comm.size() > 1, rest);
     // The next step's forward goes in behind this step's update, before its loss is read
     // back: the device runs on while the host reads, checks and logs this step and queues
     // the next one's backward. Its batch's draws move the run's RNG, so the RNG as this
@@ -357,7 +384,7 @@ TrainSummary train(const TrainOptions& opts) {
     if (ahead_of_reads && !evaluates_after(done) && !checkpoints_after(done) && !stops_after(done) && !stop &&
         !g_stop_requested.load()) {
       rng_before_forward = st.rng;
-      model.forward_queued(ahead.take(st.rng));
+      forward_first(ahead.take(st.rng));
       forwarded = true;
     }
     const StepResult r = finish_train_step(model, opt, comm.size() > 1);

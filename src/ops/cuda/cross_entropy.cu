@@ -9,13 +9,13 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-// The number of targets >= 0, into *count (one block).
-__global__ void k_count(const int32_t* targets, int M, int* count) {
+// The number of targets >= 0, into *count (one block); `over` instead where it is > 0.
+__global__ void k_count(const int32_t* targets, int M, int over, int* count) {
   __shared__ int sh[32];
   int c = 0;
   for (int r = threadIdx.x; r < M; r += blockDim.x) c += targets[r] >= 0;
   c = block_sum(c, sh);
-  if (threadIdx.x == 0) *count = c;
+  if (threadIdx.x == 0) *count = over > 0 ? over : c;
 }
 
 __global__ void k_rows(const float* logits, int V, const int32_t* targets, const int* count, float* dlogits,
@@ -45,29 +45,34 @@ __global__ void k_rows(const float* logits, int V, const int32_t* targets, const
   if (threadIdx.x == 0) loss[r] = double(lse) - double(lr[y]);
 }
 
-// The mean over the rows with a target (0 without any), as the CPU op divides.
-__global__ void k_mean(const double* x, int M, const int* count, double* out) {
+// The mean over the rows with a target (0 without any), as the CPU op divides; added to
+// *out with add.
+__global__ void k_mean(const double* x, int M, const int* count, bool add, double* out) {
   __shared__ double sh[32];
   double s = 0.0;
   for (int r = threadIdx.x; r < M; r += blockDim.x) s += x[r];
   s = block_sum(s, sh);
-  if (threadIdx.x == 0) *out = *count > 0 ? s / double(*count) : 0.0;
+  if (threadIdx.x == 0) {
+    const double mean = *count > 0 ? s / double(*count) : 0.0;
+    *out = add ? *out + mean : mean;
+  }
 }
 
 }  // namespace
 
-void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* mean) {
+void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* mean,
+                   int64_t mean_over, bool add) {
   if (M <= 0) {
-    check(int(cudaMemset(mean, 0, sizeof(double))), "cudaMemset");
+    if (!add) check(int(cudaMemset(mean, 0, sizeof(double))), "cudaMemset");
     return;
   }
   // Scratch: M row losses, then the count.
   char* base = static_cast<char*>(scratch(sizeof(double) * size_t(M) + sizeof(int)));
   double* loss = reinterpret_cast<double*>(base);
   int* count = reinterpret_cast<int*>(loss + M);
-  GMLP_LAUNCH(k_count, 1, 1024)(targets, M, count);
+  GMLP_LAUNCH(k_count, 1, 1024)(targets, M, int(mean_over), count);
   GMLP_LAUNCH(k_rows, unsigned(M), kRowThreads)(logits, V, targets, count, dlogits, loss);
-  GMLP_LAUNCH(k_mean, 1, 1024)(loss, M, count, mean);
+  GMLP_LAUNCH(k_mean, 1, 1024)(loss, M, count, add, mean);
   check_launch("cross-entropy");
 }
 

@@ -396,10 +396,10 @@ class CudaBackend final : public Backend {
     const Entry entry("embedding_backward");
     cuda::embedding_backward(dx, d, tokens, M, V, dE);
   }
-  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits,
-                     double* loss) override {
+  void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
+                     int64_t mean_over, bool add) override {
     const Entry entry("cross_entropy");
-    cuda::cross_entropy(logits, M, V, targets, dlogits, loss);
+    cuda::cross_entropy(logits, M, V, targets, dlogits, loss, mean_over, add);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     const Entry entry("residual_bias");

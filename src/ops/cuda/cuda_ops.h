@@ -162,8 +162,10 @@ void residual_dropout(const float* x, const float* h, const float* keep, const o
 void residual_dropout_backward(const float* dout, const float* keep, const ops::DropMask& mask, int M, int B, int d,
                                float* dh);
 
-// cross_entropy.cu: the mean loss, into *loss (device memory).
-void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss);
+// cross_entropy.cu: the mean loss, into *loss (device memory; added to it with add), over
+// mean_over targets where that is > 0 (Backend::cross_entropy).
+void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
+                   int64_t mean_over, bool add);
 
 // rows.cu
 void residual_bias(const float* x, const float* b, int M, int d, float* out);
