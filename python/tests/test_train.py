@@ -41,6 +41,20 @@ def test_callbacks_see_every_line_and_can_stop_then_resume(corpus, tmp_path):
     assert lines_of(tmp_path / "r")[-1]["val_loss"] == lines_of(tmp_path / "whole")[-1]["val_loss"]
 
 
+def test_gradient_accumulation_is_the_run_in_pieces(corpus, tmp_path):
+    cfg = {"model": dict(TINY, tokenizer={"kind": "char"}), "train": dict(TINY_TRAIN, steps=10)}
+    whole = gmlp.train(cfg, data=corpus, out=tmp_path / "whole")
+    cfg["train"]["grad_accum"] = 2
+    pieces = gmlp.train(cfg, data=corpus, out=tmp_path / "pieces")
+    assert json.loads((tmp_path / "pieces" / "config.json").read_text())["train"]["grad_accum"] == 2
+    # the same run, summed in other pieces: the same losses to rounding, not the same bits
+    assert pieces["last_loss"] == pytest.approx(whole["last_loss"], rel=1e-5)
+    assert pieces["last_loss"] != whole["last_loss"]
+    cfg["train"]["grad_accum"] = 3
+    with pytest.raises(ValueError, match="must be a multiple of 'grad_accum' \\(3\\)"):
+        gmlp.train(cfg, data=corpus, out=tmp_path / "bad")
+
+
 def test_a_callback_exception_stops_the_run_after_a_checkpoint(corpus, tmp_path):
     def boom(line):
         raise KeyError("from the callback")

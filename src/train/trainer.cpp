@@ -184,6 +184,11 @@ TrainSummary train(const TrainOptions& opts) {
         1, int64_t(std::ceil(double(rc.train.epochs) * double(task->examples()) / double(rc.train.batch_size))));
   const TrainConfig& tc = rc.train;
   const int B = tc.batch_size, pieces = tc.grad_accum;
+  // Held-out data is scored in batches of a piece's rows too, as many more of them: the
+  // same examples (the batches of a text task's held-out windows are consecutive), and
+  // the memory that training was given.
+  const int eval_B = B / pieces;
+  const int64_t eval_batches = tc.eval_batches * int64_t(pieces);
   require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
           "batch_size x seq_len = " + std::to_string(int64_t(B) * rc.model.seq_len) +
               " tokens per step is more than one step can hold");
@@ -420,7 +425,7 @@ TrainSummary train(const TrainOptions& opts) {
       window_units = 0;
     }
     if (evaluates_after(st.step)) {
-      nlohmann::json ev = task->evaluate(model, B, tc.eval_batches, comm);
+      nlohmann::json ev = task->evaluate(model, eval_B, eval_batches, comm);
       if (!ev.is_null()) {
         nlohmann::json line = {{"step", st.step}};
         line.update(ev);
@@ -455,7 +460,8 @@ TrainSummary train(const TrainOptions& opts) {
   sum.best_step = selection.best_step();
   if (selection.has_best()) sum.best_metrics = selection.best_metrics();
   if (!sum.interrupted && lead)
-    sum.report = finish_report(model, *task, selection, opts.out_dir, B, st.step, sum.early_stopped, opts.score_test);
+    sum.report =
+        finish_report(model, *task, selection, opts.out_dir, eval_B, st.step, sum.early_stopped, opts.score_test);
   sum.steps = st.step;
   sum.train_examples = task->examples();
   sum.elapsed_s = st.elapsed_s;
