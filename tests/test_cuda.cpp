@@ -2196,6 +2196,31 @@ TEST(CudaTrain, APieceAtATimeIsTheWholeBatch) {
   EXPECT_LT(peak[1], peak[0]);
 }
 
+// A batch whose activations do not fit the device ends the run before its first step
+// with what to do (the emulator's device given 40 MiB, GMLP_CUDA_EMULATOR_MEMORY_MIB),
+// no checkpoint written; in four pieces the same run fits. The host-only switch: the
+// allocations are what is tested, not the values.
+TEST(CudaCli, ABatchTooLargeForTheDeviceSaysToTakeItInPieces) {
+  REQUIRE_GPU();
+  test::TempDir dir("gpu_oom");
+  const std::string run = "GMLP_CUDA_EMULATOR_MEMORY_MIB=40 GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + test::gmlp_exe() +
+                          " train --device cuda --data " + test::kGplText +
+                          " --set model.d_model=64 --set model.d_ffn=256 --set model.n_layers=2"
+                          " --set model.seq_len=128 --batch-size 64 --steps 1 --no-progress --out ";
+  const auto whole = test::run_command(run + dir.file("run") + " 2>&1");
+  EXPECT_EQ(whole.exit_code, 1) << whole.output;
+  EXPECT_NE(whole.output.find("the device ran out of memory making room for the activations of a training batch of "
+                              "64 x 128 (CUDA: cannot allocate"),
+            std::string::npos)
+      << whole.output;
+  EXPECT_NE(whole.output.find("take each step's batch in pieces (--grad-accum K"), std::string::npos) << whole.output;
+  EXPECT_FALSE(std::filesystem::exists(state_file(dir.file("run"))));
+  EXPECT_FALSE(std::filesystem::exists(model_file(dir.file("run"))));
+  const auto pieces = test::run_command(run + dir.file("run") + " --grad-accum 4 2>&1");
+  EXPECT_EQ(pieces.exit_code, 0) << pieces.output;
+  EXPECT_TRUE(std::filesystem::exists(model_file(dir.file("run"))));
+}
+
 // GMLP_CUDA_PROFILE=1: when the process ends, every op the backend ran, with its calls
 // and device time, in a table whose shares add up to the whole; the counts are the
 // model's own (each forward embeds once and runs every layer's SGU once). Off, nothing

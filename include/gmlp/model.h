@@ -225,6 +225,7 @@ class Model {
   struct Arena;
   struct Mirror;  // a parameter-sized buffer on the device and which copy is newer
   void ensure_arena(int B, int T, bool grad);
+  std::unique_ptr<Arena> make_arena(int B, int T, bool grad, bool bf16) const;
   void ensure_grads() const;
   BlockCall block_call(int l) const;  // the shape, padding and drop masks of the last forward, at layer l
   void embed_forward(const Batch& in, float* x);

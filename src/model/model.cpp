@@ -8,6 +8,7 @@
 #include "gmlp/model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "backend/backend.h"
@@ -197,6 +198,23 @@ void Model::ensure_arena(int B, int T, bool grad) {
     T = std::max(T, std::min(window, arena_->T + arena_->T / 2));
   }
   arena_.reset();  // free the old arena before allocating the new one
+  try {
+    arena_ = make_arena(B, T, grad, bf16);
+  } catch (const Error& e) {
+    if (be_->host_memory()) throw;
+    // What was made of the arena is freed by now: what the device holds is the rest.
+    char held[32];
+    std::snprintf(held, sizeof held, "%.1f", double(be_->bytes_in_use()) / double(1 << 20));
+    throw Error("the device ran out of memory making room for the activations of " +
+                std::string(grad ? "a training batch" : "a batch") + " of " + std::to_string(B) + " x " +
+                std::to_string(T) + " (" + e.what() + "; the device's other buffers hold " + held + " MiB): " +
+                (grad ? "take each step's batch in pieces (--grad-accum K, train.grad_accum: the same run in the "
+                        "memory of a batch K times smaller) or a smaller one"
+                      : "a smaller batch would fit"));
+  }
+}
+
+std::unique_ptr<Model::Arena> Model::make_arena(int B, int T, bool grad, bool bf16) const {
   const size_t M = size_t(B) * T, L = size_t(grad ? cfg_.n_layers : 1), d = cfg_.d_model, f = cfg_.d_ffn,
                g = cfg_.gate_channels(), s = cfg_.branch_channels(), da = cfg_.d_attn, out = cfg_.out_dim();
   auto a = std::make_unique<Arena>();
@@ -294,7 +312,7 @@ void Model::ensure_arena(int B, int T, bool grad) {
     }
     if (cfg_.spatial == Spatial::toeplitz) a->dWd = f32(size_t(cfg_.sgu_heads) * T * T);
   }
-  arena_ = std::move(a);
+  return a;
 }
 
 const float* Model::logits() const {

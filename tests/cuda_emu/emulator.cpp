@@ -53,6 +53,7 @@ namespace {
 // ---- memory: every allocation, by address, for the copies' and products' checks
 std::mutex g_mem_mutex;
 std::map<const char*, size_t> g_allocs;  // start -> bytes
+size_t g_live = 0;                       // their sum
 thread_local cudaError_t g_last_error = cudaSuccess;
 
 cudaError_t record(cudaError_t e) {
@@ -465,6 +466,24 @@ void run_grid(Site& site, dim3 grid, dim3 block, const std::function<void()>& bo
 using gmlp::emu::record;
 
 // ---- the runtime
+namespace {
+// The device's memory, GMLP_CUDA_EMULATOR_MEMORY_MIB (unset: as much as the host
+// gives): a cudaMalloc past it fails as a full GPU's does, for the tests of what gmlp
+// says when a batch does not fit.
+size_t device_memory() {
+  static const size_t bytes = [] {
+    const char* v = std::getenv("GMLP_CUDA_EMULATOR_MEMORY_MIB");
+    if (!v || !*v) return SIZE_MAX;
+    char* end = nullptr;
+    const unsigned long long mib = std::strtoull(v, &end, 10);
+    if (*end != '\0' || mib == 0 || mib > (1ull << 30))
+      gmlp::emu::die(std::string("GMLP_CUDA_EMULATOR_MEMORY_MIB=") + v + ": expected a positive number of MiB");
+    return size_t(mib) << 20;
+  }();
+  return bytes;
+}
+}  // namespace
+
 // GMLP_CUDA_EMULATOR_DRIVER=old plays a driver older than the runtime, as CUDA reports it,
 // so that the tests can see what gmlp says of a GPU machine whose CUDA does not work.
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -489,7 +508,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = 0;
   prop->minor = 0;
   prop->multiProcessorCount = 1;
-  prop->totalGlobalMem = 0;
+  prop->totalGlobalMem = device_memory() == SIZE_MAX ? 0 : device_memory();
   return cudaSuccess;
 }
 
@@ -498,6 +517,11 @@ cudaError_t cudaSetDevice(int device) { return record(device == 0 ? cudaSuccess 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
+    if (bytes > device_memory() - std::min(gmlp::emu::g_live, device_memory()))
+      return record(cudaErrorMemoryAllocation);
+  }
   // 256-byte aligned as cudaMalloc's; at the exact size under AddressSanitizer, which
   // then reports a kernel's first byte past the end.
   void* q = nullptr;
@@ -510,6 +534,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   std::memset(q, gmlp::emu::host_only() ? 0 : 0xFF, bytes);
   std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
   gmlp::emu::g_allocs[static_cast<const char*>(q)] = bytes;
+  gmlp::emu::g_live += bytes;
   *p = q;
   return cudaSuccess;
 }
@@ -519,6 +544,7 @@ cudaError_t cudaFree(void* p) {
   std::lock_guard<std::mutex> lock(gmlp::emu::g_mem_mutex);
   auto it = gmlp::emu::g_allocs.find(static_cast<const char*>(p));
   if (it == gmlp::emu::g_allocs.end()) return record(cudaErrorInvalidValue);
+  gmlp::emu::g_live -= it->second;
   gmlp::emu::g_allocs.erase(it);
   std::free(p);
   return cudaSuccess;

@@ -100,9 +100,11 @@ class CudaBackend final : public Backend {
     use_device();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess)
-      throw Error("CUDA: cannot allocate " + std::to_string(bytes >> 20) + " MiB on the device: " +
-                  cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%.1f MiB", double(bytes) / double(1 << 20));
+      throw Error(std::string("CUDA: cannot allocate ") + size + " on the device: " + cudaGetErrorString(e));
+    }
     sizes_[p] = bytes;
     cuda::count_device_bytes(int64_t(bytes));
     check(int(cudaMemset(p, 0, bytes)), "cudaMemset");
