@@ -3,6 +3,7 @@ with data from files or from memory and Python callbacks at every metrics line."
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from typing import Callable, Iterable
 
@@ -104,10 +105,19 @@ def _grid(grid) -> list[tuple[str, list[str]]]:
     return axes
 
 
+def _pieces(grad_accum) -> int:
+    if grad_accum is None:
+        return 0
+    if isinstance(grad_accum, bool) or not isinstance(grad_accum, numbers.Integral) or grad_accum < 1:
+        raise ValueError(f"grad_accum: {grad_accum!r}; give a whole number of pieces, 1 or more")
+    return int(grad_accum)
+
+
 def train(config: dict | str | os.PathLike | None = None, data=None, out: str | os.PathLike = "runs/python", *,
           test=None, val=None, callbacks: Callable | Iterable[Callable] = (), resume: bool = False,
           steps: int | None = None, init_from: str | os.PathLike | None = None, progress: bool = False,
-          grid: dict | None = None, refit: bool = False, device: str = "cpu") -> dict:
+          grid: dict | None = None, refit: bool = False, device: str = "cpu",
+          grad_accum: int | None = None) -> dict:
     """Trains with the CLI's trainer into the run directory `out` (model.safetensors,
     train_state.safetensors, metrics.jsonl, config.json, report.json), and returns a
     summary: {"steps", "interrupted", "last_loss", "val" (the last evaluation),
@@ -147,7 +157,10 @@ def train(config: dict | str | os.PathLike | None = None, data=None, out: str | 
         trainer prints its plain progress lines to stderr otherwise, as `gmlp train` does.
     device: "cpu", "cuda" (a GPU: gmlp.cuda_available()) or "auto" (the GPU when there is
         one), as `gmlp train --device`; checkpoints are the same on every device, so a
-        run may resume on another. Its precision is gmlp.set_precision(..., device=...)."""
+        run may resume on another. Its precision is gmlp.set_precision(..., device=...).
+    grad_accum: take each step's batch in this many pieces (train.grad_accum; `gmlp train
+        --grad-accum`): the activation memory of a batch that many times smaller, the
+        same run. With resume, the run continues in that many pieces."""
     if _is_path(config):
         with open(config) as f:
             config = json.load(f)
@@ -178,7 +191,7 @@ def train(config: dict | str | os.PathLike | None = None, data=None, out: str | 
         raise ValueError("data: a resumed run reads the file it was trained on; give no path")
     return _core.train(config, os.fspath(out), data_path, test_path, val_path, memory, resume, int(steps or 0),
                        os.fspath(init_from) if init_from is not None else "", on_log, progress, _grid(grid),
-                       bool(refit), device)
+                       bool(refit), device, _pieces(grad_accum))
 
 
 def finetune_config(init_from: str | os.PathLike | None = None) -> dict:

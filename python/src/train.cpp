@@ -53,11 +53,12 @@ py::dict summary_dict(const TrainSummary& s, const std::string& out) {
   return d;
 }
 
-py::dict run_train(py::handle config, const std::string& out, const std::string& data_path, const std::string& test_path,
-                   const std::string& val_path, std::shared_ptr<TrainData> memory, bool resume, int64_t steps,
-                   const std::string& init_from, py::object on_log, bool progress,
+py::dict run_train(py::handle config, const std::string& out, const std::string& data_path,
+                   const std::string& test_path, const std::string& val_path, std::shared_ptr<TrainData> memory,
+                   bool resume, int64_t steps, const std::string& init_from, py::object on_log, bool progress,
                    const std::vector<std::pair<std::string, std::vector<std::string>>>& grid, bool refit,
-                   const std::string& device) {
+                   const std::string& device, int grad_accum) {
+  if (grad_accum < 0) throw py::value_error("grad_accum: " + std::to_string(grad_accum) + " pieces; give 1 or more");
   TrainOptions o;
   o.device = device_arg(device);
   o.out_dir = out;
@@ -68,11 +69,13 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
     if (!config.is_none()) throw py::value_error("a resumed run continues with its saved config: give no config");
     if (!grid.empty() || refit) throw py::value_error("grid, refit: a resumed run continues as it was; give neither");
     o.extend_to = steps;
+    o.grad_accum = grad_accum;  // may change, as on the command line
   } else {
     if (config.is_none()) throw py::value_error("config: a new run needs a config (a dict, {} for the defaults)");
     // What the data decides (classes, a vision model's image shape) may stay open.
     o.run = checked_args([&] { return RunConfig::from_json(to_json(config, "config"), "config", /*open=*/true); });
     if (steps > 0) o.run.train.steps = steps;
+    if (grad_accum > 0) o.run.train.grad_accum = grad_accum;
     if (!memory) {
       if (data_path.empty()) throw py::value_error("data: a new run needs data (a path or arrays)");
       require_exists(data_path, "data");
@@ -189,7 +192,8 @@ void bind_train(py::module_& m) {
       py::arg("init_from"));
   m.def("train", &run_train, py::arg("config"), py::arg("out"), py::arg("data_path"), py::arg("test_path"),
         py::arg("val_path"), py::arg("memory"), py::arg("resume"), py::arg("steps"), py::arg("init_from"),
-        py::arg("on_log"), py::arg("progress"), py::arg("grid"), py::arg("refit"), py::arg("device") = "cpu");
+        py::arg("on_log"), py::arg("progress"), py::arg("grid"), py::arg("refit"), py::arg("device") = "cpu",
+        py::arg("grad_accum") = 0);
 }
 
 }  // namespace gmlp::py_api

@@ -53,6 +53,17 @@ def test_gradient_accumulation_is_the_run_in_pieces(corpus, tmp_path):
     cfg["train"]["grad_accum"] = 3
     with pytest.raises(ValueError, match="must be a multiple of 'grad_accum' \\(3\\)"):
         gmlp.train(cfg, data=corpus, out=tmp_path / "bad")
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="grad_accum"):
+            gmlp.train(cfg, data=corpus, out=tmp_path / "bad", grad_accum=bad)
+    # the keyword: a new run's setting, and a resumed run's new one
+    del cfg["train"]["grad_accum"]
+    half = gmlp.train(cfg, data=corpus, out=tmp_path / "moved", grad_accum=np.int64(2), callbacks=lambda l: l["step"] < 5)
+    assert half["interrupted"]
+    moved = gmlp.train(out=tmp_path / "moved", resume=True, grad_accum=4)
+    assert moved["steps"] == 10
+    assert json.loads((tmp_path / "moved" / "config.json").read_text())["train"]["grad_accum"] == 4
+    assert moved["last_loss"] == pytest.approx(whole["last_loss"], rel=1e-5)
 
 
 def test_a_callback_exception_stops_the_run_after_a_checkpoint(corpus, tmp_path):
