@@ -1,4 +1,4 @@
-// Gradient accumulation (train.grad_accum, docs/model.md "Training"): a step's batch
+// Gradient accumulation (train.grad_accum, docs/distributed.md "Gradient accumulation"): a step's batch
 // taken in pieces, forward and backward one after another, is the step taken whole.
 // Each row's gradient is the one it has in the whole batch, so only the sums of the
 // weight gradients round differently: the runs agree to float tolerance and differ in
@@ -6,6 +6,7 @@
 // test_distributed.cpp, the GPU's in test_cuda.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -112,7 +113,8 @@ TEST(GradAccum, APieceAtATimeIsTheWholeBatchOnEveryTask) {
 
 // Below the trainer: the pieces DataParallel cuts from a batch (one process), each
 // forwarded and backpropagated in turn into the same gradients, leave the whole batch's
-// loss and gradients; the model ran on a quarter of the rows at a time.
+// loss and gradients; the model ran on a quarter of the rows at a time. A masked LM's
+// piece may hold no masked position.
 TEST(GradAccum, PiecesOfABatchAddUpToItsLossAndGradients) {
   test::TempDir dir("accum_model");
   for (const std::string task : {"mlm", "vision", "classify"}) {
@@ -124,7 +126,16 @@ TEST(GradAccum, PiecesOfABatchAddUpToItsLossAndGradients) {
     Rng rng(3, 1);
     Batch batch = source->next_batch(rng);
     draw_dropout(rc.model, rng, batch);
+    // The masked LM's second piece without a masked position: its loss adds nothing, and
+    // must not clear the first piece's either.
+    std::vector<int32_t> targets;
+    if (task == "mlm") {
+      targets.assign(batch.targets, batch.targets + size_t(batch.B) * batch.stride);
+      std::fill(targets.begin() + 2 * batch.stride, targets.begin() + 4 * batch.stride, -1);
+      batch.targets = targets.data();
+    }
     Model model(rc.model);
+    model.set_sparse_mlm_head(true);  // as the trainer runs a masked LM
     Rng init(7, 1);
     model.init(init);
     model.zero_grad();
@@ -206,11 +217,13 @@ TEST(GradAccum, SettingsThatCannotBeMetAreRefusedBeforeAnythingIsWritten) {
                                    " --resume --steps 4 --grad-accum 3 --no-progress 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("'batch_size' (4) must be a multiple of 'grad_accum' (3)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("it continues in 3"), std::string::npos) << "announced, then refused:\n" << r.output;
   EXPECT_EQ(read_file(state_file(dir.file("saved"))), state);
   const auto zero = test::run_command(test::gmlp_exe() + " train --out " + dir.file("saved") +
                                       " --resume --grad-accum 0 --no-progress 2>&1");
   EXPECT_NE(zero.exit_code, 0);
-  EXPECT_NE(zero.output.find("--grad-accum must be a positive integer, got 0"), std::string::npos) << zero.output;
+  EXPECT_NE(zero.output.find("--grad-accum must be a positive integer (at most 2^31 - 1), got 0"), std::string::npos)
+      << zero.output;
 }
 
 }  // namespace

@@ -201,8 +201,8 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, nlohmann::json base) {
   if (a.resume && cmd.get_option("--grad-accum")->count()) {
     const nlohmann::json v = j["train"]["grad_accum"];
     j["train"].erase("grad_accum");
-    require(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= (1 << 20),
-            "--grad-accum must be a positive integer, got " + v.dump());
+    require(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= INT32_MAX,
+            "--grad-accum must be a positive integer (at most 2^31 - 1), got " + v.dump());
     o.grad_accum = v.get<int>();
   }
   // What the data decides (classes, a vision model's image shape) may stay open here:

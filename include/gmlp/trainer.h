@@ -39,7 +39,8 @@ struct TrainOptions {
   std::string out_dir;
   bool resume = false;       // continue the run saved in out_dir
   int64_t extend_to = 0;     // with resume: raise the run's total steps to this (0 = keep)
-  int grad_accum = 0;        // with resume: take each step's batch in this many pieces (0 = the run's)
+  int grad_accum = 0;        // take each step's batch in this many pieces (0 = the run's train.grad_accum;
+                             // a resumed run may change it)
   int64_t stop_after = 0;    // stop (as if interrupted) after this many steps of this invocation; 0 = off
   bool progress_bar = true;  // a live one-line bar on a terminal; plain log lines otherwise
   std::shared_ptr<const TrainData> data;  // in-memory data instead of the paths (null: the paths)

@@ -60,6 +60,7 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
                    const std::string& device, int grad_accum) {
   if (grad_accum < 0) throw py::value_error("grad_accum: " + std::to_string(grad_accum) + " pieces; give 1 or more");
   TrainOptions o;
+  o.grad_accum = grad_accum;  // over the config's; a resumed run may change it, as on the command line
   o.device = device_arg(device);
   o.out_dir = out;
   o.resume = resume;
@@ -69,13 +70,11 @@ py::dict run_train(py::handle config, const std::string& out, const std::string&
     if (!config.is_none()) throw py::value_error("a resumed run continues with its saved config: give no config");
     if (!grid.empty() || refit) throw py::value_error("grid, refit: a resumed run continues as it was; give neither");
     o.extend_to = steps;
-    o.grad_accum = grad_accum;  // may change, as on the command line
   } else {
     if (config.is_none()) throw py::value_error("config: a new run needs a config (a dict, {} for the defaults)");
     // What the data decides (classes, a vision model's image shape) may stay open.
     o.run = checked_args([&] { return RunConfig::from_json(to_json(config, "config"), "config", /*open=*/true); });
     if (steps > 0) o.run.train.steps = steps;
-    if (grad_accum > 0) o.run.train.grad_accum = grad_accum;
     if (!memory) {
       if (data_path.empty()) throw py::value_error("data: a new run needs data (a path or arrays)");
       require_exists(data_path, "data");

@@ -86,16 +86,6 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
     std::fprintf(stderr, "gmlp train: the run was trained on %d rank(s), it continues on %d: the same batches, "
                  "but its sums round differently from the uninterrupted run's\n", ranks, world().size());
   if (opts.extend_to > rc.train.steps) rc.train.steps = opts.extend_to;  // extend a finished run
-  // Accumulation may change too (a run moved to a machine with less memory, or fewer
-  // GPUs): the same batches, summed in other pieces.
-  if (opts.grad_accum > 0 && opts.grad_accum != rc.train.grad_accum) {
-    if (world().rank() == 0)
-      std::fprintf(stderr,
-                   "gmlp train: the run took its batches in %d piece(s) (train.grad_accum), it continues in "
-                   "%d: the same batches, but its sums round differently from the uninterrupted run's\n",
-                   rc.train.grad_accum, opts.grad_accum);
-    rc.train.grad_accum = opts.grad_accum;
-  }
   return meta;
 }
 
@@ -174,6 +164,10 @@ TrainSummary train(const TrainOptions& opts) {
   std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
   if (opts.resume) resume_meta = read_resume(opts, rc, in);
+  // The pieces may change on a resume too (a run moved to a machine with less memory,
+  // or fewer GPUs): the same batches, summed in other pieces.
+  const int saved_pieces = rc.train.grad_accum;
+  if (opts.grad_accum > 0) rc.train.grad_accum = opts.grad_accum;
   rc.model.validate(/*open=*/true);
   rc.train.validate();
   auto task = make_task(rc, in);  // completes and validates the model config
@@ -184,9 +178,9 @@ TrainSummary train(const TrainOptions& opts) {
         1, int64_t(std::ceil(double(rc.train.epochs) * double(task->examples()) / double(rc.train.batch_size))));
   const TrainConfig& tc = rc.train;
   const int B = tc.batch_size, pieces = tc.grad_accum;
-  // Held-out data is scored in batches of a piece's rows too, as many more of them: the
-  // same examples (the batches of a text task's held-out windows are consecutive), and
-  // the memory that training was given.
+  // Held-out data is scored in batches of B / pieces, as many more of them: the same
+  // examples (the batches of a text task's held-out windows are consecutive); one
+  // layer's activations of them, where a training piece's arena holds every layer's.
   const int eval_B = B / pieces;
   const int64_t eval_batches = tc.eval_batches * int64_t(pieces);
   require(int64_t(B) * rc.model.seq_len <= (int64_t(1) << 28),
@@ -200,6 +194,11 @@ TrainSummary train(const TrainOptions& opts) {
            " process(es), each taking its rows in train.grad_accum = " + std::to_string(pieces) +
            " pieces: it must be a multiple of " + std::to_string(comm.size() * pieces);
   });
+  if (opts.resume && pieces != saved_pieces && comm.rank() == 0)
+    std::fprintf(stderr,
+                 "gmlp train: the run took its batches in %d piece(s) (train.grad_accum), it continues in %d: "
+                 "the same batches, but its sums round differently from the uninterrupted run's\n",
+                 saved_pieces, pieces);
   if (comm.size() > 1 && opts.device == Device::cuda) {
     // A GPU model's gradients are summed by NCCL: opened here, before anything is
     // written, so that a machine without it ends the job with nothing half-made.
