@@ -59,13 +59,15 @@ std::vector<int32_t> prompt_ids(const PyModel& m, py::handle prompt) {
 }
 
 // Logits of a batch: token ids [B, T] (or [T]) with optional lengths [B], or images
-// [B, C, H, W] (or [C, H, W]) as the model takes them (normalised). Returns [B, T, V]
-// (per-token tasks) or [B, n_classes]; without the batch axis when the input had none.
+// [B, C, H, W] (or [C, H, W]) as the model takes them (normalised floats), or their
+// uint8 pixels, which the model normalises by its stored normalisation as it reads them
+// (Batch::image_bytes). Returns [B, T, V] (per-token tasks) or [B, n_classes]; without
+// the batch axis when the input had none.
 py::array logits(PyModel& m, py::handle x, py::handle lengths) {
   const ModelConfig& c = m.cfg();
   Batch b;
   IntArray ids, lens;
-  FloatArray images;
+  py::array images;
   bool single = false;
   if (c.token_input()) {
     ids = int32_array(x, "ids");
@@ -87,10 +89,13 @@ py::array logits(PyModel& m, py::handle x, py::handle lengths) {
     }
   } else {
     if (!lengths.is_none()) throw py::value_error("lengths: a vision model takes whole images");
-    images = float_array(x, "images");
+    py::array any = py::module_::import("numpy").attr("asarray")(x);
+    const bool bytes = py::isinstance<py::array_t<uint8_t>>(any);
+    images = bytes ? py::array(py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(any))
+                   : py::array(float_array(any, "images"));
     if (images.ndim() == 3) {
       single = true;
-      images = FloatArray::ensure(images.attr("reshape")(1, images.shape(0), images.shape(1), images.shape(2)));
+      images = images.attr("reshape")(1, images.shape(0), images.shape(1), images.shape(2));
     }
     if (images.ndim() != 4 || images.shape(0) < 1 || images.shape(1) != c.image_channels ||
         images.shape(2) != c.image_height || images.shape(3) != c.image_width)
@@ -99,7 +104,10 @@ py::array logits(PyModel& m, py::handle x, py::handle lengths) {
                             shape_of(images));
     b.B = int(images.shape(0));
     b.T = c.seq_len;
-    b.images = images.data();
+    if (bytes)
+      b.image_bytes = static_cast<const uint8_t*>(images.data());
+    else
+      b.images = static_cast<const float*>(images.data());
   }
   const bool per_token = c.per_token_output();
   const int V = c.out_dim();

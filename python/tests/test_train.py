@@ -60,6 +60,7 @@ def test_gradient_accumulation_is_the_run_in_pieces(corpus, tmp_path):
     del cfg["train"]["grad_accum"]
     half = gmlp.train(cfg, data=corpus, out=tmp_path / "moved", grad_accum=np.int64(2), callbacks=lambda l: l["step"] < 5)
     assert half["interrupted"]
+    assert json.loads((tmp_path / "moved" / "config.json").read_text())["train"]["grad_accum"] == 2
     moved = gmlp.train(out=tmp_path / "moved", resume=True, grad_accum=4)
     assert moved["steps"] == 10
     assert json.loads((tmp_path / "moved" / "config.json").read_text())["train"]["grad_accum"] == 4
@@ -262,6 +263,14 @@ def test_vision_from_arrays(tmp_path):
     for i in (0, 63, 64, 127, 128, 159):
         np.testing.assert_allclose(pb[i], m.classify(big[i]), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(m.classify(big.astype(np.float32) / 255)[100:], pb[100:], rtol=1e-5)
+    # logits take uint8 pixels too, normalised by the model as classify's are; floats are
+    # taken as the network takes them, normalised by the caller
+    lb = m.logits(x[:20, None])
+    assert lb.shape == (20, 2) and m.logits(x[3, None]).shape == (2,)
+    e = np.exp(lb - lb.max(1, keepdims=True))
+    np.testing.assert_allclose(e / e.sum(1, keepdims=True), p, rtol=1e-5)
+    mean, std = c["normalization"]["mean"][0], c["normalization"]["std"][0]
+    np.testing.assert_allclose(m.logits((f[:20, None] - mean) / std), lb, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="test: label 9 at index 1"):
         gmlp.train(cfg, data=(x, np.where(y == 1, 7, 0)), test=(x[:2], np.array([0, 9])), out=tmp_path / "e")
 
