@@ -12,10 +12,10 @@ namespace {
 // before a reduction starts: per-call latency would dominate tiny layers.
 constexpr size_t kBucketFloats = size_t(1) << 18;
 
-// The targets >= 0 among rows [first, first + count) of a batch.
-int64_t targets_in(const Batch& g, const ModelConfig& c, int first, int count) {
-  if (!g.targets) return 0;
-  if (!c.per_token_output()) return count;  // a label a row
+// What rows [first, first + count) of a batch weigh in its mean loss: their targets >= 0,
+// or the rows themselves (a label a row, or no targets).
+int64_t weight_of(const Batch& g, const ModelConfig& c, int first, int count) {
+  if (!g.targets || !c.per_token_output()) return count;
   int64_t n = 0;
   for (int b = first; b < first + count; ++b)
     for (int t = 0; t < g.T; ++t) n += g.targets[int64_t(b) * g.stride + t] >= 0;
@@ -71,8 +71,8 @@ const Batch& DataParallel::shard(const Batch& g) {
   const ModelConfig& c = model_.config();
   const Rows mine = rows(g.B);
   // Targets per rank, from the whole batch that every rank holds: no communication.
-  const int64_t total = g.targets ? targets_in(g, c, 0, g.B) : g.B;
-  share_ = total > 0 ? double(g.targets ? targets_in(g, c, mine.first, mine.count) : mine.count) / double(total) : 0.0;
+  const int64_t total = weight_of(g, c, 0, g.B);
+  share_ = total > 0 ? double(weight_of(g, c, mine.first, mine.count)) / double(total) : 0.0;
   shard_ = rows_of(g, c, mine.first, mine.count, keep_);
   return shard_;
 }
@@ -90,7 +90,7 @@ const std::vector<Batch>& DataParallel::pieces(const Batch& mine, int count) {
   const int n = mine.B / count;
   // Each piece's loss and gradient a mean over all of this rank's targets (0: none, and
   // none in any piece either).
-  const int64_t over = targets_in(mine, c, 0, mine.B);
+  const int64_t over = weight_of(mine, c, 0, mine.B);
   piece_keep_.resize(size_t(count));
   for (int j = 0; j < count; ++j) {
     Batch p = rows_of(mine, c, j * n, n, piece_keep_[size_t(j)]);
