@@ -27,49 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A small run of each task, with what makes a piece differ from a plain slice of rows:
-// dropout masks by global row, padded rows (classify), a masked LM's uneven targets,
-// stochastic depth's per-row keep and shifted images (vision).
+// A small run of each task (test::small_run), in `pieces` a step: each has what makes a
+// piece differ from a plain slice of rows: dropout masks by global row, padded rows
+// (classify), a masked LM's uneven targets, stochastic depth's per-row keep and shifted
+// images (vision).
 TrainOptions run_of(const std::string& task, const test::TempDir& dir, const std::string& out, int pieces) {
-  TrainOptions o;
-  nlohmann::json m = {{"task", task}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}};
-  if (task == "vision") {
-    if (!fs::exists(dir.file("images"))) test::write_vision_set(dir.file("images"));
-    o.data_path = dir.file("images");
-    m["survival_prob"] = 0.7;
-    o.run.train.augment_shift = 1;
-  } else if (task == "classify") {
-    if (!fs::exists(dir.file("train.tsv"))) {
-      test::write_sentences(dir.file("train.tsv"), 20, 1);
-      test::write_sentences(dir.file("test.tsv"), 4, 2);
-    }
-    o.data_path = dir.file("train.tsv");
-    o.test_path = dir.file("test.tsv");
-    m["seq_len"] = 16;
-    m["dropout"] = 0.1;
-    m["head_dropout"] = 0.1;
-  } else {
-    o.data_path = test::kGplText;
-    m["seq_len"] = 16;
-    if (task == "causal_lm") m["dropout"] = 0.1;
-  }
-  o.run.model = ModelConfig::from_json(m, "test", true);
-  o.run.train.batch_size = 8;
+  TrainOptions o = test::small_run(task, dir, out, Device::cpu);
   o.run.train.grad_accum = pieces;
-  o.run.train.steps = 10;
-  o.run.train.lr = 1e-2f;
-  o.run.train.warmup = 2;
-  o.run.train.log_every = 1;
-  o.run.train.eval_every = 5;
-  o.run.train.eval_batches = 2;
-  o.out_dir = dir.file(out);
-  o.progress_bar = false;
   return o;
-}
-
-std::vector<float> weights_of(const std::string& run) {
-  const auto m = load_model(model_file(run));
-  return {m->weights(), m->weights() + m->num_params()};
 }
 
 // Two runs that must be the same run: their losses, held-out scores and weights agree to
@@ -89,7 +54,7 @@ void expect_same_run(const std::string& a, const std::string& b, bool taken_apar
   for (size_t i = 0; i < ea.size(); ++i)
     EXPECT_NEAR(eb[i]["val_loss"].get<double>(), ea[i]["val_loss"].get<double>(),
                 1e-5 * std::abs(ea[i]["val_loss"].get<double>()));
-  const std::vector<float> wa = weights_of(a), wb = weights_of(b);
+  const std::vector<float> wa = test::run_weights(a), wb = test::run_weights(b);
   ASSERT_EQ(wa.size(), wb.size());
   EXPECT_TRUE(test::all_close(wb.data(), wa.data(), wa.size(), 2e-5f, 1e-4f, "weights"));
   if (taken_apart) {
@@ -120,6 +85,7 @@ TEST(GradAccum, PiecesOfABatchAddUpToItsLossAndGradients) {
   for (const std::string task : {"mlm", "vision", "classify"}) {
     SCOPED_TRACE(task);
     TrainOptions o = run_of(task, dir, "unused", 1);
+    o.run.train.batch_size = 8;  // pieces of two rows
     RunConfig rc = o.run;
     TaskInputs in{o.data_path, o.test_path, "", nullptr, false};
     auto source = make_task(rc, in);

@@ -2052,40 +2052,6 @@ TEST(CudaTrain, RunsInTwoThreadsAtOnceEachEndAsItDoesAlone) {
   }
 }
 
-// A small GPU training run of the trainer's tests: a causal LM with dropout, a masked
-// LM, or vision (an IDX folder written into dir) with stochastic depth and shifts; ten
-// steps with a line each, evaluations at 5 and 10, a checkpoint at 8.
-TrainOptions small_gpu_run(const std::string& task, const test::TempDir& dir, const std::string& out) {
-  TrainOptions o;
-  o.device = Device::cuda;
-  o.data_path = task == "vision" ? dir.file("images") : test::kGplText;
-  if (task == "vision" && !std::filesystem::exists(o.data_path)) test::write_vision_set(o.data_path);
-  o.out_dir = dir.file(out);
-  o.progress_bar = false;
-  nlohmann::json m = {{"task", task}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}};
-  if (task == "vision") {
-    m["survival_prob"] = 0.7;
-    o.run.train.augment_shift = 1;
-  } else {
-    m["seq_len"] = 24;
-    m["dropout"] = task == "causal_lm" ? 0.1 : 0.0;
-  }
-  o.run.model = ModelConfig::from_json(m, "test", true);
-  o.run.train.batch_size = task == "vision" ? 16 : 4;
-  o.run.train.steps = 10;
-  o.run.train.lr = 1e-2f;
-  o.run.train.log_every = 1;
-  o.run.train.eval_every = 5;
-  o.run.train.eval_batches = 2;
-  o.run.train.ckpt_every = 8;
-  return o;
-}
-
-std::vector<float> weights_of_run(const std::string& run) {
-  const auto m = load_model(model_file(run));
-  return {m->weights(), m->weights() + m->num_params()};
-}
-
 // The trainer's pipeline (TrainOptions::pipeline): on a device, step t+1's forward is
 // queued before step t's loss comes back, read from page-locked memory behind an event
 // of its own. The run is the step-by-step run to the bit: a causal LM with dropout (its
@@ -2102,11 +2068,11 @@ TEST(CudaTrain, TheNextForwardQueuedBeforeAStepIsReadIsTheStepByStepRun) {
   REQUIRE_GPU();
   test::TempDir dir("gpu_pipeline");
   auto options = [&](const std::string& task, bool pipeline, const std::string& out) {
-    TrainOptions o = small_gpu_run(task, dir, out);
+    TrainOptions o = test::small_run(task, dir, out, Device::cuda);
     o.pipeline = pipeline;
     return o;
   };
-  auto weights = [&](const std::string& out) { return weights_of_run(dir.file(out)); };
+  auto weights = [&](const std::string& out) { return test::run_weights(dir.file(out)); };
   for (const std::string task : {"causal_lm", "mlm", "vision"}) {
     SCOPED_TRACE(task);
     train(options(task, false, task + "-steps"));
@@ -2152,11 +2118,11 @@ TEST(CudaTrain, APieceAtATimeIsTheWholeBatch) {
   Fp32Again restore;
   test::TempDir dir("gpu_accum");
   auto options = [&](const std::string& task, int pieces, const std::string& out) {
-    TrainOptions o = small_gpu_run(task, dir, out);
+    TrainOptions o = test::small_run(task, dir, out, Device::cuda);
     o.run.train.grad_accum = pieces;  // the LM's pieces are a row each, vision's four
     return o;
   };
-  auto weights = [&](const std::string& out) { return weights_of_run(dir.file(out)); };
+  auto weights = [&](const std::string& out) { return test::run_weights(dir.file(out)); };
   for (const Precision p : {Precision::fp32, Precision::bf16}) {
     use_precision(Device::cuda, p);
     for (const std::string task : {"causal_lm", "mlm", "vision"}) {

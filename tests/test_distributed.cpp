@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmlp/checkpoint.h"
@@ -292,22 +293,20 @@ TEST(Distributed, ResumesOnTheSameAndOnAnotherNumberOfRanks) {
   EXPECT_EQ(train_losses(dir.file("straight")), train_losses(dir.file("split")));
   EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))))
       << "the checkpoints differ";
-  // Written by two ranks, resumed on one: the same batches, rounded differently.
-  r = run_command(launch(2) + args + " --out " + dir.file("moved") + " --stop-after 5");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(single() + " train --resume --no-progress --out " + dir.file("moved"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "trained on 2 rank(s), it continues on 1")) << r.output;
-  expect_close_losses(train_losses(dir.file("straight")), train_losses(dir.file("moved")));
-  expect_close_weights(model_file(dir.file("straight")), model_file(dir.file("moved")));
-  // And on one, in two pieces a step: each the memory of one rank's rows.
-  r = run_command(launch(2) + args + " --out " + dir.file("halved") + " --stop-after 5");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(single() + " train --resume --grad-accum 2 --no-progress --out " + dir.file("halved"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "gradients accumulated over 2 pieces of 4 rows a step")) << r.output;
-  expect_close_losses(train_losses(dir.file("straight")), train_losses(dir.file("halved")));
-  expect_close_weights(model_file(dir.file("straight")), model_file(dir.file("halved")));
+  // Written by two ranks, resumed on one: the same batches, rounded differently; and on
+  // one in two pieces a step, each the memory of one rank's rows.
+  for (const auto& [out, flags, says] :
+       {std::tuple<std::string, std::string, std::string>{"moved", "", "trained on 2 rank(s), it continues on 1"},
+        {"halved", " --grad-accum 2", "gradients accumulated over 2 pieces of 4 rows a step"}}) {
+    SCOPED_TRACE(out);
+    r = run_command(launch(2) + args + " --out " + dir.file(out) + " --stop-after 5");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_command(single() + " train --resume" + flags + " --no-progress --out " + dir.file(out));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, says)) << r.output;
+    expect_close_losses(train_losses(dir.file("straight")), train_losses(dir.file(out)));
+    expect_close_weights(model_file(dir.file("straight")), model_file(dir.file(out)));
+  }
 }
 
 // Every tensor of two safetensors files is bit-identical (their metadata may differ).

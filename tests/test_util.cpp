@@ -1,9 +1,5 @@
 #include "test_util.h"
 
-#include "gmlp/error.h"
-#include "gmlp/trainer.h"
-#include "ops/ops.h"
-
 #include <unistd.h>
 
 #include <array>
@@ -12,6 +8,11 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+
+#include "gmlp/checkpoint.h"
+#include "gmlp/error.h"
+#include "gmlp/trainer.h"
+#include "ops/ops.h"
 
 namespace gmlp::test {
 
@@ -164,4 +165,46 @@ void write_vision_set(const std::string& dir) {
   }
   std::ofstream(dir + "/classes.txt") << "top-left\ntop-right\nbottom-left\n";
 }
+TrainOptions small_run(const std::string& task, const TempDir& dir, const std::string& out, Device device) {
+  TrainOptions o;
+  o.device = device;
+  nlohmann::json m = {{"task", task}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 2}};
+  if (task == "vision") {
+    o.data_path = dir.file("images");
+    if (!std::filesystem::exists(o.data_path)) write_vision_set(o.data_path);
+    m["survival_prob"] = 0.7;
+    o.run.train.augment_shift = 1;
+  } else if (task == "classify") {
+    o.data_path = dir.file("train.tsv");
+    o.test_path = dir.file("test.tsv");
+    if (!std::filesystem::exists(o.data_path)) {
+      write_sentences(o.data_path, 20, 1);
+      write_sentences(o.test_path, 4, 2);
+    }
+    m["seq_len"] = 16;
+    m["dropout"] = 0.1;
+    m["head_dropout"] = 0.1;
+  } else {
+    o.data_path = kGplText;
+    m["seq_len"] = 24;
+    m["dropout"] = task == "causal_lm" ? 0.1 : 0.0;
+  }
+  o.run.model = ModelConfig::from_json(m, "test", true);
+  o.run.train.batch_size = task == "vision" ? 16 : 4;
+  o.run.train.steps = 10;
+  o.run.train.lr = 1e-2f;
+  o.run.train.log_every = 1;
+  o.run.train.eval_every = 5;
+  o.run.train.eval_batches = 2;
+  o.run.train.ckpt_every = 8;
+  o.out_dir = dir.file(out);
+  o.progress_bar = false;
+  return o;
+}
+
+std::vector<float> run_weights(const std::string& run_dir) {
+  const auto m = load_model(model_file(run_dir));
+  return {m->weights(), m->weights() + m->num_params()};
+}
+
 }  // namespace gmlp::test

@@ -5,11 +5,12 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "gmlp/trainer.h"
 
 namespace gmlp::test {
 
@@ -63,6 +64,15 @@ void write_sentences(const std::string& path, int per_class, uint32_t seed, int 
 void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data);
 std::vector<uint8_t> quadrant_image(int k, std::mt19937& rng);
 void write_vision_set(const std::string& dir);
+
+// A small training run of a task for the trainer's tests, on `device`, its data in dir
+// (written there on first use): a causal LM with dropout or a masked LM on kGplText, a
+// classifier with dropout on write_sentences' texts, or vision on write_vision_set's
+// images with stochastic depth and shifts; ten steps with a line each, evaluations at
+// 5 and 10, a checkpoint at 8, into dir/out.
+TrainOptions small_run(const std::string& task, const TempDir& dir, const std::string& out, Device device);
+// The weights of a run directory's model.safetensors.
+std::vector<float> run_weights(const std::string& run_dir);
 
 // |got - want| + rtol * |want| elementwise; reports the worst element.
 ::testing::AssertionResult all_close(const float* got, const float* want, size_t n, float atol, float rtol,
