@@ -2280,6 +2280,36 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
   EXPECT_NE(r.output.find("GMLP_CUDA_EMULATOR_HOST_ONLY=yes: expected 0 or 1"), std::string::npos) << r.output;
 }
 
+// `gmlp bench --grad-accum K` takes each step's batch in K pieces, as `gmlp train` does:
+// K times the products of a step (each piece's forward and backward), and the
+// activations of a batch K times smaller (the backend's peak). On the emulator, host
+// only: every launch counted and skipped.
+TEST(CudaCli, ABenchInPiecesTakesEachStepInPieces) {
+  REQUIRE_GPU();
+  if (!std::getenv("GMLP_CUDA_EMULATOR")) GTEST_SKIP() << "counts the emulator's skipped products";
+  struct Run {
+    long products;
+    double peak_mb;
+  };
+  auto run = [](int k) {
+    const auto r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 " + test::gmlp_exe() +
+                                     " bench --device cuda --config " + test::source_dir() +
+                                     "/configs/tiny.json --mode train --warmup 1 --repeats 2 --set model.n_layers=2"
+                                     " --batch-size 8 --json --grad-accum " +
+                                     std::to_string(k) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(r.output, m, std::regex("launches, ([0-9]+) matrix products"))) << r.output;
+    const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_EQ(j["grad_accum"].get<int>(), k) << r.output;
+    return Run{m.empty() ? 0 : std::stol(m[1].str()), j["device_peak_mb"].get<double>()};
+  };
+  const Run whole = run(1), pieces = run(4);
+  // The peak's own 8 products (gemm_peak_gflops) are taken once in both.
+  EXPECT_GT(pieces.products, 3 * whole.products) << whole.products << " then " << pieces.products;
+  EXPECT_LT(pieces.peak_mb, 0.6 * whole.peak_mb) << whole.peak_mb << " MiB then " << pieces.peak_mb;
+}
+
 // `gmlp bench` under GMLP_CUDA_PROFILE=1 times its timed steps alone: not the warmup,
 // not the model's set-up, not the 2048- and 4096-square products it measures the
 // device's peak with. On a GPU only (CudaGpuOnly is not among the emulator's suites:

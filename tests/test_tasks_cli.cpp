@@ -387,6 +387,34 @@ TEST(TasksCli, BenchEveryTask) {
   EXPECT_TRUE(contains(r.output, "needs a causal LM")) << r.output;
 }
 
+// --grad-accum K: the steps in K pieces (their count and memory: CudaCli.
+// ABenchInPiecesTakesEachStepInPieces), said in the record; a K that does not divide the
+// batch, or one given where no training step is timed, is refused, naming it.
+TEST(TasksCli, BenchTakesItsStepsInPiecesOnRequest) {
+  const std::string cmd = gmlp() + " bench --config " + test::source_dir() +
+                          "/configs/tiny.json --set model.n_layers=1 --repeats 1 --warmup 0 --batch-size 4 ";
+  auto r = run_command(cmd + "--grad-accum 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j["grad_accum"].get<int>(), 2);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  r = run_command(cmd + "--grad-accum 2");
+  EXPECT_TRUE(contains(r.output, "each batch in 2 pieces")) << r.output;
+  r = run_command(cmd + "--json");  // the config's train.grad_accum, 1
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output.substr(r.output.find('{')))["grad_accum"].get<int>(), 1);
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--grad-accum 3", "--grad-accum 3 does not divide the batch of 4 rows"},
+           {"--grad-accum -2", "--grad-accum must be positive"},
+           {"--grad-accum 2 --mode infer", "--mode infer times no training step"},
+           {"--set train.batch_size=16 --set train.grad_accum=8",
+            "the config's train.grad_accum (8) does not divide --batch-size 4"}}) {
+    r = run_command(cmd + args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, says)) << args << "\n" << r.output;
+  }
+}
+
 // --products: every product of the steps by shape, the layers' count of calls each; the
 // spatial weight gradient as one product split by K. Generation has no steps to time.
 TEST(TasksCli, BenchTimesProductsByShape) {

@@ -17,7 +17,7 @@ namespace {
 struct BenchArgs {
   std::string config, mode = "train";
   std::vector<std::string> sets;
-  int batch_size = 0, warmup = 3, repeats = 10, gen_tokens = 0, threads = 0, streams = 1;
+  int batch_size = 0, warmup = 3, repeats = 10, gen_tokens = 0, threads = 0, streams = 1, grad_accum = 0;
   bool json = false, products = false;
   std::string device = "auto";
   std::string precision = "fp32";
@@ -30,6 +30,9 @@ int run_bench(const BenchArgs& a) {
                                           : throw Error("--mode must be train, infer or generate, got '" + a.mode + "'");
   require(a.repeats >= 1 && a.warmup >= 0, "--repeats must be >= 1 and --warmup >= 0");
   require(a.batch_size >= 0 && a.gen_tokens >= 0, "--batch-size and --gen-tokens must be positive when given");
+  require(a.grad_accum >= 0, "--grad-accum must be positive when given, got " + std::to_string(a.grad_accum));
+  require(a.grad_accum == 0 || mode == BenchMode::train,
+          "--grad-accum takes a training step's batch in pieces; --mode " + a.mode + " times no training step");
   RunConfig rc = a.config.empty() ? RunConfig{} : RunConfig::load(a.config);
   nlohmann::json j = rc.to_json();
   for (const auto& s : a.sets) apply_set(j, s);
@@ -50,6 +53,13 @@ int run_bench(const BenchArgs& a) {
   o.repeats = a.repeats;
   o.gen_tokens = a.gen_tokens;
   o.streams = a.streams;
+  o.grad_accum = a.grad_accum;
+  require(mode != BenchMode::train || B % (a.grad_accum > 0 ? a.grad_accum : rc.train.grad_accum) == 0, [&] {
+    return a.grad_accum > 0 ? "--grad-accum " + std::to_string(a.grad_accum) + " does not divide the batch of " +
+                                  std::to_string(B) + " rows"
+                            : "the config's train.grad_accum (" + std::to_string(rc.train.grad_accum) +
+                                  ") does not divide --batch-size " + std::to_string(B);
+  });
   o.device = choose_device(a.device, a.precision);
   o.products = a.products;
   const BenchResult r = bench_model(rc, mode, o);
@@ -62,6 +72,7 @@ int run_bench(const BenchArgs& a) {
                         {"threads", a.threads},
                         {"batch_size", mode == BenchMode::generate ? a.streams : B},
                         {"seq_len", n},
+                        {"grad_accum", mode == BenchMode::train ? r.grad_accum : 1},
                         {"params", r.params},
                         {"sgemm_peak_gflops", r.sgemm_peak_gflops}};
   if (mode == BenchMode::generate) {
@@ -116,9 +127,12 @@ int run_bench(const BenchArgs& a) {
                   r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, r.tokens_per_s, a.streams, a.streams > 1 ? "s" : "",
                   r.recompute_s * 1e3);
     else
-      std::printf("  %.0f %s/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)\n",
+      std::printf("  %.0f %s/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)%s\n",
                   out.value("images_per_s", r.tokens_per_s), mc.token_input() ? "tokens" : "images",
-                  r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats);
+                  r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats,
+                  r.grad_accum > 1 && mode == BenchMode::train
+                      ? (", each batch in " + std::to_string(r.grad_accum) + " pieces").c_str()
+                      : "");
     if (r.pipelined_s > 0)
       std::printf(
           "  %.1f ms per step as `gmlp train` takes them (each step's loss read once the next step's "
@@ -163,6 +177,9 @@ void add_bench(CLI::App& app, int& exit_code) {
   c->add_option("--gen-tokens", a->gen_tokens, "generate: tokens per run (default 2n)");
   c->add_option("--streams", a->streams, "generate: prompts decoded together (batched generation)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--grad-accum", a->grad_accum,
+                "train: take each step's batch in K pieces, as `gmlp train --grad-accum K` does "
+                "(default: the config's train.grad_accum)");
   add_device_option(c, a->device, a->precision);
   c->add_flag("--products", a->products,
               "train, infer: then time every matrix product by shape over --repeats more steps (CPU)");

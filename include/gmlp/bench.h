@@ -22,6 +22,9 @@ struct BenchOptions {
   int warmup = 3, repeats = 10;
   int gen_tokens = 0;  // generate: tokens per run (0: 2n, so the context slides twice)
   int streams = 1;     // generate: prompts decoded together (generate_batch when > 1)
+  // train: each step's batch in this many pieces, as `gmlp train` takes them under
+  // train.grad_accum (0: the config's train.grad_accum); it must divide batch_size.
+  int grad_accum = 0;
   Device device = Device::cpu;
   // train and infer: after the timed runs, `repeats` more with every matrix product timed
   // by shape (BenchResult::products); the headline figures are not affected.
@@ -45,6 +48,7 @@ struct BenchResult {
   // takes them (the next step's forward queued before each step's loss is read: the
   // trainer's pipeline), where median_s's steps each start with the device idle. 0 else.
   double pipelined_s = 0;
+  int grad_accum = 1;                         // train: the pieces each step's batch was taken in
   double tokens_per_s = 0;                    // train and infer; generate: over all streams
   double recompute_s = 0;                     // generate: per token, recomputing the window
   double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token)

@@ -66,6 +66,10 @@ inline Block block_of(size_t n, int rank, int size) {
 // `gmlp train` never touches MPI and gets the single-process communicator. Error
 // when a launcher started several processes but this build has no MPI.
 Communicator& world();
+// This process alone, every collective the identity: what world() is outside a
+// launcher, for a caller that takes no part in a job's collectives even under one
+// (gmlp bench takes its batch in pieces through DataParallel, and reduces nothing).
+Communicator& this_process();
 // Whether world() has been called (so tools can tell, after an error, whether other
 // ranks may be waiting on this one).
 bool world_started();

@@ -14,6 +14,7 @@
 #include "gmlp/generate.h"
 #include "gmlp/optimizer.h"
 #include "ops/ops.h"
+#include "train/data_parallel.h"
 
 namespace gmlp {
 namespace {
@@ -173,11 +174,29 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   std::optional<NoGrad> no_grad;
   std::function<void()> step;  // train and infer: one timed unit
   Batch train_batch = batch;  // training drops what the config drops, as `gmlp train` does
+  // Gradient accumulation: the pieces DataParallel cuts for `gmlp train`, of this process
+  // alone (nothing reduced, whatever launched it).
+  const int K = o.grad_accum > 0 ? o.grad_accum : rc.train.grad_accum;
+  require(mode == BenchMode::train || o.grad_accum == 0,
+          "bench: grad_accum takes a training step's batch in pieces; this run times no training step");
+  require(mode != BenchMode::train || (K >= 1 && B % K == 0), [&] {
+    return "bench: a batch of " + std::to_string(B) + " rows does not divide into grad_accum = " + std::to_string(K) +
+           " pieces";
+  });
+  std::optional<DataParallel> dp;
+  std::span<const Batch> rest;  // the pieces after the first
   if (mode == BenchMode::train) {
     draw_dropout(mc, rng, train_batch);  // here only: the other modes' draws stay as they were
     opt.emplace(model, rc.train);
+    dp.emplace(this_process(), model);
+    const std::vector<Batch>& pieces = dp->pieces(train_batch, K);
+    train_batch = pieces[0];
+    rest = std::span<const Batch>(pieces).subspan(1);
+    r.grad_accum = K;
     step = [&] {
-      train_step(model, *opt, train_batch, 1.f, 1e-4f);  // waits for the device at its end
+      model.forward_queued(train_batch);
+      queue_train_step(model, *opt, 1.f, 1e-4f, {}, {}, false, rest);
+      finish_train_step(model, *opt);  // waits for the device, for the step's loss
     };
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
   } else if (mode == BenchMode::infer) {
@@ -199,7 +218,7 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
       const auto t0 = Clock::now();
       model.forward_queued(train_batch);
       for (int i = 0; i < o.repeats; ++i) {
-        queue_train_step(model, *opt, 1.f, 1e-4f);
+        queue_train_step(model, *opt, 1.f, 1e-4f, {}, {}, false, rest);
         if (i + 1 < o.repeats) model.forward_queued(train_batch);
         finish_train_step(model, *opt);
       }

@@ -84,4 +84,9 @@ Communicator& world() {
 
 bool world_started() { return g_world != nullptr; }
 
+Communicator& this_process() {
+  static SingleProcess alone;
+  return alone;
+}
+
 }  // namespace gmlp
