@@ -400,6 +400,10 @@ TEST(ImageFolder, ClassesFromFolderNamesImagesAsBytes) {
   std::ofstream(dir.file("set/train/cat/broken.png")) << "not a png";
   const std::string e = error_of([&] { load_image_dataset(dir.file("set"), "train"); });
   EXPECT_NE(e.find("broken.png"), std::string::npos) << e;
+  // Too many classes for the model is said before any image is decoded (a large folder's
+  // decoding takes minutes): not the broken image.
+  const std::string classes = error_of([&] { load_image_dataset(dir.file("set"), "train", 2); });
+  EXPECT_NE(classes.find("3 classes, more than the model's 2"), std::string::npos) << classes;
   fs::remove(dir.file("set/train/cat/broken.png"));
   fs::remove_all(dir.file("set/test"));
   EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("nor a test/ folder of class folders"),

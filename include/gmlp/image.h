@@ -78,8 +78,10 @@ struct ImageShape {
 // class_names: empty, it becomes the folders' names in sorted order, class i the i-th;
 // given (the training split's, a model's), each folder is its name's index there. Errors
 // name the folder or file: no class folders, a class folder with no images, a folder
-// that is not a given class, an image that cannot be read (the first in file order).
-ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names);
+// that is not a given class, more classes than n_classes (when > 0), all before any image
+// is decoded; an image that cannot be read (the first in file order).
+ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
+                           int n_classes = 0);
 
 // The split ("train" or "test") of an image data set in `dir`. An IDX data set, named as
 // MNIST names it: {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte,

@@ -262,10 +262,7 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
   require(fs::is_directory(folder, ec), dir + ": no IDX files (tried " + tried_images + ", " + tried_labels + "), nor a " +
                                         split + "/ folder of class folders");
   std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};
-  ImageSet s = load_image_folder(folder.string(), shape, local);
-  require(n_classes == 0 || s.n_classes <= n_classes, folder.string() + ": " + std::to_string(s.n_classes) +
-                                                          " classes, more than the model's " +
-                                                          std::to_string(n_classes));
+  ImageSet s = load_image_folder(folder.string(), shape, local, n_classes);
   if (n_classes > 0) s.n_classes = n_classes;
   if (class_names) *class_names = std::move(local);
   return s;

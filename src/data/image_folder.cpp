@@ -53,7 +53,8 @@ std::vector<Entry> entries(const fs::path& dir) {
 uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f)); }
 }  // namespace
 
-ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names) {
+ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
+                           int n_classes) {
   std::error_code ec;
   require(fs::is_directory(dir, ec), dir + ": not a directory (expected one subfolder of images per class)");
   std::vector<std::string> folders;
@@ -76,6 +77,10 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   // model's), each folder's index among them.
   const bool given = !class_names.empty();
   if (!given) class_names = folders;
+  require(n_classes <= 0 || class_names.size() <= size_t(n_classes), [&] {
+    return dir + ": " + std::to_string(class_names.size()) + " classes, more than the model's " +
+           std::to_string(n_classes);
+  });
   // A model's names may repeat (ImageNet's, converted from timm, name two classes "crane"):
   // a folder of such a name cannot say which it is.
   std::map<std::string, int> index;
