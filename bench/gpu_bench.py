@@ -162,8 +162,8 @@ def gmlp_command(w: dict, mc: dict, B: int, args, precision: str) -> list:
 
 
 def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm: str = "",
-             extra_env: dict | None = None) -> dict:
-    cmd = gmlp_command(w, mc, B, args, precision)
+             extra_env: dict | None = None, extra_args: tuple = ()) -> dict:
+    cmd = gmlp_command(w, mc, B, args, precision) + list(extra_args)
     print("  $", " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ)
     env.pop("GMLP_CUDA_BF16_GEMM", None)  # the default unless a row names one
@@ -208,6 +208,10 @@ def workload_plan(name: str, args, device: str):
             w, mc, B, args, "bf16", "", {"GMLP_CUDA_LT": "off"})
         impls["gmlp bf16 (LayerNorm a block per row throughout)"] = lambda: run_gmlp(
             w, mc, B, args, "bf16", "", {"GMLP_CUDA_LN_WARP_COLUMNS": "0"})
+        # What gradient accumulation costs a step: the same batch in four pieces, each a
+        # quarter of the rows through every kernel (docs/distributed.md).
+        impls["gmlp bf16, each batch in 4 pieces (--grad-accum 4)"] = lambda: run_gmlp(
+            w, mc, B, args, "bf16", extra_args=("--grad-accum", "4"))
     torch.manual_seed(0)
     inputs, targets = batch_for(mc, B, device)
     variants = [("torch eager fp32", False, False)]
@@ -236,7 +240,11 @@ def workload_plan(name: str, args, device: str):
 # step time over gmlp's), one figure per pass: defaults against defaults, best against best.
 RATIOS = [("defaults: gmlp fp32 / torch eager fp32", "gmlp fp32", "torch eager fp32"),
           ("best: gmlp bf16 / torch.compile bf16", "gmlp bf16", "torch.compile bf16"),
-          ("gmlp bf16 / timm gmlp_s16_224 compile bf16", "gmlp bf16", "timm gmlp_s16_224 compile bf16")]
+          ("gmlp bf16 / timm gmlp_s16_224 compile bf16", "gmlp bf16", "timm gmlp_s16_224 compile bf16"),
+          # Not a comparison with PyTorch: what taking the batch in pieces costs a step,
+          # and saves of the peak.
+          ("gmlp bf16 in 4 pieces / gmlp bf16 whole", "gmlp bf16, each batch in 4 pieces (--grad-accum 4)",
+           "gmlp bf16")]
 
 
 def print_tables(records: list) -> None:
@@ -259,7 +267,7 @@ def print_tables(records: list) -> None:
               + f" | {slow['units_per_s']:.0f} | {slow['mfu'] * 100:.1f}% | {max(r['peak_mb'] for r in rs):.0f} |")
     print()
     print("| workload | comparison (throughput ratio) | " + " | ".join(f"run {i}" for i in range(1, passes + 1))
-          + " | peak memory, gmlp / PyTorch |")
+          + " | peak memory, the first / the second |")
     print("|---|---|" + "---:|" * passes + "---:|")
     for wl in dict.fromkeys(r["workload"] for r in records):
         for label, ours, theirs in RATIOS:
