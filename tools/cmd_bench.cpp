@@ -116,6 +116,8 @@ int run_bench(const BenchArgs& a) {
                                  {"median_s", p.median_s},
                                  {"gflops", p.gflops}});
   }
+  const std::string in_pieces =
+      mode == BenchMode::train && r.grad_accum > 1 ? ", each batch in " + std::to_string(r.grad_accum) + " pieces" : "";
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -128,11 +130,8 @@ int run_bench(const BenchArgs& a) {
                   r.recompute_s * 1e3);
     else
       std::printf("  %.0f %s/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)%s\n",
-                  out.value("images_per_s", r.tokens_per_s), mc.token_input() ? "tokens" : "images",
-                  r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3, a.repeats,
-                  r.grad_accum > 1 && mode == BenchMode::train
-                      ? (", each batch in " + std::to_string(r.grad_accum) + " pieces").c_str()
-                      : "");
+                  out.value("images_per_s", r.tokens_per_s), mc.token_input() ? "tokens" : "images", r.median_s * 1e3,
+                  r.min_s * 1e3, r.max_s * 1e3, a.repeats, in_pieces.c_str());
     if (r.pipelined_s > 0)
       std::printf(
           "  %.1f ms per step as `gmlp train` takes them (each step's loss read once the next step's "
