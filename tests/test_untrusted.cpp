@@ -148,7 +148,7 @@ TEST(Untrusted, LabelledFilesWithBomCrOnlyLinesAndBadLabels) {
   // Labels become class names in checkpoints and reports: valid UTF-8, no control bytes.
   write_bytes(dir.file("utf8.tsv"), "pos\tok\n\xff\xfe\ttext\n");
   const std::string e = error_of([&] { load_labelled(dir.file("utf8.tsv")); });
-  EXPECT_NE(e.find(dir.file("utf8.tsv") + ":2: label"), std::string::npos) << e;
+  EXPECT_NE(e.find(dir.file("utf8.tsv") + ":2: the label"), std::string::npos) << e;
   write_bytes(dir.file("esc.tsv"), "\x1b[31mred\ttext\n");
   EXPECT_NE(error_of([&] { load_labelled(dir.file("esc.tsv")); }).find(":1: the label holds a control character"),
             std::string::npos);

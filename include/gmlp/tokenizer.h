@@ -79,6 +79,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& j);
 int tokenizer_vocab_size(const nlohmann::json& j);
 // The code points of UTF-8 text; Error naming `what` and the offset of invalid bytes.
 std::vector<char32_t> utf8_code_points(std::string_view text, const std::string& what);
+// A class name (a label of labelled text, a class folder's name, a config's class_names)
+// is written into checkpoints as JSON and printed in reports: it must be UTF-8 with no
+// control character, which could carry a terminal's escape sequences. Error naming `what`.
+void check_class_name(std::string_view name, const std::string& what);
 // The "specials" field of a tokenizer JSON: [] when absent; Error naming the field when
 // it is not an array of distinct non-empty strings, or on kind "sentencepiece".
 std::vector<std::string> tokenizer_specials(const nlohmann::json& j);

@@ -9,7 +9,7 @@
 
 #include "gmlp/error.h"
 #include "gmlp/image.h"
-#include "gmlp/tokenizer.h"  // utf8_code_points
+#include "gmlp/tokenizer.h"  // check_class_name
 
 namespace gmlp {
 
@@ -60,15 +60,8 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   std::vector<std::string> folders;
   for (const Entry& e : entries(dir))
     if (e.dir) {
-      // A folder's name becomes a class name: stored as JSON in the checkpoint, printed
-      // in reports.
-      const std::string name = e.path.filename().string();
-      utf8_code_points(name, e.path.string() + ": the class folder's name");
-      for (const unsigned char ch : name)
-        require(ch >= 0x20 && ch != 0x7f, [&] {
-          return e.path.string() + ": the class folder's name holds a control character (byte " +
-                 std::to_string(int(ch)) + ")";
-        });
+      const std::string name = e.path.filename().string();  // a class name
+      check_class_name(name, e.path.string() + ": the class folder's name");
       folders.push_back(name);
     }
   std::sort(folders.begin(), folders.end());

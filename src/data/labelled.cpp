@@ -24,11 +24,7 @@ class LabelledBuilder {
   // `where` names the example (path:line, or a list and an index) in errors.
   void add(const std::string& label, std::string_view text, const std::string& where) {
     require(!label.empty(), [&] { return where + ": empty label"; });
-    // Labels become class names: stored as JSON in checkpoints and printed in reports.
-    utf8_code_points(label, where + ": label");
-    for (const unsigned char ch : label)
-      require(ch >= 0x20 && ch != 0x7f,
-              [&] { return where + ": the label holds a control character (byte " + std::to_string(int(ch)) + ")"; });
+    check_class_name(label, where + ": the label");
     require(!text.empty(), [&] { return where + ": empty text after the label \"" + label + "\""; });
     auto it = index_.find(label);
     if (it == index_.end()) {

@@ -302,6 +302,13 @@ std::vector<char32_t> utf8_code_points(std::string_view text, const std::string&
   return code_points(text, what.c_str());
 }
 
+void check_class_name(std::string_view name, const std::string& what) {
+  code_points(name, what.c_str());
+  for (const unsigned char ch : name)
+    require(ch >= 0x20 && ch != 0x7f,
+            [&] { return what + " holds a control character (byte " + std::to_string(int(ch)) + ")"; });
+}
+
 int tokenizer_vocab_size(const nlohmann::json& j) { return tokenizer_from_json(j)->vocab_size(); }
 
 }  // namespace gmlp

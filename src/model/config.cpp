@@ -282,12 +282,8 @@ void ModelConfig::validate(bool open) const {
   require(class_names.empty() || int(class_names.size()) == n_classes,
           "config: 'class_names' has " + std::to_string(class_names.size()) + " names for 'n_classes' = " +
               std::to_string(n_classes));
-  // Class names reach terminals and reports: a checkpoint must not smuggle escape
-  // sequences into them.
-  for (const auto& name : class_names)
-    for (const unsigned char ch : name)
-      require(ch >= 0x20 && ch != 0x7f,
-              [&] { return "config: 'class_names' holds a control character (byte " + std::to_string(int(ch)) + ")"; });
+  // A checkpoint must not smuggle escape sequences into terminals and reports.
+  for (const auto& name : class_names) check_class_name(name, "config: 'class_names'");
   require(normalization.is_null() || task == Task::vision, "config: 'normalization' is for vision models only");
   if (classes && !(open && n_classes == 0))
     require(n_classes >= 2, "config: task \"" + name_of(task) + "\" needs 'n_classes' >= 2, got " +
