@@ -2275,9 +2275,14 @@ TEST(CudaCli, TheEmulatorTimesTheHostAloneOnRequest) {
       << r.output;
   EXPECT_EQ(std::stol(m[1].str()), 6) << r.output;
   EXPECT_GE(std::stol(m[2].str()), 6) << "at least once after each step's read\n" << r.output;
+  // A setting the emulator does not understand ends the run with status 2, not an abort.
   r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=yes " + bench);
-  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("GMLP_CUDA_EMULATOR_HOST_ONLY=yes: expected 0 or 1"), std::string::npos) << r.output;
+  r = test::run_command("GMLP_CUDA_EMULATOR_MEMORY_MIB=lots " + bench);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("GMLP_CUDA_EMULATOR_MEMORY_MIB=lots: expected a positive number of MiB"), std::string::npos)
+      << r.output;
 }
 
 // `gmlp bench --grad-accum K` takes each step's batch in K pieces, as `gmlp train` does:
