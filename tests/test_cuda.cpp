@@ -1452,6 +1452,79 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
   }
 }
 
+// The bf16 forward's spatial product with the bias and the combine in its tiles'
+// epilogue (GMLP_CUDA_SPATIAL_COMBINE, sgu.cu's CombineEpilogue over mix_tiles.cuh) is
+// cuBLAS's product then the bias + combine pass: F, S and G held to the bit on the
+// emulator (both sum each entry's products in k order), within a bf16 step of them on a
+// GPU (the tensor cores' order is their own). Every combine; T of 20 (the forward's W^T
+// copy beside W's), 70 (two tiles of positions, three chunks of K) and 130; columns
+// (B g) that end inside a tile; W's copies made each call and the layers' copies.
+TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombine) {
+  REQUIRE_GPU();
+  const bool emulated = std::getenv("GMLP_CUDA_EMULATOR") != nullptr;
+  struct Case {
+    Sgu kind;
+    int T, n, B, f;
+  };
+  for (const Case k : {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24},
+                       Case{Sgu::additive, 130, 130, 2, 40}, Case{Sgu::linear, 20, 20, 7, 8},
+                       Case{Sgu::split, 64, 64, 3, 48}}) {
+    const int M = k.T * k.B, g = k.kind == Sgu::split ? k.f / 2 : k.f;
+    const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f);
+    OnDevice d;
+    const Vec W = randn(size_t(k.n) * k.n, 5, 0.3f), U = randn(size_t(M) * k.f, 1);
+    std::vector<uint16_t> uh(U.size());
+    for (size_t i = 0; i < uh.size(); ++i) uh[i] = ops::bf16_bits(U[i]);
+    ops::SguParams p;
+    p.kind = k.kind;
+    p.ldw = k.n;
+    p.w_head_stride = int64_t(k.n) * k.n;
+    p.n = k.n;
+    p.causal = false;
+    p.norm_w = d.up(randn(g, 3));
+    p.norm_b = d.up(randn(g, 4));
+    p.W = d.up(W);
+    p.bias = d.up(randn(k.n, 6));
+    p.z = {true, Gelu::erf, d.up(randn(k.f, 2, 0.3f)), nullptr};
+    DeviceBuffer<uint16_t> copies(d.be, size_t(ops::spatial_w16_head(k.T)));
+    const float* layers[1] = {p.W};
+    d.be.spatial_w_bf16_many(layers, 1, k.n, p.w_head_stride, 1, k.T, false, copies.data(), 0);
+    auto run = [&](const char* mode, const uint16_t* w16) {
+      ScopedEnv env("GMLP_CUDA_SPATIAL_COMBINE", mode);
+      DeviceBuffer<uint16_t> u16(d.be, uh.size()), F16(d.be, size_t(M) * g), S16(d.be, size_t(M) * g),
+          G16(d.be, size_t(M) * g);
+      d.be.upload(u16.data(), uh.data(), uh.size() * sizeof(uint16_t));
+      ops::SguParams q = p;
+      q.store = {u16.data(), F16.data(), S16.data(), G16.data(), nullptr, nullptr, nullptr};
+      q.store.F_unbiased = true;
+      q.w16 = w16;
+      float* scratch = d.up(Vec(size_t(M) * g));
+      d.be.sgu_forward(q, nullptr, k.T, k.B, k.f, nullptr, d.up(Vec(M)), d.up(Vec(M)), scratch, scratch, nullptr);
+      std::vector<std::vector<uint16_t>> out;
+      for (const DeviceBuffer<uint16_t>* b : {&F16, &S16, &G16}) {
+        out.emplace_back(b->size());
+        d.be.download(out.back().data(), b->data(), b->size() * sizeof(uint16_t));
+      }
+      return out;
+    };
+    const auto apart = run("off", nullptr);
+    for (const uint16_t* w16 : std::vector<const uint16_t*>{nullptr, copies.data()}) {
+      const auto fused = run("on", w16);
+      const char* names[] = {"F", "S", "G"};
+      for (size_t i = 0; i < apart.size(); ++i) {
+        const std::string what = at + (w16 ? ", the layers' copies: " : ": ") + names[i];
+        if (emulated) {
+          EXPECT_EQ(fused[i], apart[i]) << what;
+          continue;
+        }
+        Vec a(apart[i].size()), b(a.size());
+        for (size_t j = 0; j < a.size(); ++j) a[j] = ops::from_bf16(apart[i][j]), b[j] = ops::from_bf16(fused[i][j]);
+        EXPECT_TRUE(test::all_close(b.data(), a.data(), a.size(), 1e-3f, 1.f / 128, what));
+      }
+    }
+  }
+}
+
 // A training step rounds every layer's spatial W into the bf16 copies its products read
 // once (Backend::spatial_w_bf16_many, SguParams::w16) where each product made its own:
 // the SGU's forward and backward from them are the per-product copies' to the bit. T 20
@@ -2475,7 +2548,8 @@ TEST(CudaBf16, ABadProductChoiceIsNamedAndWritesNothing) {
       {"GMLP_CUDA_BF16_GEMM=bogus", "GMLP_CUDA_BF16_GEMM: 'bogus' is not one of fast, native"},
       {"GMLP_CUDA_LT=maybe", "GMLP_CUDA_LT: 'maybe' is not on or off"},
       {"GMLP_CUDA_LN_WARP_COLUMNS=wide", "GMLP_CUDA_LN_WARP_COLUMNS: 'wide' is not a number of channels from 0 to"},
-      {"GMLP_CUDA_LN_WARP_COLUMNS=5000", "GMLP_CUDA_LN_WARP_COLUMNS: '5000' is not a number of channels from 0 to"}};
+      {"GMLP_CUDA_LN_WARP_COLUMNS=5000", "GMLP_CUDA_LN_WARP_COLUMNS: '5000' is not a number of channels from 0 to"},
+      {"GMLP_CUDA_SPATIAL_COMBINE=sometimes", "GMLP_CUDA_SPATIAL_COMBINE: 'sometimes' is not auto, on or off"}};
   for (const auto& [env, message] : bad) {
     const auto r = test::run_command(env + " " + test::gmlp_exe() + " train --device cuda --precision bf16 --steps 1 " +
                                      "--data " + test::kGplText + " --out " + dir.file("run") + " 2>&1");
@@ -2572,6 +2646,49 @@ TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
     }
     EXPECT_TRUE(test::all_close(p->grads(), b->grads(), b->num_params(), 1e-6f, 1e-5f, "after fp32, under bf16"));
   }
+}
+
+// A bf16 vision model whose T is no multiple of 8 (gMLP-S/16's 196, MNIST's 49 at
+// patches of 4) takes its spatial products with the combine in their tiles
+// (GMLP_CUDA_SPATIAL_COMBINE auto); one whose T is (MNIST at patches of 7: 16) takes
+// cuBLAS's and the bias + combine pass, unless asked ("on"); "off" never. A run taken
+// each way ends with the same weights: to the bit on the emulator, close on a GPU.
+TEST(CudaBf16, AVisionModelTakesTheCombineInItsSpatialProductWhereTIsNoMultipleOf8) {
+  REQUIRE_GPU();
+  const bool emulated = std::getenv("GMLP_CUDA_EMULATOR") != nullptr;
+  if (emulated) {  // the emulator's count of launches by kernel, every launch skipped
+    auto kernels = [](const std::string& mode, int patch) {
+      const auto r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 GMLP_CUDA_SPATIAL_COMBINE=" + mode + " " +
+                                       test::gmlp_exe() + " bench --device cuda --precision bf16 --config " +
+                                       test::source_dir() + "/configs/mnist.json --warmup 0 --repeats 1 --batch-size 8" +
+                                       " --set model.patch_height=" + std::to_string(patch) +
+                                       " --set model.patch_width=" + std::to_string(patch) +
+                                       " --set model.seq_len=" + std::to_string((28 / patch) * (28 / patch)) + " 2>&1");
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      std::smatch m;
+      const bool fused = std::regex_search(r.output, m, std::regex("launches of k_mix_then"));
+      const bool apart = std::regex_search(r.output, m, std::regex("launches of k_bias_combine"));
+      EXPECT_NE(fused, apart) << r.output;
+      return fused;
+    };
+    EXPECT_TRUE(kernels("auto", 4)) << "T = 49";
+    EXPECT_FALSE(kernels("auto", 7)) << "T = 16";
+    EXPECT_TRUE(kernels("on", 7)) << "T = 16";
+    EXPECT_FALSE(kernels("off", 4)) << "T = 49";
+  }
+  Fp32Again restore;
+  use_precision(Device::cuda, Precision::bf16);
+  test::TempDir dir("gpu_combine");
+  std::vector<Vec> weights;
+  for (const char* mode : {"off", "on"}) {
+    ScopedEnv env("GMLP_CUDA_SPATIAL_COMBINE", mode);
+    train(test::small_run("vision", dir, mode, Device::cuda));
+    weights.push_back(test::run_weights(dir.file(mode)));
+  }
+  if (emulated)
+    EXPECT_EQ(weights[1], weights[0]);
+  else
+    EXPECT_TRUE(test::all_close(weights[1].data(), weights[0].data(), weights[0].size(), 1e-3f, 1e-2f, "weights"));
 }
 
 // Holding U and F in bf16 moves a model's numbers by their rounding alone. Against the

@@ -32,6 +32,10 @@ void set_bf16_products(bool on);
 // kernels take, or fewer by GMLP_CUDA_LN_WARP_COLUMNS (read once; an error if it is not
 // a number from 0 to that).
 int warp_columns();
+// Where the bf16 SGU forward takes its spatial product and combine together
+// (sgu.cu): GMLP_CUDA_SPATIAL_COMBINE auto or unset (1), on (2), off (0); read at each
+// call, so that a test can set it; an error naming the variable for any other value.
+int spatial_combine_mode();
 
 // gemm.cu (cuBLAS; in fp32 no TF32, so results stay within float rounding of the CPU).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -125,6 +129,10 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, const uint16_t* dF,
                           int ld, uint16_t* dG, float* dW, int count = 1, int stride = 0,
                           const uint16_t* w16 = nullptr);
+// W (non-causal) in bf16 as dG's product reads it, rows padded_row<uint16_t>(T) apart
+// with zeros from T on: in w16 where the layers' copies were made, else a copy made
+// now in scratch() (sgu.cu's product with the combine in its epilogue, mix_tiles.cuh).
+const uint16_t* spatial_w_bf16_plain(const float* W, int ldw, int T, const uint16_t* w16);
 // Backend::spatial_w_bf16_many.
 void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
                          bool causal, uint16_t* out, int64_t layer_stride);

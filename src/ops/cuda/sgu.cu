@@ -11,6 +11,9 @@
 // kernel below is a template over how U and F are held, float or bf16 bits; the
 // values are widened to float as they are read, and all arithmetic stays float.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "gmlp/error.h"
 #include "ops/bf16.h"
@@ -18,6 +21,7 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gelu.cuh"
 #include "ops/cuda/layernorm.cuh"
+#include "ops/cuda/mix_tiles.cuh"
 
 namespace gmlp::cuda {
 namespace {
@@ -176,6 +180,43 @@ __global__ void k_bias_combine(Sgu kind, ZIn<TU> z, TF* F, FIn<TF> fin, int M, i
     }
   }
 }
+
+// The bias + combine pass in the spatial product's epilogue (mix_tiles.cuh), for the
+// bf16 forward whose F is held without its bias and takes no attention: F[t, col] as
+// the product rounds it, and S = combine(Z, F + bias) from it, k_bias_combine's
+// arithmetic over the values it would have read back, 8 channels a thread. Rows are
+// time-major: F's column col of position t is channel col % g of row t B + col / g.
+struct CombineEpilogue {
+  Sgu kind;
+  ZIn<uint16_t> z;
+  FIn<uint16_t> fin;
+  uint16_t *F, *S;
+  int64_t ld;  // F's and S's rows, B g
+  int B, g;
+  ops::FastDiv by_g;
+  struct Loaded {
+    uint16_t u[8];  // U at F's 8 values
+  };
+  __device__ Loaded load(int t, int64_t col) const {
+    const int b = int(by_g.div(uint32_t(col))), c = int(col) - b * g;
+    Loaded l;
+    load_vec<8>(z.u + int64_t(t * B + b) * z.ld + z.off + c, l.u);
+    return l;
+  }
+  __device__ void operator()(int t, int64_t col, const float (&x)[8], const Loaded& l) const {
+    const int b = int(by_g.div(uint32_t(col))), c = int(col) - b * g, r = t * B + b;
+    uint16_t fo[8], so[8];
+    GMLP_UNROLL
+    for (int e = 0; e < 8; ++e) {
+      round_as(x[e], fo[e]);
+      const float sum = fin.with(fo[e], r, c + e) + 0.f;  // k_bias_combine's, with no attention to add
+      round_as(combine(kind, z.value(l.u[e], c + e), sum), so[e]);
+    }
+    const int64_t i = int64_t(t) * ld + col;
+    store_vec<8>(F + i, fo);
+    store_vec<8>(S + i, so);
+  }
+};
 
 // Whether a pass over rows of g channels may take them V at a time (in pairs, or 16
 // bytes): g a multiple of V, and each of its row pointers (their rows' lengths ld too: g,
@@ -368,6 +409,20 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
 // attention) to it in place, holding the sum as F is held (under bf16 F is then rounded
 // twice), or, where F is held without its bias (Bf16Store::F_unbiased), leaves F as the
 // products and every reader adds the bias in float (FIn), as autocast's sum would be.
+// Whether the bf16 forward takes the spatial product and the combine together, on its
+// own tiles (CombineEpilogue): where it applies (one head, not causal, F held without
+// its bias, no attention, every row 16-byte aligned) and GMLP_CUDA_SPATIAL_COMBINE allows:
+// "auto" or unset where T is no multiple of 8 (gMLP-S/16's 196: rows of W that cuBLAS
+// reads with its Ampere kernels, docs/bench-gpu.md), "on" wherever it applies, "off"
+// nowhere.
+bool combine_in_product(const ops::SguParams& p, int T, int f, const Dims& d, const uint16_t* U, const uint16_t* F,
+                        const uint16_t* S, const float* extra, const MixOperands& o) {
+  const int mode = spatial_combine_mode();
+  return mode != 0 && (mode == 2 || T % 8 != 0) && !p.causal && p.heads == 1 && !extra && p.store.F_unbiased &&
+         d.g % 8 == 0 && f % 8 == 0 && vec_aligned<8>(U) && vec_aligned<8>(F) && vec_aligned<8>(S) &&
+         o.N < (int64_t(1) << 31) && mix_then_fits(o);
+}
+
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
                 TF* F, TU* G, const float* extra) {
@@ -376,6 +431,19 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
   layernorm_forward_with(ZIn<TU>{U, f, d.goff, p.z}, M, d.g, p.norm_w, p.norm_b, p.eps, rows_out(G, d.g), gmean,
                          grstd);
   zero_padding(p.lengths, T, B, d.g, G);
+  if constexpr (std::is_same_v<TU, uint16_t> && std::is_same_v<TF, uint16_t>) {
+    const MixOperands o{nullptr, padded_row<uint16_t>(T), G, ld, T, int64_t(B) * d.g};
+    if (combine_in_product(p, T, f, d, U, F, S, extra, o)) {
+      MixOperands on = o;
+      on.W = spatial_w_bf16_plain(p.W, p.ldw, T, p.w16);
+      if (!vec_aligned<8>(on.W)) throw Error("sgu_forward: the bf16 copy of W is not 16-byte aligned");
+      FIn<TF> fin = f_in(p, B, d, static_cast<const TF*>(F));
+      fin.bias = p.bias;
+      mix_then(on, CombineEpilogue{p.kind, ZIn<TU>{U, f, 0, p.z}, fin, F, S, ld, B, d.g, ops::FastDiv(uint32_t(d.g))});
+      check_launch("sgu spatial product + bias + combine");
+      return;
+    }
+  }
   for_each_head(p, nullptr, T, B, d, [&](const float* W, float*, int off, int cols, int count, const uint16_t* w16) {
     spatial_mix_forward(W, p.ldw, p.causal, T, cols, G + off, ld, F + off, count, d.g, w16);
   });
@@ -490,6 +558,14 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
                     p.store.dG);
   else
     backward_mix_as(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
+}
+
+int spatial_combine_mode() {
+  const char* v = std::getenv("GMLP_CUDA_SPATIAL_COMBINE");
+  if (!v || !*v || std::strcmp(v, "auto") == 0) return 1;
+  if (std::strcmp(v, "on") == 0) return 2;
+  if (std::strcmp(v, "off") == 0) return 0;
+  throw Error("GMLP_CUDA_SPATIAL_COMBINE: '" + std::string(v) + "' is not auto, on or off");
 }
 
 }  // namespace gmlp::cuda
