@@ -169,6 +169,7 @@ def run_gmlp(w: dict, mc: dict, B: int, args, precision: str = "fp32", bf16_gemm
     env.pop("GMLP_CUDA_BF16_GEMM", None)  # the default unless a row names one
     env.pop("GMLP_CUDA_LT", None)
     env.pop("GMLP_CUDA_LN_WARP_COLUMNS", None)
+    env.pop("GMLP_CUDA_SPATIAL_COMBINE", None)
     if bf16_gemm:  # how bf16 products over float operands are issued (docs/gpu.md): native or fast
         env["GMLP_CUDA_BF16_GEMM"] = bf16_gemm
     env.update(extra_env or {})
@@ -208,6 +209,12 @@ def workload_plan(name: str, args, device: str):
             w, mc, B, args, "bf16", "", {"GMLP_CUDA_LT": "off"})
         impls["gmlp bf16 (LayerNorm a block per row throughout)"] = lambda: run_gmlp(
             w, mc, B, args, "bf16", "", {"GMLP_CUDA_LN_WARP_COLUMNS": "0"})
+        # The SGU's spatial product with the combine in its tiles' epilogue, where gmlp
+        # takes it by default (T no multiple of 8: gMLP-S/16) and where it does not (the
+        # LM's and BERT's T): the step the other way, to choose the default by.
+        flipped = "off" if name == "vision" else "on"
+        impls["gmlp bf16 (GMLP_CUDA_SPATIAL_COMBINE flipped)"] = lambda: run_gmlp(
+            w, mc, B, args, "bf16", "", {"GMLP_CUDA_SPATIAL_COMBINE": flipped})
         # What gradient accumulation costs a step: the same batch in four pieces, each a
         # quarter of the rows through every kernel (docs/distributed.md).
         impls["gmlp bf16, each batch in 4 pieces (--grad-accum 4)"] = lambda: run_gmlp(

@@ -18,10 +18,10 @@
 #              (profile=vision: another)
 #   ncu        every kernel's device time in one bf16 training step of each bench
 #              workload (Nsight Compute), summed per kernel name
-#   ncu-detail the row-wise kernels (LayerNorms, the SGU's gate pass and bias + combine)
-#              of each workload under Nsight Compute's speed-of-light, occupancy and
-#              launch sections, with DRAM bytes, issue slots busy, instructions executed
-#              and three stall reasons: why each is slow (its bytes, or what it issues)
+#   ncu-detail the row-wise kernels (LayerNorms, the SGU's gate pass and bias + combine,
+#              its spatial product with the combine) of each workload under Nsight
+#              Compute's speed-of-light, occupancy and launch sections, with DRAM
+#              bytes, issue slots busy, instructions executed and three stall reasons: why each is slow (its bytes, or what it issues)
 #   ceilings   the card's two ceilings as PyTorch reaches them: a device-to-device copy
 #              (bytes read and written) and an 8192-cube bf16 product on random data
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes;
@@ -150,7 +150,7 @@ for s in "$@"; do
       metrics+=,sm__inst_issued.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
       for w in lm bert vision; do
         cmd=$(python3 bench/gpu_bench.py --workloads $w --print-gmlp-command bf16 --warmup 1 --repeats 1) || { status=1; continue; }
-        for part in forward:'ln_forward|k_bias_combine' backward:'ln_backward|k_back_gate'; do
+        for part in forward:'ln_forward|k_bias_combine|k_mix_then' backward:'ln_backward|k_back_gate'; do
           step "ncu-detail-$w-${part%%:*}" bash -c "ncu --profile-from-start off --clock-control none \
             --kernel-name regex:'${part#*:}' --launch-count 8 --section SpeedOfLight --section Occupancy \
             --section LaunchStats --metrics $metrics --print-units base --csv \
