@@ -1466,9 +1466,9 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
     Sgu kind;
     int T, n, B, f;
   };
-  for (const Case k : {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24},
-                       Case{Sgu::additive, 130, 130, 2, 40}, Case{Sgu::linear, 20, 20, 7, 8},
-                       Case{Sgu::split, 64, 64, 3, 48}}) {
+  for (const Case k :
+       {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24}, Case{Sgu::additive, 130, 130, 2, 40},
+        Case{Sgu::linear, 20, 20, 7, 8}, Case{Sgu::split, 64, 64, 3, 48}}) {
     const int M = k.T * k.B, g = k.kind == Sgu::split ? k.f / 2 : k.f;
     const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f);
     OnDevice d;
@@ -2658,12 +2658,12 @@ TEST(CudaBf16, AVisionModelTakesTheCombineInItsSpatialProductWhereTIsNoMultipleO
   const bool emulated = std::getenv("GMLP_CUDA_EMULATOR") != nullptr;
   if (emulated) {  // the emulator's count of launches by kernel, every launch skipped
     auto kernels = [](const std::string& mode, int patch) {
-      const auto r = test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 GMLP_CUDA_SPATIAL_COMBINE=" + mode + " " +
-                                       test::gmlp_exe() + " bench --device cuda --precision bf16 --config " +
-                                       test::source_dir() + "/configs/mnist.json --warmup 0 --repeats 1 --batch-size 8" +
-                                       " --set model.patch_height=" + std::to_string(patch) +
-                                       " --set model.patch_width=" + std::to_string(patch) +
-                                       " --set model.seq_len=" + std::to_string((28 / patch) * (28 / patch)) + " 2>&1");
+      const auto r =
+          test::run_command("GMLP_CUDA_EMULATOR_HOST_ONLY=1 GMLP_CUDA_SPATIAL_COMBINE=" + mode + " " +
+                            test::gmlp_exe() + " bench --device cuda --precision bf16 --config " + test::source_dir() +
+                            "/configs/mnist.json --warmup 0 --repeats 1 --batch-size 8" + " --set model.patch_height=" +
+                            std::to_string(patch) + " --set model.patch_width=" + std::to_string(patch) +
+                            " --set model.seq_len=" + std::to_string((28 / patch) * (28 / patch)) + " 2>&1");
       EXPECT_EQ(r.exit_code, 0) << r.output;
       std::smatch m;
       const bool fused = std::regex_search(r.output, m, std::regex("launches of k_mix_then"));
