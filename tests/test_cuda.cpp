@@ -1455,24 +1455,34 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
 // The bf16 forward's spatial product with the bias and the combine in its tiles'
 // epilogue (GMLP_CUDA_SPATIAL_COMBINE, sgu.cu's CombineEpilogue over mix_tiles.cuh) is
 // cuBLAS's product then the bias + combine pass: F, S and G held to the bit on the
-// emulator (both sum each entry's products in k order), within a bf16 step of them on a
-// GPU (the tensor cores' order is their own). Every combine; T of 20 (the forward's W^T
-// copy beside W's), 70 (two tiles of positions, three chunks of K) and 130; columns
-// (B g) that end inside a tile; W's copies made each call and the layers' copies.
+// emulator (both sum each entry's products in k order). On a GPU, whose tensor cores
+// sum in an order of their own, G to the bit, F within a bf16 step, and S what the
+// combine makes of the F it wrote (a step of F moves S by Z times it, more than S's own
+// step where F + bias nearly cancels). Every combine; T of 20 (the forward's W^T copy
+// beside W's), 70 (two tiles of positions, three chunks of K) and 130; columns (B g)
+// that end inside their first tile or their second; padded rows; W's copies made each
+// call and the layers' copies. A gate held in S's buffer (block.h allows it) takes the
+// product and the pass apart: the tiles would write S over rows of G that other blocks
+// still read.
 TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombine) {
   REQUIRE_GPU();
   const bool emulated = std::getenv("GMLP_CUDA_EMULATOR") != nullptr;
   struct Case {
     Sgu kind;
     int T, n, B, f;
+    bool padded = false;
   };
-  for (const Case k :
-       {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24}, Case{Sgu::additive, 130, 130, 2, 40},
-        Case{Sgu::linear, 20, 20, 7, 8}, Case{Sgu::split, 64, 64, 3, 48}}) {
+  for (const Case k : {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24, true},
+                       Case{Sgu::additive, 130, 130, 2, 40}, Case{Sgu::linear, 20, 20, 7, 8},
+                       Case{Sgu::split, 64, 64, 3, 48}, Case{Sgu::split, 70, 72, 9, 48, true}}) {
     const int M = k.T * k.B, g = k.kind == Sgu::split ? k.f / 2 : k.f;
-    const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f);
+    const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f) +
+                           " B " + std::to_string(k.B) + (k.padded ? " padded" : "");
     OnDevice d;
-    const Vec W = randn(size_t(k.n) * k.n, 5, 0.3f), U = randn(size_t(M) * k.f, 1);
+    const Vec W = randn(size_t(k.n) * k.n, 5, 0.3f), U = randn(size_t(M) * k.f, 1), ub = randn(k.f, 2, 0.3f),
+              sb = randn(k.n, 6);
+    Ids lengths(size_t(k.B), k.T);
+    lengths[0] = k.T / 2;
     std::vector<uint16_t> uh(U.size());
     for (size_t i = 0; i < uh.size(); ++i) uh[i] = ops::bf16_bits(U[i]);
     ops::SguParams p;
@@ -1481,27 +1491,29 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
     p.w_head_stride = int64_t(k.n) * k.n;
     p.n = k.n;
     p.causal = false;
+    p.lengths = k.padded ? d.up(lengths) : nullptr;
     p.norm_w = d.up(randn(g, 3));
     p.norm_b = d.up(randn(g, 4));
     p.W = d.up(W);
-    p.bias = d.up(randn(k.n, 6));
-    p.z = {true, Gelu::erf, d.up(randn(k.f, 2, 0.3f)), nullptr};
+    p.bias = d.up(sb);
+    p.z = {true, Gelu::erf, d.up(ub), nullptr};
     DeviceBuffer<uint16_t> copies(d.be, size_t(ops::spatial_w16_head(k.T)));
     const float* layers[1] = {p.W};
     d.be.spatial_w_bf16_many(layers, 1, k.n, p.w_head_stride, 1, k.T, false, copies.data(), 0);
-    auto run = [&](const char* mode, const uint16_t* w16) {
+    // F, S and G as held (G: S's buffer when shared, as the forward left it).
+    auto run = [&](const char* mode, const uint16_t* w16, bool shared = false) {
       ScopedEnv env("GMLP_CUDA_SPATIAL_COMBINE", mode);
       DeviceBuffer<uint16_t> u16(d.be, uh.size()), F16(d.be, size_t(M) * g), S16(d.be, size_t(M) * g),
           G16(d.be, size_t(M) * g);
       d.be.upload(u16.data(), uh.data(), uh.size() * sizeof(uint16_t));
       ops::SguParams q = p;
-      q.store = {u16.data(), F16.data(), S16.data(), G16.data(), nullptr, nullptr, nullptr};
+      q.store = {u16.data(), F16.data(), S16.data(), shared ? S16.data() : G16.data(), nullptr, nullptr, nullptr};
       q.store.F_unbiased = true;
       q.w16 = w16;
       float* scratch = d.up(Vec(size_t(M) * g));
       d.be.sgu_forward(q, nullptr, k.T, k.B, k.f, nullptr, d.up(Vec(M)), d.up(Vec(M)), scratch, scratch, nullptr);
       std::vector<std::vector<uint16_t>> out;
-      for (const DeviceBuffer<uint16_t>* b : {&F16, &S16, &G16}) {
+      for (const DeviceBuffer<uint16_t>* b : {&F16, &S16, shared ? &S16 : &G16}) {
         out.emplace_back(b->size());
         d.be.download(out.back().data(), b->data(), b->size() * sizeof(uint16_t));
       }
@@ -1510,18 +1522,31 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
     const auto apart = run("off", nullptr);
     for (const uint16_t* w16 : std::vector<const uint16_t*>{nullptr, copies.data()}) {
       const auto fused = run("on", w16);
-      const char* names[] = {"F", "S", "G"};
-      for (size_t i = 0; i < apart.size(); ++i) {
-        const std::string what = at + (w16 ? ", the layers' copies: " : ": ") + names[i];
-        if (emulated) {
-          EXPECT_EQ(fused[i], apart[i]) << what;
-          continue;
-        }
-        Vec a(apart[i].size()), b(a.size());
-        for (size_t j = 0; j < a.size(); ++j) a[j] = ops::from_bf16(apart[i][j]), b[j] = ops::from_bf16(fused[i][j]);
-        EXPECT_TRUE(test::all_close(b.data(), a.data(), a.size(), 1e-3f, 1.f / 128, what));
+      const std::string where = at + (w16 ? ", the layers' copies: " : ": ");
+      EXPECT_EQ(fused[2], apart[2]) << where << "G";
+      if (emulated) {
+        EXPECT_EQ(fused[0], apart[0]) << where << "F";
+        EXPECT_EQ(fused[1], apart[1]) << where << "S";
+        continue;
       }
+      Vec Fa(apart[0].size()), Ff(Fa.size()), Sf(Fa.size()), Fe(Fa.size()), Sw(Fa.size());
+      for (size_t j = 0; j < Fa.size(); ++j) {
+        Fa[j] = ops::from_bf16(apart[0][j]);
+        Ff[j] = ops::from_bf16(fused[0][j]);
+        Sf[j] = ops::from_bf16(fused[1][j]);
+        Fe[j] = Ff[j] + sb[size_t(std::min(int(j / size_t(g)) / k.B, k.n - 1))];
+      }
+      EXPECT_TRUE(test::all_close(Ff.data(), Fa.data(), Fa.size(), 1e-3f, 1.f / 64, where + "F"));
+      Vec Z(U.size());
+      for (size_t j = 0; j < Z.size(); ++j) Z[j] = ops::from_bf16(uh[j]);
+      cpu_backend().bias_gelu_forward(Z.data(), ub.data(), M, k.f, Z.data(), false);
+      cpu_backend().sgu_combine(k.kind, Z.data(), k.f, Fe.data(), M, g, Sw.data());
+      EXPECT_TRUE(test::all_close(Sf.data(), Sw.data(), Sw.size(), 1e-4f, 1.f / 64, where + "S from its F"));
     }
+    // The gate in S's buffer: the fused tiles decline it, and both ways are the pass's.
+    const auto shared_apart = run("off", nullptr, true), shared_fused = run("on", nullptr, true);
+    EXPECT_EQ(shared_fused[0], shared_apart[0]) << at << ", the gate in S's buffer: F";
+    EXPECT_EQ(shared_fused[1], shared_apart[1]) << at << ", the gate in S's buffer: S";
   }
 }
 

@@ -403,26 +403,31 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
     fn(p.W + k * p.w_head_stride, dW ? dW + k * p.w_head_stride : nullptr, k * d.gh, d.gh, B, copies(k));
 }
 
-// The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
-// G, dS, dF, dG and dU are held as U is. The spatial products write F as it is held
-// (under bf16 their float sums rounded once), and the bias pass adds the bias (and aMLP's
-// attention) to it in place, holding the sum as F is held (under bf16 F is then rounded
-// twice), or, where F is held without its bias (Bf16Store::F_unbiased), leaves F as the
-// products and every reader adds the bias in float (FIn), as autocast's sum would be.
 // Whether the bf16 forward takes the spatial product and the combine together, on its
 // own tiles (CombineEpilogue): where it applies (one head, not causal, F held without
-// its bias, no attention, every row 16-byte aligned) and GMLP_CUDA_SPATIAL_COMBINE allows:
+// its bias, no attention, every row 16-byte aligned, S apart from G: the gate may live in
+// S's buffer, block.h, and a block writes its tile of S while the blocks of the other
+// positions still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE allows:
 // "auto" or unset where T is no multiple of 8 (gMLP-S/16's 196: rows of W that cuBLAS
 // reads with its Ampere kernels, docs/bench-gpu.md), "on" wherever it applies, "off"
 // nowhere.
 bool combine_in_product(const ops::SguParams& p, int T, int f, const Dims& d, const uint16_t* U, const uint16_t* F,
                         const uint16_t* S, const float* extra, const MixOperands& o) {
   const int mode = spatial_combine_mode();
+  const uintptr_t bytes = uintptr_t(T) * uintptr_t(o.N) * sizeof(uint16_t);  // S's and G's, [T, B g]
+  const uintptr_t s = reinterpret_cast<uintptr_t>(S), g = reinterpret_cast<uintptr_t>(o.G);
+  const bool apart = s + bytes <= g || g + bytes <= s;
   return mode != 0 && (mode == 2 || T % 8 != 0) && !p.causal && p.heads == 1 && !extra && p.store.F_unbiased &&
-         d.g % 8 == 0 && f % 8 == 0 && vec_aligned<8>(U) && vec_aligned<8>(F) && vec_aligned<8>(S) &&
+         d.g % 8 == 0 && f % 8 == 0 && vec_aligned<8>(U) && vec_aligned<8>(F) && vec_aligned<8>(S) && apart &&
          o.N < (int64_t(1) << 31) && mix_then_fits(o);
 }
 
+// The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
+// G, dS, dF, dG and dU are held as U is. The spatial products write F as it is held
+// (under bf16 their float sums rounded once), and the bias pass adds the bias (and aMLP's
+// attention) to it in place, holding the sum as F is held (under bf16 F is then rounded
+// twice), or, where F is held without its bias (Bf16Store::F_unbiased), leaves F as the
+// products and every reader adds the bias in float (FIn), as autocast's sum would be.
 template <typename TU, typename TF>
 void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S, float* gmean, float* grstd,
                 TF* F, TU* G, const float* extra) {
