@@ -1476,8 +1476,8 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
                        Case{Sgu::additive, 130, 130, 2, 40}, Case{Sgu::linear, 20, 20, 7, 8},
                        Case{Sgu::split, 64, 64, 3, 48}, Case{Sgu::split, 70, 72, 9, 48, true}}) {
     const int M = k.T * k.B, g = k.kind == Sgu::split ? k.f / 2 : k.f;
-    const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f) +
-                           " B " + std::to_string(k.B) + (k.padded ? " padded" : "");
+    const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f) + " B " +
+                           std::to_string(k.B) + (k.padded ? " padded" : "");
     OnDevice d;
     const Vec W = randn(size_t(k.n) * k.n, 5, 0.3f), U = randn(size_t(M) * k.f, 1), ub = randn(k.f, 2, 0.3f),
               sb = randn(k.n, 6);
