@@ -210,13 +210,11 @@ def workload_plan(name: str, args, device: str):
         impls["gmlp bf16 (LayerNorm a block per row throughout)"] = lambda: run_gmlp(
             w, mc, B, args, "bf16", "", {"GMLP_CUDA_LN_WARP_COLUMNS": "0"})
         # The SGU's spatial product with the combine in its tiles' epilogue, where gmlp
-        # takes it by default (T no multiple of 8: gMLP-S/16) and where it does not
-        # (BERT's T): the step the other way, to choose the default by. Not the causal LM,
-        # which never takes it.
-        if name != "lm":
-            flipped = "off" if name == "vision" else "on"
-            impls["gmlp bf16 (GMLP_CUDA_SPATIAL_COMBINE flipped)"] = lambda: run_gmlp(
-                w, mc, B, args, "bf16", "", {"GMLP_CUDA_SPATIAL_COMBINE": flipped})
+        # takes it by default (T no multiple of 8: gMLP-S/16) and where it does not (the
+        # LM's and BERT's T): the step the other way, to choose the default by.
+        flipped = "off" if name == "vision" else "on"
+        impls["gmlp bf16 (GMLP_CUDA_SPATIAL_COMBINE flipped)"] = lambda: run_gmlp(
+            w, mc, B, args, "bf16", "", {"GMLP_CUDA_SPATIAL_COMBINE": flipped})
         # What gradient accumulation costs a step: the same batch in four pieces, each a
         # quarter of the rows through every kernel (docs/distributed.md).
         impls["gmlp bf16, each batch in 4 pieces (--grad-accum 4)"] = lambda: run_gmlp(

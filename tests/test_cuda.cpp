@@ -1460,8 +1460,9 @@ TEST(CudaOps, AdamWClippingAndTheStepGuard) {
 // combine makes of the F it wrote (a step of F moves S by Z times it, more than S's own
 // step where F + bias nearly cancels). Every combine; T of 20 (the forward's W^T copy
 // beside W's), 70 (two tiles of positions, three chunks of K) and 130; columns (B g)
-// that end inside their first tile or their second; padded rows; W's copies made each
-// call and the layers' copies. A gate held in S's buffer (block.h allows it) takes the
+// that end inside their first tile or their second; padded rows; causal (W's lower
+// triangle, each tile's K ending at its last position); W's copies made each call and
+// the layers' copies. A gate held in S's buffer (block.h allows it) takes the
 // product and the pass apart: the tiles would write S over rows of G that other blocks
 // still read.
 TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombine) {
@@ -1470,14 +1471,16 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
   struct Case {
     Sgu kind;
     int T, n, B, f;
-    bool padded = false;
+    bool padded = false, causal = false;
   };
-  for (const Case k : {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24, true},
-                       Case{Sgu::additive, 130, 130, 2, 40}, Case{Sgu::linear, 20, 20, 7, 8},
-                       Case{Sgu::split, 64, 64, 3, 48}, Case{Sgu::split, 70, 72, 9, 48, true}}) {
+  for (const Case k :
+       {Case{Sgu::split, 20, 24, 3, 16}, Case{Sgu::multiplicative, 70, 72, 5, 24, true},
+        Case{Sgu::additive, 130, 130, 2, 40}, Case{Sgu::linear, 20, 20, 7, 8}, Case{Sgu::split, 64, 64, 3, 48},
+        Case{Sgu::split, 70, 72, 9, 48, true}, Case{Sgu::split, 130, 132, 3, 16, false, true},
+        Case{Sgu::multiplicative, 70, 70, 2, 24, true, true}, Case{Sgu::split, 20, 24, 5, 16, false, true}}) {
     const int M = k.T * k.B, g = k.kind == Sgu::split ? k.f / 2 : k.f;
     const std::string at = name_of(k.kind) + " T " + std::to_string(k.T) + " f " + std::to_string(k.f) + " B " +
-                           std::to_string(k.B) + (k.padded ? " padded" : "");
+                           std::to_string(k.B) + (k.padded ? " padded" : "") + (k.causal ? " causal" : "");
     OnDevice d;
     const Vec W = randn(size_t(k.n) * k.n, 5, 0.3f), U = randn(size_t(M) * k.f, 1), ub = randn(k.f, 2, 0.3f),
               sb = randn(k.n, 6);
@@ -1490,7 +1493,7 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
     p.ldw = k.n;
     p.w_head_stride = int64_t(k.n) * k.n;
     p.n = k.n;
-    p.causal = false;
+    p.causal = k.causal;
     p.lengths = k.padded ? d.up(lengths) : nullptr;
     p.norm_w = d.up(randn(g, 3));
     p.norm_b = d.up(randn(g, 4));
@@ -1499,7 +1502,7 @@ TEST(CudaOps, TheSpatialProductWithTheCombineInItsTilesIsTheProductThenTheCombin
     p.z = {true, Gelu::erf, d.up(ub), nullptr};
     DeviceBuffer<uint16_t> copies(d.be, size_t(ops::spatial_w16_head(k.T)));
     const float* layers[1] = {p.W};
-    d.be.spatial_w_bf16_many(layers, 1, k.n, p.w_head_stride, 1, k.T, false, copies.data(), 0);
+    d.be.spatial_w_bf16_many(layers, 1, k.n, p.w_head_stride, 1, k.T, k.causal, copies.data(), 0);
     // F, S and G as held (G: S's buffer when shared, as the forward left it).
     auto run = [&](const char* mode, const uint16_t* w16, bool shared = false) {
       ScopedEnv env("GMLP_CUDA_SPATIAL_COMBINE", mode);
@@ -2677,7 +2680,8 @@ TEST(CudaBf16, ForwardsWithoutGradientsAndPrecisionChangesTakeTheRightArena) {
 // patches of 4) takes its spatial products with the combine in their tiles
 // (GMLP_CUDA_SPATIAL_COMBINE auto); one whose T is (MNIST at patches of 7: 16) takes
 // cuBLAS's and the bias + combine pass, unless asked ("on"); "off" never. A run taken
-// each way ends with the same weights: to the bit on the emulator, close on a GPU.
+// each way, of a vision model and of a causal LM, ends with the same weights: to the bit
+// on the emulator, close on a GPU.
 TEST(CudaBf16, AVisionModelTakesTheCombineInItsSpatialProductWhereTIsNoMultipleOf8) {
   REQUIRE_GPU();
   const bool emulated = std::getenv("GMLP_CUDA_EMULATOR") != nullptr;
@@ -2704,16 +2708,19 @@ TEST(CudaBf16, AVisionModelTakesTheCombineInItsSpatialProductWhereTIsNoMultipleO
   Fp32Again restore;
   use_precision(Device::cuda, Precision::bf16);
   test::TempDir dir("gpu_combine");
-  std::vector<Vec> weights;
-  for (const char* mode : {"off", "on"}) {
-    ScopedEnv env("GMLP_CUDA_SPATIAL_COMBINE", mode);
-    train(test::small_run("vision", dir, mode, Device::cuda));
-    weights.push_back(test::run_weights(dir.file(mode)));
+  for (const std::string task : {"vision", "causal_lm"}) {
+    std::vector<Vec> weights;
+    for (const std::string mode : {"off", "on"}) {
+      ScopedEnv env("GMLP_CUDA_SPATIAL_COMBINE", mode.c_str());
+      train(test::small_run(task, dir, task + "-" + mode, Device::cuda));
+      weights.push_back(test::run_weights(dir.file(task + "-" + mode)));
+    }
+    if (emulated)
+      EXPECT_EQ(weights[1], weights[0]) << task;
+    else
+      EXPECT_TRUE(
+          test::all_close(weights[1].data(), weights[0].data(), weights[0].size(), 1e-3f, 1e-2f, task + " weights"));
   }
-  if (emulated)
-    EXPECT_EQ(weights[1], weights[0]);
-  else
-    EXPECT_TRUE(test::all_close(weights[1].data(), weights[0].data(), weights[0].size(), 1e-3f, 1e-2f, "weights"));
 }
 
 // Holding U and F in bf16 moves a model's numbers by their rounding alone. Against the

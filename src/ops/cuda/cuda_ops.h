@@ -129,10 +129,10 @@ void spatial_mix_forward(const float* W, int ldw, bool causal, int T, int cols, 
 void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols, const uint16_t* G, const uint16_t* dF,
                           int ld, uint16_t* dG, float* dW, int count = 1, int stride = 0,
                           const uint16_t* w16 = nullptr);
-// W (non-causal) in bf16 as dG's product reads it, rows padded_row<uint16_t>(T) apart
-// with zeros from T on: in w16 where the layers' copies were made, else a copy made
-// now in scratch() (sgu.cu's product with the combine in its epilogue, mix_tiles.cuh).
-const uint16_t* spatial_w_bf16_plain(const float* W, int ldw, int T, const uint16_t* w16);
+// W in bf16 as W (not W^T), rows padded_row<uint16_t>(T) apart with zeros from T on, and
+// above the diagonal when causal: in w16 where the layers' copies were made, else a copy
+// made now in scratch() (sgu.cu's product with the combine in its epilogue, mix_tiles.cuh).
+const uint16_t* spatial_w_bf16_plain(const float* W, int ldw, int T, bool causal, const uint16_t* w16);
 // Backend::spatial_w_bf16_many.
 void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
                          bool causal, uint16_t* out, int64_t layer_stride);

@@ -10,7 +10,8 @@
 // 32 x 64 of it (2 x 4 fragments), K in chunks of kMixK staged in shared memory, each
 // chunk's loads in flight in registers while the warps multiply the chunk before;
 // positions past T are zeros in, and the epilogue is not called for them (nor are
-// fragments wholly past T multiplied). The epilogue's own loads (the SGU's U) are all
+// fragments wholly past T multiplied). A causal W's zeros above the diagonal are read only
+// within the diagonal's tiles: a tile's K ends with its last position. The epilogue's own loads (the SGU's U) are all
 // issued before its first sum is read. The grid's x runs over the position tiles, so
 // that the blocks reading the same columns of G run together and G comes from DRAM
 // about once. Written without a GPU to time it (docs/bench-gpu.md, session 50): the
@@ -32,6 +33,7 @@ struct MixOperands {
   int64_t ld;
   int T;
   int64_t N;
+  bool lower = false;  // W zero above its diagonal (causal): a tile's K ends at its last position
 };
 
 // Whether mix_then takes these operands: every row 16 bytes aligned, and few enough
@@ -112,12 +114,13 @@ __global__ void GMLP_BOUNDS(kMixThreads, 3) k_mix_then(MixOperands o, Epi epi) {
   for (int i = 0; i < 2; ++i)
     GMLP_UNROLL
   for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  const int k_end = o.lower ? min(o.T, m0 + kMixRows) : o.T;
   MixChunk chunk;
   chunk.load(o, m0, n0, 0);
-  for (int k0 = 0; k0 < o.T; k0 += kMixK) {
+  for (int k0 = 0; k0 < k_end; k0 += kMixK) {
     chunk.store(sm);
     __syncthreads();
-    if (k0 + kMixK < o.T) chunk.load(o, m0, n0, k0 + kMixK);  // in flight through the products
+    if (k0 + kMixK < k_end) chunk.load(o, m0, n0, k0 + kMixK);  // in flight through the products
     GMLP_UNROLL
     for (int kk = 0; kk < kMixK; kk += 16) {
       wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf, wmma::row_major> b[4];

@@ -404,7 +404,7 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
 }
 
 // Whether the bf16 forward takes the spatial product and the combine together, on its
-// own tiles (CombineEpilogue): where it applies (one head, not causal, F held without
+// own tiles (CombineEpilogue): where it applies (one head, F held without
 // its bias, no attention, every row 16-byte aligned, S apart from G: the gate may live in
 // S's buffer, block.h, and a block writes its tile of S while the blocks of the other
 // positions still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE allows:
@@ -417,7 +417,7 @@ bool combine_in_product(const ops::SguParams& p, int T, int f, const Dims& d, co
   const uintptr_t bytes = uintptr_t(T) * uintptr_t(o.N) * sizeof(uint16_t);  // S's and G's, [T, B g]
   const uintptr_t s = reinterpret_cast<uintptr_t>(S), g = reinterpret_cast<uintptr_t>(o.G);
   const bool apart = s + bytes <= g || g + bytes <= s;
-  return mode != 0 && (mode == 2 || T % 8 != 0) && !p.causal && p.heads == 1 && !extra && p.store.F_unbiased &&
+  return mode != 0 && (mode == 2 || T % 8 != 0) && p.heads == 1 && !extra && p.store.F_unbiased &&
          d.g % 8 == 0 && f % 8 == 0 && vec_aligned<8>(U) && vec_aligned<8>(F) && vec_aligned<8>(S) && apart &&
          o.N < (int64_t(1) << 31) && mix_then_fits(o);
 }
@@ -437,10 +437,10 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
                          grstd);
   zero_padding(p.lengths, T, B, d.g, G);
   if constexpr (std::is_same_v<TU, uint16_t> && std::is_same_v<TF, uint16_t>) {
-    const MixOperands o{nullptr, padded_row<uint16_t>(T), G, ld, T, int64_t(B) * d.g};
+    const MixOperands o{nullptr, padded_row<uint16_t>(T), G, ld, T, int64_t(B) * d.g, p.causal};
     if (combine_in_product(p, T, f, d, U, F, S, extra, o)) {
       MixOperands on = o;
-      on.W = spatial_w_bf16_plain(p.W, p.ldw, T, p.w16);
+      on.W = spatial_w_bf16_plain(p.W, p.ldw, T, p.causal, p.w16);
       if (!vec_aligned<8>(on.W)) throw Error("sgu_forward: the bf16 copy of W is not 16-byte aligned");
       FIn<TF> fin = f_in(p, B, d, static_cast<const TF*>(F));
       fin.bias = p.bias;

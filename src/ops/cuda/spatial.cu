@@ -244,9 +244,9 @@ void spatial_mix_backward(const float* W, int ldw, bool causal, int T, int cols,
   mix_backward_as(W, ldw, causal, T, cols, G, dF, ld, dG, dW, count, stride, w16);
 }
 
-const uint16_t* spatial_w_bf16_plain(const float* W, int ldw, int T, const uint16_t* w16) {
-  const uint16_t* made = w16 && forward_transposed<uint16_t>(false, T) ? w16 + ops::spatial_w16_slot(T) : w16;
-  return scratch_for<uint16_t>(W, ldw, false, T, 0, false, made).W;
+const uint16_t* spatial_w_bf16_plain(const float* W, int ldw, int T, bool causal, const uint16_t* w16) {
+  const uint16_t* made = w16 && forward_transposed<uint16_t>(causal, T) ? w16 + ops::spatial_w16_slot(T) : w16;
+  return scratch_for<uint16_t>(W, ldw, causal, T, 0, false, made).W;
 }
 
 void spatial_w_bf16_many(const float* const* W, int layers, int ldw, int64_t head_stride, int heads, int T,
