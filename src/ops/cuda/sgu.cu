@@ -404,13 +404,12 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
 }
 
 // Whether the bf16 forward takes the spatial product and the combine together, on its
-// own tiles (CombineEpilogue): where it applies (one head, F held without
-// its bias, no attention, every row 16-byte aligned, S apart from G: the gate may live in
-// S's buffer, block.h, and a block writes its tile of S while the blocks of the other
-// positions still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE allows:
-// "auto" or unset where T is no multiple of 8 (gMLP-S/16's 196: rows of W that cuBLAS
-// reads with its Ampere kernels, docs/bench-gpu.md), "on" wherever it applies, "off"
-// nowhere.
+// own tiles (CombineEpilogue): where it applies (one head, F held without its bias, no
+// attention, every row 16-byte aligned, S apart from G: the gate may live in S's buffer,
+// block.h, and a block writes its tile of S while the blocks of the other positions
+// still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE allows: "auto" or unset
+// where T is no multiple of 8 (gMLP-S/16's 196: rows of W that cuBLAS reads with its
+// Ampere kernels, docs/bench-gpu.md), "on" wherever it applies, "off" nowhere.
 bool combine_in_product(const ops::SguParams& p, int T, int f, const Dims& d, const uint16_t* U, const uint16_t* F,
                         const uint16_t* S, const float* extra, const MixOperands& o) {
   const int mode = spatial_combine_mode();
