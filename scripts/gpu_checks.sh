@@ -21,7 +21,8 @@
 #   ncu-detail the row-wise kernels (LayerNorms, the SGU's gate pass and bias + combine,
 #              its spatial product with the combine) of each workload under Nsight
 #              Compute's speed-of-light, occupancy and launch sections, with DRAM
-#              bytes, issue slots busy, instructions executed and three stall reasons: why each is slow (its bytes, or what it issues)
+#              bytes, issue slots busy, instructions executed and three stall
+#              reasons: why each is slow (its bytes, or what it issues)
 #   ceilings   the card's two ceilings as PyTorch reaches them: a device-to-device copy
 #              (bytes read and written) and an 8192-cube bf16 product on random data
 # Usage: bash scripts/gpu_checks.sh STEP...   (a device call runs at most 10 minutes;

@@ -72,7 +72,7 @@ int run_bench(const BenchArgs& a) {
                         {"threads", a.threads},
                         {"batch_size", mode == BenchMode::generate ? a.streams : B},
                         {"seq_len", n},
-                        {"grad_accum", mode == BenchMode::train ? r.grad_accum : 1},
+                        {"grad_accum", r.grad_accum},  // 1 but for training steps taken in pieces
                         {"params", r.params},
                         {"sgemm_peak_gflops", r.sgemm_peak_gflops}};
   if (mode == BenchMode::generate) {
@@ -116,8 +116,7 @@ int run_bench(const BenchArgs& a) {
                                  {"median_s", p.median_s},
                                  {"gflops", p.gflops}});
   }
-  const std::string in_pieces =
-      mode == BenchMode::train && r.grad_accum > 1 ? ", each batch in " + std::to_string(r.grad_accum) + " pieces" : "";
+  const std::string in_pieces = r.grad_accum > 1 ? ", each batch in " + std::to_string(r.grad_accum) + " pieces" : "";
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {

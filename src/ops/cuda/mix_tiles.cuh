@@ -10,11 +10,11 @@
 // 32 x 64 of it (2 x 4 fragments), K in chunks of kMixK staged in shared memory, each
 // chunk's loads in flight in registers while the warps multiply the chunk before;
 // positions past T are zeros in, and the epilogue is not called for them (nor are
-// fragments wholly past T multiplied). A causal W's zeros above the diagonal are read only
-// within the diagonal's tiles: a tile's K ends with its last position. The epilogue's own loads (the SGU's U) are all
-// issued before its first sum is read. The grid's x runs over the position tiles, so
-// that the blocks reading the same columns of G run together and G comes from DRAM
-// about once. Written without a GPU to time it (docs/bench-gpu.md, session 50): the
+// fragments wholly past T multiplied). A causal W's zeros above the diagonal are read
+// only within the diagonal's tiles: a tile's K ends with its last position. The
+// epilogue's own loads (the SGU's U) are all issued before its first sum is read. The
+// grid's x runs over the position tiles, so that the blocks reading the same columns
+// of G run together and G comes from DRAM about once. Written without a GPU to time it (docs/bench-gpu.md, session 50): the
 // simple form, one stage of shared memory and the warp matrix functions, not Hopper's
 // asynchronous copies and warpgroup products.
 #include <cuda_bf16.h>  // the emulator's stand-ins under GMLP_CUDA_EMULATED (tests/cuda_emu)
