@@ -6,6 +6,10 @@
 #   tests      the CUDA tests (every op and variant against the CPU engine, cached
 #              generation) and the device-choice and mirror tests
 #   sanitizer  compute-sanitizer memcheck over the CUDA tests
+#   racecheck  compute-sanitizer racecheck, then synccheck, over the op tests of the
+#              kernels that share memory in a block (GMLP_RACE_FILTER replaces them):
+#              the hazards the CUDA emulator's fibers, which switch only at barriers,
+#              cannot show
 #   python     the Python module's GPU tests (device="cuda"), with the machine's python3
 #   bench      bench/gpu_bench.py: gmlp against PyTorch eager, torch.compile and timm
 #              (bench=lm,bert: those workloads alone)
@@ -39,7 +43,7 @@ mkdir -p "$out"
 [[ -f .gpukit/kit.tar.xz ]] || { echo "gpu_checks.sh: no .gpukit/kit.tar.xz (run scripts/gpu_kit.sh where the build is, and carry .gpukit)" >&2; exit 1; }
 K=/tmp/gmlp-gpukit
 if [[ ! -f $K/source_dir ]]; then mkdir -p "$K" && tar -C "$K" -xJf .gpukit/kit.tar.xz || exit 1; fi
-(($#)) || { echo "usage: scripts/gpu_checks.sh info|ceilings|tests|sanitizer|python|bench|train|profile|ncu|ncu-detail ..." >&2; exit 1; }
+(($#)) || { echo "usage: scripts/gpu_checks.sh info|ceilings|tests|sanitizer|racecheck|python|bench|train|profile|ncu|ncu-detail ..." >&2; exit 1; }
 
 # The binaries name their source and build directories by absolute path (fixtures, the
 # CUDA module): make that path lead here, and build/ lead to the kit.
@@ -126,6 +130,14 @@ for s in "$@"; do
           --gtest_filter='${GMLP_TEST_FILTER:-Cuda*:*/Cuda*}-CudaNccl.*' || exit
         [[ '${GMLP_TEST_FILTER:-CudaNccl}' != *CudaNccl* ]] ||
           compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $T --gtest_filter='CudaNccl.*'" ;;
+    racecheck)
+      # Shared memory: the spatial product's tiles (mix_tiles.cuh), the LayerNorms' and
+      # the column sums' block reductions, the SGU's gate pass, the cross-entropy's rows,
+      # the embedding's ranking. Both tools stop at their first failing test binary run.
+      race=${GMLP_RACE_FILTER:-CudaOps.TheSpatialProduct*:CudaOps.LayerNorm*:CudaOps.ColumnSums*:CudaOps.Linear*:CudaOps.SguHolding*:CudaOps.CrossEntropy*:CudaOps.EmbeddingBackward*:CudaOps.AResidual*}
+      step racecheck bash -c "export LD_LIBRARY_PATH='$libs'
+        compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 50 $T --gtest_filter='$race' || exit
+        compute-sanitizer --tool synccheck --error-exitcode 9 --print-limit 50 $T --gtest_filter='$race'" ;;
     python)
       # The Python module on the GPU (python/tests/test_device.py: a model, generation,
       # training and bf16 with device="cuda", each against the CPU) under the machine's
@@ -201,7 +213,7 @@ host_side.write_idx_set(pathlib.Path("/tmp/gmlp-images"))'
       [[ $s == profile=* ]] && w=${s#profile=}
       step "profile-${w//,/-}" python3 bench/gpu_bench.py --profile "$out/profile-${w//,/-}.txt" --workloads "$w" \
         --warmup 3 --repeats 5 ${GMLP_BENCH_ARGS:-} ;;
-    *) echo "gpu_checks.sh: unknown step '$s' (info, ceilings, tests, sanitizer, python, ncu, ncu-detail, bench, train or profile)" >&2; status=1 ;;
+    *) echo "gpu_checks.sh: unknown step '$s' (info, ceilings, tests, sanitizer, racecheck, python, ncu, ncu-detail, bench, train or profile)" >&2; status=1 ;;
   esac
 done
 exit $status

@@ -15,6 +15,8 @@
 #   sanitizer        compute-sanitizer memcheck, in two parts: while torch.compile warms
 #                    its cache (below), stopped when that is done, then with the time left,
 #                    over the tests the first part did not finish
+#   racecheck        racecheck and synccheck over the op tests of kernels that share
+#                    memory, beside memcheck's first part (60 s at most)
 # torch.compile's compilation takes minutes of CPU, not GPU: three processes compile the
 # bench's models while the tests run, so that the bench's own compilations hit
 # Inductor's cache and the bench fits its slot. Compilation time is outside every
@@ -32,7 +34,9 @@ rm -rf "$work" && mkdir -p "$work" "$final"
 export OUT=$work PYTHONUNBUFFERED=1
 t0=$SECONDS
 left() { echo $((budget - (SECONDS - t0))); }
-pack() { tar -C "$work" -czf "$final/gpu-session.tgz.tmp" . && mv "$final/gpu-session.tgz.tmp" "$final/gpu-session.tgz"; }
+min() { echo $(($1 < $2 ? $1 : $2)); }
+# Each packer its own temporary file (two steps run at once below); the last to finish wins.
+pack() { tar -C "$work" -czf "$final/gpu-session.tgz.$BASHPID" . && mv "$final/gpu-session.tgz.$BASHPID" "$final/gpu-session.tgz"; }
 checks() { # seconds, steps...: gpu_checks.sh with each step bounded
   local s=$1; shift
   ((s > 5)) || { echo "gpu_session.sh: no time left for $*"; return 1; }
@@ -79,13 +83,13 @@ sanitize_rest() { # seconds, part: the sanitizer over the tests no earlier part 
 bench_slot=260
 sanitize_rest $(($(left) - bench_slot)) 1 &
 san=$!
+checks "$(min $(($(left) - bench_slot)) 60)" racecheck > "$work/racecheck-console.log" 2>&1 &
 while kill -0 "${warm[@]}" 2>/dev/null && (($(left) > bench_slot)); do sleep 2; done
 pkill -TERM -f "^timeout -k 10 [0-9]+ bash -c export LD_LIBRARY_PATH=.*compute-sanitizer" 2>/dev/null
 for g in "${warm[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
 wait
 for w in lm bert vision; do tail -n 3 "$work/warm-$w.log" | sed "s/^/warm $w: /"; done
 
-min() { echo $(($1 < $2 ? $1 : $2)); }
 GMLP_BENCH_ARGS="--passes 2" checks "$(min $(($(left) - 100)) 200)" bench
 checks "$(min $((($(left) - 40) / 3)) 45)" ncu
 checks "$(min $((($(left) - 40) / 8)) 25)" ncu-detail
@@ -101,6 +105,7 @@ grep -hE 'img/s' "$work"/train-vision.log 2>/dev/null | tail -n 2 | sed 's/^/gML
 grep -hE 'ms per step' "$work"/bench-vision-64.log 2>/dev/null | sed 's/^/gMLP-S\/16, gmlp bench: /'
 grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
+grep -hE '^(=+ )?(RACECHECK|SYNCCHECK|ERROR) SUMMARY|^\[  (PASSED|FAILED)  \]|^== racecheck: exit' "$work"/racecheck.log 2>/dev/null | sed 's/^/racecheck and synccheck: /'
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
 grep -hE '^ceiling|SMs' "$work"/ceilings.log
 for w in lm bert vision; do head -n 12 "$work/ncu-$w.log" 2>/dev/null | grep -E '^(\||/)'; done
