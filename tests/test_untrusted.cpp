@@ -196,6 +196,30 @@ TEST(Untrusted, AConfigWhoseParameterCountOverflowsIsRefusedBeforeAllocating) {
   EXPECT_NE(r.output.find("parameters, more than"), std::string::npos) << r.output;
 }
 
+TEST(Untrusted, ABatchWhosePositionsHoldMoreThanTheSpatialMixingTakesIsRefused) {
+  // The spatial products take a position's gate channels of every sequence as one row:
+  // B x d_ffn values, int dimensions in the products and the GPU's kernels.
+  ModelConfig c;  // a byte LM
+  c.d_model = 8;
+  c.d_ffn = 1 << 16;
+  c.n_layers = 1;
+  c.seq_len = 2;
+  Model m(c);
+  Rng rng(1);
+  m.init(rng);
+  const int B = 4097;  // 4097 x 65536 = 2^28 + 65536
+  std::vector<int32_t> tokens(size_t(B) * 3, 1);
+  Batch b;
+  b.B = B;
+  b.T = 2;
+  b.tokens = tokens.data();
+  b.stride = 3;
+  b.targets = tokens.data() + 1;
+  const std::string e = error_of([&] { m.forward(b); });
+  EXPECT_NE(e.find("a batch of 4097 sequences x 65536 channels = 268500992 values at each position"), std::string::npos)
+      << e;
+}
+
 TEST(Untrusted, ADeviceIsNotReadAsACorpus) {
   // `--data /dev/zero` used to read without bound.
   test::TempDir dir("untrusted_dev");
