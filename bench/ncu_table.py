@@ -17,7 +17,10 @@ UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
 
 
 def short(name: str) -> str:
-    """The kernel's name without its parameter list, and templates' arguments elided past 60 characters."""
+    """The kernel's name without its parameter list or the backend's namespaces, and
+    templates' arguments elided past 90 characters."""
+    # The kernels of a .cu file's anonymous namespace: its "(...)" is no parameter list.
+    name = name.replace("(anonymous namespace)::", "").replace("gmlp::cuda::", "")
     depth, out = 0, []
     for ch in name:  # cut at the first top-level '('
         if ch == "(" and depth == 0 and out:
@@ -83,27 +86,37 @@ def detail(rows: list) -> None:
         print(f"| `{name}` | {len(launches)} | " + " | ".join(cells) + " |")
 
 
+def read_rows(path: str) -> list:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(line for line in f if line.startswith('"')))
+
+
+def kernel_times(rows: list, name=short) -> dict:
+    """Per kernel (as name() gives it): calls, total µs, and its longest launch's time and shape."""
+    kernels: dict = {}
+    for r in rows:
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        us = float(r["Metric Value"].replace(",", "")) * UNITS[r["Metric Unit"]]
+        k = kernels.setdefault(name(r["Kernel Name"]), {"calls": 0, "us": 0.0, "max": 0.0, "shape": ""})
+        k["calls"] += 1
+        k["us"] += us
+        if us > k["max"]:
+            k["max"], k["shape"] = us, f"grid {r.get('Grid Size', '?')} block {r.get('Block Size', '?')}"
+    return kernels
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--detail", action="store_true", help="a CSV of sections and metrics: one row per kernel")
     a = ap.parse_args()
-    with open(a.csv, newline="") as f:
-        rows = list(csv.DictReader(line for line in f if line.startswith('"')))
+    rows = read_rows(a.csv)
     if a.detail:
         detail(rows)
         return
-    kernels: dict = {}
-    for r in rows:
-        if r.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        us = float(r["Metric Value"].replace(",", "")) * UNITS[r["Metric Unit"]]
-        k = kernels.setdefault(short(r["Kernel Name"]), {"calls": 0, "us": 0.0, "max": 0.0, "shape": ""})
-        k["calls"] += 1
-        k["us"] += us
-        if us > k["max"]:
-            k["max"], k["shape"] = us, f"grid {r.get('Grid Size', '?')} block {r.get('Block Size', '?')}"
+    kernels = kernel_times(rows, short)
     total = sum(k["us"] for k in kernels.values())
     print(f"{a.csv}: {sum(k['calls'] for k in kernels.values())} kernels, {total / 1e3:.3f} ms of device time")
     print(f"| kernel | calls | total (us) | mean (us) | share | longest launch |")

@@ -111,3 +111,5 @@ grep -hE '^ceiling|SMs' "$work"/ceilings.log
 for w in lm bert vision; do head -n 12 "$work/ncu-$w.log" 2>/dev/null | grep -E '^(\||/)'; done
 for f in "$work"/ncu-detail-*.log; do [[ -f $f ]] && { echo "${f##*/}"; grep -E '^\|' "$f"; }; done
 sed -n '/^| workload/,$p' "$work"/bench-*.log
+echo "===== the predictions written without a GPU (bench/predictions.json) against this session"
+python3 bench/predictions.py "$work" || true
