@@ -11,6 +11,7 @@ prediction, the figure it started from, its range, the measurement, met or not.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import re
@@ -31,14 +32,22 @@ def kernel_mean_us(folder: pathlib.Path, workload: str, match: str) -> tuple[flo
     return (sum(k["us"] for k in hits) / calls, calls) if calls else (float("nan"), 0)
 
 
-def bench_ms(folder: pathlib.Path, workload: str, key: str) -> list:
-    """gmlp bf16's figure (step_s or loop_s) in ms, pass by pass, from every results file there."""
+@functools.cache
+def bench_records(folder: pathlib.Path) -> list:
+    """Every record of the results files there."""
     out = []
     for f in sorted(folder.glob("gpu-results-*.json")):
-        for r in json.loads(f.read_text()):
-            if r.get("workload") == workload and r.get("impl") == "gmlp bf16" and key in r:
-                out.append(r[key] * 1e3)
+        try:
+            out += json.loads(f.read_text())
+        except ValueError:  # a bench cut off as it wrote: its figures are in its log
+            print(f"{f}: not whole JSON; skipped", file=sys.stderr)
     return out
+
+
+def bench_ms(folder: pathlib.Path, workload: str, key: str) -> list:
+    """gmlp bf16's figure (step_s or loop_s) in ms, pass by pass."""
+    return [r[key] * 1e3 for r in bench_records(folder)
+            if r.get("workload") == workload and r.get("impl") == "gmlp bf16" and key in r]
 
 
 def main() -> None:

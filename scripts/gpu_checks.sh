@@ -133,8 +133,9 @@ for s in "$@"; do
     racecheck)
       # Shared memory: the spatial product's tiles (mix_tiles.cuh), the LayerNorms' and
       # the column sums' block reductions, the SGU's gate pass, the cross-entropy's rows,
-      # the embedding's ranking. Both tools stop at their first failing test binary run.
-      race=${GMLP_RACE_FILTER:-CudaOps.TheSpatialProduct*:CudaOps.LayerNorm*:CudaOps.ColumnSums*:CudaOps.Linear*:CudaOps.SguHolding*:CudaOps.CrossEntropy*:CudaOps.EmbeddingBackward*:CudaOps.AResidual*}
+      # the embedding's ranking, AdamW's norm, the decoder's ops. synccheck runs only
+      # where racecheck passed.
+      race=${GMLP_RACE_FILTER:-CudaOps.TheSpatialProduct*:CudaOps.LayerNorm*:CudaOps.ColumnSums*:CudaOps.Linear*:CudaOps.SguHolding*:CudaOps.CrossEntropy*:CudaOps.EmbeddingBackward*:CudaOps.AResidual*:CudaOps.AdamW*:CudaOps.DecodeOps*}
       step racecheck bash -c "export LD_LIBRARY_PATH='$libs'
         compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 50 $T --gtest_filter='$race' || exit
         compute-sanitizer --tool synccheck --error-exitcode 9 --print-limit 50 $T --gtest_filter='$race'" ;;

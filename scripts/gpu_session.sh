@@ -35,8 +35,15 @@ export OUT=$work PYTHONUNBUFFERED=1
 t0=$SECONDS
 left() { echo $((budget - (SECONDS - t0))); }
 min() { echo $(($1 < $2 ? $1 : $2)); }
-# Each packer its own temporary file (two steps run at once below); the last to finish wins.
-pack() { tar -C "$work" -czf "$final/gpu-session.tgz.$BASHPID" . && mv "$final/gpu-session.tgz.$BASHPID" "$final/gpu-session.tgz"; }
+# Each packer its own temporary file (two steps run at once below); the last to finish
+# wins. Logs still being written make tar exit 1 ("file changed as we read it"): packed
+# as they stood. A temporary file is never left in $final, whose files a call brings back.
+pack() {
+  local tmp="$final/gpu-session.tgz.$BASHPID" rc
+  tar -C "$work" --warning=no-file-changed -czf "$tmp" .
+  rc=$?
+  if ((rc <= 1)); then mv "$tmp" "$final/gpu-session.tgz"; else rm -f "$tmp"; fi
+}
 checks() { # seconds, steps...: gpu_checks.sh with each step bounded
   local s=$1; shift
   ((s > 5)) || { echo "gpu_session.sh: no time left for $*"; return 1; }
@@ -83,9 +90,9 @@ sanitize_rest() { # seconds, part: the sanitizer over the tests no earlier part 
 bench_slot=260
 sanitize_rest $(($(left) - bench_slot)) 1 &
 san=$!
-checks "$(min $(($(left) - bench_slot)) 60)" racecheck > "$work/racecheck-console.log" 2>&1 &
+checks "$(min $(($(left) - bench_slot)) 60)" racecheck > "$work/racecheck-console.txt" 2>&1 &
 while kill -0 "${warm[@]}" 2>/dev/null && (($(left) > bench_slot)); do sleep 2; done
-pkill -TERM -f "^timeout -k 10 [0-9]+ bash -c export LD_LIBRARY_PATH=.*compute-sanitizer" 2>/dev/null
+pkill -TERM -f "^timeout -k 10 [0-9]+ bash -c export LD_LIBRARY_PATH=.*compute-sanitizer --tool memcheck" 2>/dev/null
 for g in "${warm[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
 wait
 for w in lm bert vision; do tail -n 3 "$work/warm-$w.log" | sed "s/^/warm $w: /"; done
@@ -105,7 +112,7 @@ grep -hE 'img/s' "$work"/train-vision.log 2>/dev/null | tail -n 2 | sed 's/^/gML
 grep -hE 'ms per step' "$work"/bench-vision-64.log 2>/dev/null | sed 's/^/gMLP-S\/16, gmlp bench: /'
 grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
-grep -hE '^(=+ )?(RACECHECK|SYNCCHECK|ERROR) SUMMARY|^\[  (PASSED|FAILED)  \]|^== racecheck: exit' "$work"/racecheck.log 2>/dev/null | sed 's/^/racecheck and synccheck: /'
+grep -hE '^(=+ )?(RACECHECK|SYNCCHECK|ERROR) SUMMARY|^\[  (PASSED|FAILED)  \]' "$work"/racecheck.log 2>/dev/null | sed 's/^/racecheck and synccheck: /'
 echo "sanitizer: $(cat "$work"/sanitizer-*.log 2>/dev/null | grep -c '^\[       OK \]') of $(echo "$all_san" | wc -l) tests passed under memcheck"
 grep -hE '^ceiling|SMs' "$work"/ceilings.log
 for w in lm bert vision; do head -n 12 "$work/ncu-$w.log" 2>/dev/null | grep -E '^(\||/)'; done

@@ -198,7 +198,7 @@ TEST(Untrusted, AConfigWhoseParameterCountOverflowsIsRefusedBeforeAllocating) {
 
 TEST(Untrusted, ABatchWhosePositionsHoldMoreThanTheSpatialMixingTakesIsRefused) {
   // The spatial products take a position's gate channels of every sequence as one row:
-  // B x d_ffn values, int dimensions in the products and the GPU's kernels.
+  // B x g values, int dimensions in the products and the GPU's kernels.
   ModelConfig c;  // a byte LM
   c.d_model = 8;
   c.d_ffn = 1 << 16;
@@ -207,7 +207,7 @@ TEST(Untrusted, ABatchWhosePositionsHoldMoreThanTheSpatialMixingTakesIsRefused) 
   Model m(c);
   Rng rng(1);
   m.init(rng);
-  const int B = 4097;  // 4097 x 65536 = 2^28 + 65536
+  const int B = 8193;  // x 32768 gate channels = 2^28 + 32768
   std::vector<int32_t> tokens(size_t(B) * 3, 1);
   Batch b;
   b.B = B;
@@ -216,7 +216,8 @@ TEST(Untrusted, ABatchWhosePositionsHoldMoreThanTheSpatialMixingTakesIsRefused) 
   b.stride = 3;
   b.targets = tokens.data() + 1;
   const std::string e = error_of([&] { m.forward(b); });
-  EXPECT_NE(e.find("a batch of 4097 sequences x 65536 channels = 268500992 values at each position"), std::string::npos)
+  EXPECT_NE(e.find("a batch of 8193 sequences x 32768 gate channels = 268468224 values at each position"),
+            std::string::npos)
       << e;
 }
 

@@ -378,13 +378,14 @@ void Model::forward_queued(const Batch& in) {
   require(B > 0 && T > 0, "forward: empty batch");
   require(int64_t(B) * T <= (int64_t(1) << 31) / 8, "forward: batch x sequence = " + std::to_string(int64_t(B) * T) +
                                                         " tokens is more than one step can hold");
-  // The spatial mixing takes a position's channels of every sequence as one row of its
-  // products ([T, B g]: the products' and the GPU kernels' int dimensions), as aMLP's
-  // attention takes B x 3 d_attn; the same margin.
-  const int64_t row = int64_t(B) * std::max(cfg_.d_ffn, 3 * cfg_.d_attn);
+  // The spatial mixing takes a position's gate channels of every sequence as one row of
+  // its products ([T, B g]: the products' and the GPU kernels' int dimensions), as
+  // aMLP's attention takes B x 3 d_attn; the same margin.
+  const int wide = std::max(cfg_.gate_channels(), 3 * cfg_.d_attn);
+  const int64_t row = int64_t(B) * wide;
   require(!cfg_.has_sgu() || row <= (int64_t(1) << 31) / 8, [&] {
-    return "forward: a batch of " + std::to_string(B) + " sequences x " +
-           std::to_string(std::max(cfg_.d_ffn, 3 * cfg_.d_attn)) + " channels = " + std::to_string(row) +
+    return "forward: a batch of " + std::to_string(B) + " sequences x " + std::to_string(wide) +
+           " gate channels = " + std::to_string(row) +
            " values at each position, more than the spatial mixing takes (" + std::to_string((int64_t(1) << 31) / 8) +
            ")";
   });
