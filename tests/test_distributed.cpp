@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -360,6 +361,77 @@ TEST(Distributed, ShardedOptimizerStateOnTheCudaEmulatorChangesNoNumber) {
   expect_sharding_changes_no_number(
       launch_on_emulator(2), " --data " + test::kGplText + kTiny + " --steps 8 --log-every 1 --eval-every 4 --ckpt-every 4",
       dir);
+}
+#endif
+
+// `gmlp bench` under a launcher: the ranks take each training step together, each on its
+// rows of the global batch, and rank 0 alone reports, with the global batch's rate.
+const std::string kBenchTiny =
+    " bench --config " + test::source_dir() + "/configs/tiny.json --set model.n_layers=2 --warmup 1 --repeats 2 --json";
+
+// The JSON objects on a run's stdout and stderr (the ranks' lines interleave).
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> objects;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line.front() == '{') objects.push_back(nlohmann::json::parse(line));
+  return objects;
+}
+
+TEST(Distributed, ABenchOnTwoRanksTakesEachStepTogetherAndReportsOnce) {
+  const auto r = run_command(launch(2) + kBenchTiny + " --batch-size 8 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto reports = json_lines(r.output);
+  ASSERT_EQ(reports.size(), 1u) << r.output;
+  const nlohmann::json& j = reports[0];
+  EXPECT_EQ(j["ranks"].get<int>(), 2) << r.output;
+  EXPECT_EQ(j["batch_size"].get<int>(), 8) << r.output;
+  EXPECT_TRUE(contains(j["comm"].get<std::string>(), "MPI")) << r.output;
+  // The global batch's tokens over the step, and MFU against both ranks' peaks.
+  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 8.0 * j["seq_len"].get<int>() / j["median_s"].get<double>(),
+              1e-6 * j["tokens_per_s"].get<double>());
+  EXPECT_NEAR(j["mfu"].get<double>(), j["gflops"].get<double>() / (2 * j["sgemm_peak_gflops"].get<double>()), 1e-9);
+  // The text report names the split.
+  const auto text = run_command(launch(2) + " bench --config " + test::source_dir() +
+                                "/configs/tiny.json --set model.n_layers=2 --warmup 1 --repeats 2 --batch-size 8 2>&1");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_TRUE(contains(text.output, "2 ranks, 4 rows of each batch per rank")) << text.output;
+  EXPECT_TRUE(contains(text.output, "of 2 x the measured sgemm peak")) << text.output;
+}
+
+TEST(Distributed, ABenchThatCannotRunAcrossTheRanksIsRefusedOnEveryRank) {
+  struct Case {
+    std::string args, says;
+  } cases[] = {{" --batch-size 7", "a batch of 7 rows is the global batch, split evenly over the 2 processes"},
+               {" --batch-size 8 --grad-accum 8", "does not divide into grad_accum = 8 pieces on each of 2 processes"},
+               {" --batch-size 8 --mode infer",
+                "2 processes take only training steps together (data parallel); time inference and generation in one"}};
+  for (const Case& c : cases) {
+    const auto r = run_command(launch(2) + kBenchTiny + c.args + " 2>&1");
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.exit_code, 124) << c.args << ": a refused bench must not hang";
+    EXPECT_TRUE(contains(r.output, c.says)) << r.output;
+    EXPECT_TRUE(json_lines(r.output).empty()) << r.output;
+  }
+}
+
+#ifdef GMLP_CUDA_EMULATOR_MODULE
+// On GPUs the ranks' gradients go over NCCL, and each rank holds its rows' activations
+// alone: a rank of two at a global batch of 8 peaks where one process at 4 does. On the
+// emulator with its launches skipped (the step's work is not what is checked here).
+TEST(Distributed, ABenchOnTwoGpuRanksHoldsEachRanksRowsAndReducesOverNccl) {
+  const std::string emulate = "GMLP_CUDA_EMULATOR=" GMLP_CUDA_EMULATOR_MODULE " GMLP_CUDA_EMULATOR_HOST_ONLY=1 ";
+  const auto two = run_command(emulate + launch(2, "-x GMLP_CUDA_EMULATOR -x GMLP_CUDA_EMULATOR_HOST_ONLY") +
+                               kBenchTiny + " --device cuda --precision bf16 --batch-size 8 2>&1");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto one = run_command(emulate + single() + kBenchTiny + " --device cuda --precision bf16 --batch-size 4 2>&1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto a = json_lines(two.output), b = json_lines(one.output);
+  ASSERT_EQ(a.size(), 1u) << two.output;
+  ASSERT_EQ(b.size(), 1u) << one.output;
+  EXPECT_TRUE(contains(a[0]["comm"].get<std::string>(), "gradients over NCCL")) << two.output;
+  EXPECT_EQ(b[0]["ranks"].get<int>(), 1);
+  EXPECT_NEAR(a[0]["device_peak_mb"].get<double>(), b[0]["device_peak_mb"].get<double>(), 0.5) << two.output;
 }
 #endif
 

@@ -62,7 +62,11 @@ int run_bench(const BenchArgs& a) {
   });
   o.device = choose_device(a.device, a.precision);
   o.products = a.products;
+  // Under a launcher the ranks take each training step together; rank 0 reports.
+  Communicator& comm = world();
+  o.comm = &comm;
   const BenchResult r = bench_model(rc, mode, o);
+  if (comm.rank() != 0) return 0;
 
   nlohmann::json out = {{"impl", "gmlp"},
                         {"config", a.config.empty() ? "default" : std::filesystem::path(a.config).stem().string()},
@@ -73,6 +77,7 @@ int run_bench(const BenchArgs& a) {
                         {"batch_size", mode == BenchMode::generate ? a.streams : B},
                         {"seq_len", n},
                         {"grad_accum", r.grad_accum},  // 1 but for training steps taken in pieces
+                        {"ranks", r.ranks},            // the processes each training step was taken over
                         {"params", r.params},
                         {"sgemm_peak_gflops", r.sgemm_peak_gflops}};
   if (mode == BenchMode::generate) {
@@ -88,7 +93,8 @@ int run_bench(const BenchArgs& a) {
   out["min_s"] = r.min_s;
   out["max_s"] = r.max_s;
   out["gflops"] = r.gflops;
-  out["mfu"] = r.gflops / r.sgemm_peak_gflops;
+  out["mfu"] = r.gflops / (r.sgemm_peak_gflops * r.ranks);  // against every rank's peak
+  if (r.ranks > 1) out["comm"] = r.comm;
   out["peak_rss_mb"] = r.peak_rss_mb;
   out["malloc"] = malloc_name();  // the peak RSS depends on it (docs/bench.md)
   if (o.device != Device::cpu) {
@@ -131,15 +137,17 @@ int run_bench(const BenchArgs& a) {
       std::printf("  %.0f %s/s; %.1f ms per step (min %.1f, max %.1f, %d repeats)%s\n",
                   out.value("images_per_s", r.tokens_per_s), mc.token_input() ? "tokens" : "images", r.median_s * 1e3,
                   r.min_s * 1e3, r.max_s * 1e3, a.repeats, in_pieces.c_str());
+    if (r.ranks > 1) std::printf("  data parallel: %s, %d rows of each batch per rank\n", r.comm.c_str(), B / r.ranks);
     if (r.pipelined_s > 0)
       std::printf(
           "  %.1f ms per step as `gmlp train` takes them (each step's loss read once the next step's "
           "forward is queued; the mean of %d)\n",
           r.pipelined_s * 1e3, a.repeats);
     // The peak is the process's gemm at the precision in use (bf16's under --precision bf16).
-    std::printf("  %.1f GFLOP/s = %.1f%% of the measured %s peak %.1f GFLOP/s; peak RSS %.0f MB (%s)\n", r.gflops,
-                100 * out["mfu"].get<double>(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm", r.sgemm_peak_gflops,
-                r.peak_rss_mb, out["malloc"].get<std::string>().c_str());
+    const std::string times = r.ranks > 1 ? std::to_string(r.ranks) + " x " : "";
+    std::printf("  %.1f GFLOP/s = %.1f%% of %sthe measured %s peak %.1f GFLOP/s; peak RSS %.0f MB (%s)\n", r.gflops,
+                100 * out["mfu"].get<double>(), times.c_str(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm",
+                r.sgemm_peak_gflops, r.peak_rss_mb, out["malloc"].get<std::string>().c_str());
     if (out.contains("device_peak_mb"))
       std::printf("  on %s; peak device memory %.0f MiB (the backend's allocations)\n", r.device_name.c_str(),
                   r.device_peak_mb);
@@ -169,7 +177,8 @@ void add_bench(CLI::App& app, int& exit_code) {
   c->add_option("--set", a->sets, "Override a config value: model.KEY=VALUE or train.KEY=VALUE (repeatable)");
   c->add_option("--mode", a->mode, "train (fwd+bwd+AdamW), infer (forward with loss) or generate (cached decoding)")
       ->capture_default_str();
-  c->add_option("--batch-size", a->batch_size, "Windows per step (default: the config's)");
+  c->add_option("--batch-size", a->batch_size,
+                "Windows per step, the global batch under a launcher (default: the config's)");
   c->add_option("--warmup", a->warmup, "Untimed runs first")->capture_default_str();
   c->add_option("--repeats", a->repeats, "Timed runs; the median is reported")->capture_default_str();
   c->add_option("--gen-tokens", a->gen_tokens, "generate: tokens per run (default 2n)");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gmlp/comm.h"
 #include "gmlp/config.h"
 #include "gmlp/model.h"
 #include "gmlp/rng.h"
@@ -29,6 +30,10 @@ struct BenchOptions {
   // train and infer: after the timed runs, `repeats` more with every matrix product timed
   // by shape (BenchResult::products); the headline figures are not affected.
   bool products = false;
+  // train: the processes that take each step together, data parallel as `gmlp train`
+  // under a launcher (batch_size the global batch, split evenly; the gradients reduced
+  // across them each step); null: this process alone. Other modes run on one process.
+  Communicator* comm = nullptr;
 };
 
 // One shape of product and its calls in the runs timed by shape (BenchOptions::products).
@@ -49,10 +54,12 @@ struct BenchResult {
   // trainer's pipeline), where median_s's steps each start with the device idle. 0 else.
   double pipelined_s = 0;
   int grad_accum = 1;                         // train: the pieces each step's batch was taken in
+  int ranks = 1;                              // train: the processes each step was taken over
+  std::string comm;                           // with several: what carried the gradients (DataParallel)
   double tokens_per_s = 0;                    // train and infer; generate: over all streams
   double recompute_s = 0;                     // generate: per token, recomputing the window
-  double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token)
-  double sgemm_peak_gflops = 0;
+  double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token), all ranks'
+  double sgemm_peak_gflops = 0;               // this process's
   double peak_rss_mb = 0;
   double device_peak_mb = 0;  // a device backend's peak allocation (0 on the CPU)
   std::string device_name;    // what ran it: "cpu", or the GPU (Backend::device_name)

@@ -174,29 +174,55 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   std::optional<NoGrad> no_grad;
   std::function<void()> step;  // train and infer: one timed unit
   Batch train_batch = batch;  // training drops what the config drops, as `gmlp train` does
-  // Gradient accumulation: the pieces DataParallel cuts for `gmlp train`, of this process
-  // alone (nothing reduced, whatever launched it).
-  const int K = o.grad_accum > 0 ? o.grad_accum : rc.train.grad_accum;
+  // Data parallelism and gradient accumulation as `gmlp train` takes them: each rank's
+  // rows of the global batch (every rank draws the whole batch, from the same seed), in
+  // K pieces, the gradients reduced across the ranks in the last piece's backward, and
+  // the step's loss agreed on after it.
+  Communicator& comm = o.comm ? *o.comm : this_process();
+  const int P = mode == BenchMode::train ? comm.size() : 1, K = o.grad_accum > 0 ? o.grad_accum : rc.train.grad_accum;
+  require(comm.size() == 1 || mode == BenchMode::train, [&] {
+    return "bench: " + std::to_string(comm.size()) +
+           " processes take only training steps together (data parallel); time inference and generation in one";
+  });
   require(mode == BenchMode::train || o.grad_accum == 0,
           "bench: grad_accum takes a training step's batch in pieces; this run times no training step");
-  require(mode != BenchMode::train || (K >= 1 && B % K == 0), [&] {
+  require(B % P == 0, [&] {
+    return "bench: a batch of " + std::to_string(B) + " rows is the global batch, split evenly over the " +
+           std::to_string(P) + " processes of this job: it must be a multiple of " + std::to_string(P);
+  });
+  require(mode != BenchMode::train || (K >= 1 && B / P % K == 0), [&] {
     return "bench: a batch of " + std::to_string(B) + " rows does not divide into grad_accum = " + std::to_string(K) +
-           " pieces";
+           " pieces" + (P > 1 ? " on each of " + std::to_string(P) + " processes" : "");
   });
   std::optional<DataParallel> dp;
-  std::span<const Batch> rest;  // the pieces after the first
+  std::span<const Batch> rest;  // the step's pieces after the first
+  // The step's first piece queued; its rows cut again each step, as the trainer's are
+  // (the reductions count a step's gradients from its shard).
+  auto forward_first = [&] {
+    const std::vector<Batch>& pieces = dp->pieces(dp->shard(train_batch), K);
+    model.forward_queued(pieces[0]);
+    rest = std::span<const Batch>(pieces).subspan(1);
+  };
+  // The rest of the step, through its update; and its loss, read back, agreed on.
+  auto queue_rest = [&] {
+    queue_train_step(
+        model, *opt, 1.f, 1e-4f, [&] { dp->finish_backward(); }, {}, P > 1, rest);
+  };
+  auto finish = [&] {
+    const StepResult sr = finish_train_step(model, *opt, P > 1);  // waits for the device
+    if (P > 1) dp->agree(sr.loss, dp->share(), false);
+  };
   if (mode == BenchMode::train) {
     draw_dropout(mc, rng, train_batch);  // here only: the other modes' draws stay as they were
     opt.emplace(model, rc.train);
-    dp.emplace(this_process(), model);
-    const std::vector<Batch>& pieces = dp->pieces(train_batch, K);
-    train_batch = pieces[0];
-    rest = std::span<const Batch>(pieces).subspan(1);
+    dp.emplace(comm, model);
     r.grad_accum = K;
+    r.ranks = P;
+    if (P > 1) r.comm = dp->describe();
     step = [&] {
-      model.forward_queued(train_batch);
-      queue_train_step(model, *opt, 1.f, 1e-4f, {}, {}, false, rest);
-      finish_train_step(model, *opt);  // waits for the device, for the step's loss
+      forward_first();
+      queue_rest();
+      finish();
     };
     flops = 3.0 * forward_flops_per_token(mc, n) * B * n;
   } else if (mode == BenchMode::infer) {
@@ -216,11 +242,11 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
       // The same steps as the trainer's pipeline takes them (src/train/trainer.cpp),
       // from an idle device to the last step's read, over the run.
       const auto t0 = Clock::now();
-      model.forward_queued(train_batch);
+      forward_first();
       for (int i = 0; i < o.repeats; ++i) {
-        queue_train_step(model, *opt, 1.f, 1e-4f, {}, {}, false, rest);
-        if (i + 1 < o.repeats) model.forward_queued(train_batch);
-        finish_train_step(model, *opt);
+        queue_rest();
+        if (i + 1 < o.repeats) forward_first();
+        finish();
       }
       r.pipelined_s = std::chrono::duration<double>(Clock::now() - t0).count() / o.repeats;
     }
