@@ -1,7 +1,8 @@
 // Data-parallel training under mpirun (docs/distributed.md), through the real binary:
 // two ranks train the one-process run (causal LM, masked LM, vision with augmentation
 // and stochastic depth), resume on the same or another number of ranks, refuse a batch
-// that does not divide, and end cleanly when a rank dies or the launcher is signalled.
+// that does not divide, and end cleanly when a rank dies or the launcher is signalled;
+// `gmlp bench` takes its training step across the ranks and reports once.
 // Built only when gmlp has MPI and mpirun is installed (tests/CMakeLists.txt).
 #ifdef GMLP_MPIEXEC
 #include <gtest/gtest.h>
