@@ -93,8 +93,9 @@ int run_bench(const BenchArgs& a) {
   out["min_s"] = r.min_s;
   out["max_s"] = r.max_s;
   out["gflops"] = r.gflops;
-  out["mfu"] = r.gflops / (r.sgemm_peak_gflops * r.ranks);  // against every rank's peak
+  out["mfu"] = r.gflops / (r.ranks > 1 ? r.ranks_peak_gflops : r.sgemm_peak_gflops);  // every rank's peak
   if (r.ranks > 1) out["comm"] = r.comm;
+  if (mode == BenchMode::train) out["first_loss"] = r.first_loss;
   out["peak_rss_mb"] = r.peak_rss_mb;
   out["malloc"] = malloc_name();  // the peak RSS depends on it (docs/bench.md)
   if (o.device != Device::cpu) {
@@ -122,7 +123,9 @@ int run_bench(const BenchArgs& a) {
                                  {"median_s", p.median_s},
                                  {"gflops", p.gflops}});
   }
-  const std::string in_pieces = r.grad_accum > 1 ? ", each batch in " + std::to_string(r.grad_accum) + " pieces" : "";
+  const std::string in_pieces = r.grad_accum > 1 ? std::string(r.ranks > 1 ? ", each rank's rows in " : ", each batch in ") +
+                                                      std::to_string(r.grad_accum) + " pieces"
+                                                : "";
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -144,10 +147,11 @@ int run_bench(const BenchArgs& a) {
           "forward is queued; the mean of %d)\n",
           r.pipelined_s * 1e3, a.repeats);
     // The peak is the process's gemm at the precision in use (bf16's under --precision bf16).
-    const std::string times = r.ranks > 1 ? std::to_string(r.ranks) + " x " : "";
-    std::printf("  %.1f GFLOP/s = %.1f%% of %sthe measured %s peak %.1f GFLOP/s; peak RSS %.0f MB (%s)\n", r.gflops,
-                100 * out["mfu"].get<double>(), times.c_str(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm",
-                r.sgemm_peak_gflops, r.peak_rss_mb, out["malloc"].get<std::string>().c_str());
+    const std::string whose = r.ranks > 1 ? "the " + std::to_string(r.ranks) + " ranks' measured " : "the measured ";
+    std::printf("  %.1f GFLOP/s = %.1f%% of %s%s peak %.1f GFLOP/s; peak RSS %.0f MB (%s)\n", r.gflops,
+                100 * out["mfu"].get<double>(), whose.c_str(), a.precision == "bf16" ? "bf16 GEMM" : "sgemm",
+                r.ranks > 1 ? r.ranks_peak_gflops : r.sgemm_peak_gflops, r.peak_rss_mb,
+                out["malloc"].get<std::string>().c_str());
     if (out.contains("device_peak_mb"))
       std::printf("  on %s; peak device memory %.0f MiB (the backend's allocations)\n", r.device_name.c_str(),
                   r.device_peak_mb);

@@ -4,6 +4,7 @@
 // runs, with the sgemm peak measured in the same process so that MFU means something
 // here. `gmlp bench` prints these; bench/compare.py runs it beside PyTorch.
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct BenchResult {
   double recompute_s = 0;                     // generate: per token, recomputing the window
   double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token), all ranks'
   double sgemm_peak_gflops = 0;               // this process's
+  double ranks_peak_gflops = 0;               // train: every rank's peak, summed (this one's alone on one)
+  // train: the first step's loss (warm-up included), over the global batch: the same
+  // on any number of ranks, to float tolerance.
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
   double peak_rss_mb = 0;
   double device_peak_mb = 0;  // a device backend's peak allocation (0 on the CPU)
   std::string device_name;    // what ran it: "cpu", or the GPU (Backend::device_name)

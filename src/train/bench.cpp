@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <optional>
 
@@ -147,33 +148,6 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
           "bench: --products times training or inference steps, not generation");
   require(!o.products || o.device == Device::cpu,
           "bench: --products times the CPU's products; this run is on " + name_of(o.device));
-  BenchResult r;
-  Model model(mc, o.device);
-  Rng rng(rc.train.seed, 1);
-  model.init(rng);
-  r.params = model.num_params();
-  r.device_name = model.backend().device_name();
-  // A batch of the task's shape with random content: the causal LM's shifted windows,
-  // the masked LM's targets, full-length sentences, random images.
-  SyntheticBatch data(rc, B, rng);
-  Batch batch = data.batch;
-  // The images stay on the device for the whole run, as bench/gpu_bench.py's PyTorch
-  // side keeps its batch: the step is timed, not a host-to-device copy of a batch that
-  // never changes (77 MB a step for gMLP-S/16 at batch 128). Token batches are uploaded
-  // each step, as in training: they are small.
-  DeviceBuffer<float> images;
-  if (!mc.token_input() && !model.backend().host_memory()) {
-    images = DeviceBuffer<float>(model.backend(), data.images.size());
-    model.backend().upload(images.data(), data.images.data(), sizeof(float) * data.images.size());
-    batch.images = images.data();
-    batch.images_on_backend = true;
-  }
-  double flops = 0;  // per timed unit
-  Stats s;
-  std::optional<AdamW> opt;
-  std::optional<NoGrad> no_grad;
-  std::function<void()> step;  // train and infer: one timed unit
-  Batch train_batch = batch;  // training drops what the config drops, as `gmlp train` does
   // Data parallelism and gradient accumulation as `gmlp train` takes them: each rank's
   // rows of the global batch (every rank draws the whole batch, from the same seed), in
   // K pieces, the gradients reduced across the ranks in the last piece's backward, and
@@ -194,12 +168,47 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
     return "bench: a batch of " + std::to_string(B) + " rows does not divide into grad_accum = " + std::to_string(K) +
            " pieces" + (P > 1 ? " on each of " + std::to_string(P) + " processes" : "");
   });
+  BenchResult r;
+  Model model(mc, o.device);
+  Rng rng(rc.train.seed, 1);
+  model.init(rng);
+  r.params = model.num_params();
+  r.device_name = model.backend().device_name();
+  // A batch of the task's shape with random content: the causal LM's shifted windows,
+  // the masked LM's targets, full-length sentences, random images.
+  SyntheticBatch data(rc, B, rng);
+  Batch batch = data.batch;
+  Batch train_batch = batch;  // training drops what the config drops, as `gmlp train` does
+  // The images stay on the device for the whole run, as bench/gpu_bench.py's PyTorch
+  // side keeps its batch: the step is timed, not a host-to-device copy of a batch that
+  // never changes (77 MB a step for gMLP-S/16 at batch 128). A rank's own rows alone, as
+  // `gmlp train` sends them (BatchAhead); the rows it shards are the host's. Token
+  // batches are uploaded each step, as in training: they are small.
+  DeviceBuffer<float> images;
+  if (!mc.token_input() && !model.backend().host_memory()) {
+    const size_t per = data.images.size() / size_t(B), rows = size_t(B / P), first = size_t(comm.rank() % P) * rows;
+    images = DeviceBuffer<float>(model.backend(), rows * per);
+    model.backend().upload(images.data(), data.images.data() + first * per, sizeof(float) * rows * per);
+    batch.images = images.data();  // infer: the whole batch (one process)
+    batch.images_on_backend = true;
+  }
+  double flops = 0;  // per timed unit
+  Stats s;
+  std::optional<AdamW> opt;
+  std::optional<NoGrad> no_grad;
+  std::function<void()> step;  // train and infer: one timed unit
   std::optional<DataParallel> dp;
   std::span<const Batch> rest;  // the step's pieces after the first
+  double share = 1.0;           // the queued step's share of the global batch's targets
   // The step's first piece queued; its rows cut again each step, as the trainer's are
-  // (the reductions count a step's gradients from its shard).
+  // (the reductions count a step's gradients from its shard), on the device's copy.
   auto forward_first = [&] {
-    const std::vector<Batch>& pieces = dp->pieces(dp->shard(train_batch), K);
+    Batch mine = dp->shard(train_batch);
+    if (!images.empty()) {
+      mine.images = images.data();
+      mine.images_on_backend = true;
+    }
+    const std::vector<Batch>& pieces = dp->pieces(mine, K);
     model.forward_queued(pieces[0]);
     rest = std::span<const Batch>(pieces).subspan(1);
   };
@@ -207,10 +216,12 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   auto queue_rest = [&] {
     queue_train_step(
         model, *opt, 1.f, 1e-4f, [&] { dp->finish_backward(); }, {}, P > 1, rest);
+    share = dp->share();  // this step's, before the next step's shard (the pipeline below)
   };
   auto finish = [&] {
     const StepResult sr = finish_train_step(model, *opt, P > 1);  // waits for the device
-    if (P > 1) dp->agree(sr.loss, dp->share(), false);
+    const double loss = P > 1 ? dp->agree(sr.loss, share, false).loss : sr.loss;
+    if (std::isnan(r.first_loss)) r.first_loss = loss;
   };
   if (mode == BenchMode::train) {
     draw_dropout(mc, rng, train_batch);  // here only: the other modes' draws stay as they were
@@ -303,6 +314,8 @@ BenchResult bench_model(const RunConfig& rc, BenchMode mode, const BenchOptions&
   // would otherwise be most of a small model's figure.
   model.backend().profile_ops(false);  // the peak's products are not the model's
   r.sgemm_peak_gflops = gemm_peak_gflops(model.backend());
+  r.ranks_peak_gflops = r.sgemm_peak_gflops;  // every rank's, summed: a step's ranks may differ
+  if (P > 1) comm.allreduce_sum(&r.ranks_peak_gflops, 1);
   return r;
 }
 
