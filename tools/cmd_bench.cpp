@@ -123,9 +123,10 @@ int run_bench(const BenchArgs& a) {
                                  {"median_s", p.median_s},
                                  {"gflops", p.gflops}});
   }
-  const std::string in_pieces = r.grad_accum > 1 ? std::string(r.ranks > 1 ? ", each rank's rows in " : ", each batch in ") +
-                                                      std::to_string(r.grad_accum) + " pieces"
-                                                : "";
+  const std::string in_pieces = r.grad_accum > 1
+                                    ? std::string(r.ranks > 1 ? ", each rank's rows in " : ", each batch in ") +
+                                          std::to_string(r.grad_accum) + " pieces"
+                                    : "";
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
