@@ -61,7 +61,7 @@ struct BenchResult {
   double recompute_s = 0;                     // generate: per token, recomputing the window
   double gflops = 0;                          // useful FLOPs per second (forward_flops_per_token), all ranks'
   double sgemm_peak_gflops = 0;               // this process's
-  double ranks_peak_gflops = 0;               // train: every rank's peak, summed (this one's alone on one)
+  double ranks_peak_gflops = 0;               // every rank's peak, summed (this one's alone on one)
   // train: the first step's loss (warm-up included), over the global batch: the same
   // on any number of ranks, to float tolerance.
   double first_loss = std::numeric_limits<double>::quiet_NaN();

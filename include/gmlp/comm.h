@@ -68,7 +68,7 @@ inline Block block_of(size_t n, int rank, int size) {
 Communicator& world();
 // This process alone, every collective the identity: what world() is outside a
 // launcher, for a caller that takes no part in a job's collectives even under one
-// (gmlp bench takes its batch in pieces through DataParallel, and reduces nothing).
+// (bench_model's default, where it is given no communicator).
 Communicator& this_process();
 // Whether world() has been called (so tools can tell, after an error, whether other
 // ranks may be waiting on this one).

@@ -376,18 +376,19 @@ BlockScratch Model::Arena::scratch() {
 void Model::forward_queued(const Batch& in) {
   const int B = in.B, T = in.T;
   require(B > 0 && T > 0, "forward: empty batch");
-  require(int64_t(B) * T <= (int64_t(1) << 31) / 8, "forward: batch x sequence = " + std::to_string(int64_t(B) * T) +
-                                                        " tokens is more than one step can hold");
+  // Row counts and offsets in int, with room: the kernels' and products' dimensions.
+  constexpr int64_t kAtMost = (int64_t(1) << 31) / 8;
+  require(int64_t(B) * T <= kAtMost,
+          "forward: batch x sequence = " + std::to_string(int64_t(B) * T) + " tokens is more than one step can hold");
   // The spatial mixing takes a position's gate channels of every sequence as one row of
   // its products ([T, B g]: the products' and the GPU kernels' int dimensions), as
   // aMLP's attention takes B x 3 d_attn; the same margin.
   const int wide = std::max(cfg_.gate_channels(), 3 * cfg_.d_attn);
   const int64_t row = int64_t(B) * wide;
-  require(!cfg_.has_sgu() || row <= (int64_t(1) << 31) / 8, [&] {
+  require(!cfg_.has_sgu() || row <= kAtMost, [&] {
     return "forward: a batch of " + std::to_string(B) + " sequences x " + std::to_string(wide) +
            " gate channels = " + std::to_string(row) +
-           " values at each position, more than the spatial mixing takes (" + std::to_string((int64_t(1) << 31) / 8) +
-           ")";
+           " values at each position, more than the spatial mixing takes (" + std::to_string(kAtMost) + ")";
   });
   if (cfg_.token_input()) {
     require(in.tokens != nullptr, "forward: a token model needs tokens");

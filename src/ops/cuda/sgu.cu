@@ -441,9 +441,9 @@ void forward_as(const ops::SguParams& p, const TU* U, int T, int B, int f, TU* S
       MixOperands on = o;
       on.W = spatial_w_bf16_plain(p.W, p.ldw, T, p.causal, p.w16);
       if (!vec_aligned<8>(on.W)) throw Error("sgu_forward: the bf16 copy of W is not 16-byte aligned");
-      FIn<TF> fin = f_in(p, B, d, static_cast<const TF*>(F));
-      fin.bias = p.bias;
-      mix_then(on, CombineEpilogue{p.kind, ZIn<TU>{U, f, 0, p.z}, fin, F, S, ld, B, d.g, ops::FastDiv(uint32_t(d.g))});
+      // F held without its bias (combine_in_product): f_in adds it as F is read.
+      mix_then(on, CombineEpilogue{p.kind, ZIn<TU>{U, f, 0, p.z}, f_in(p, B, d, static_cast<const TF*>(F)), F, S, ld, B,
+                                   d.g, ops::FastDiv(uint32_t(d.g))});
       check_launch("sgu spatial product + bias + combine");
       return;
     }
