@@ -214,6 +214,19 @@ TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
                  "val_acc");
 }
 
+// Streamed, each rank decodes only its own rows' images (TrainTask::fill_rows): the run
+// is the one process's over the same folder held.
+TEST(Distributed, AStreamedImageFolderOnTwoRanksIsTheOneProcessHeldRun) {
+  test::TempDir data("dist_vision_stream");
+  test::write_vision_folder(data.file("set"), {"a", "b", "c"});
+  same_run(single() + " train", launch(2) + " train --set train.stream_images=true",
+           " --task vision --data " + data.file("set") +
+               " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+               " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
+               " --no-progress --steps 12 --log-every 1 --eval-every 6",
+           "val_acc", {}, "streamed from their files");
+}
+
 TEST(Distributed, ClassifierWithDropoutAndValidationOnTwoRanksIsTheOneProcessRun) {
   test::TempDir data("dist_classify_data");
   test::write_sentences(data.file("train.tsv"), 20, 1);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "gmlp/error.h"
@@ -426,6 +427,115 @@ TEST(ImageFolder, ClassesFromFolderNamesImagesAsBytes) {
   write_bytes(dir.file("set/train-labels-idx1-ubyte"), Small().labels_file());
   EXPECT_NE(error_of([&] { load_image_dataset(dir.file("set"), "test"); }).find("no test images file"),
             std::string::npos);
+}
+
+// Streamed, an image folder names its files and holds no image; read_images decodes any
+// of them, in any order, to the bytes the held set holds (PNG and PPM of other sizes and
+// channel counts converted and resized alike), and the normalisation computed over it is
+// the held set's, bit for bit. A file that cannot be read is found when it is read, the
+// first in the order asked for named.
+TEST(ImageFolder, AStreamedSetReadsTheBytesAHeldSetHolds) {
+  TempDir dir("imgstream");
+  std::mt19937 gen(4);
+  for (int i = 0; i < 40; ++i) {
+    const std::string cls = std::string("set/train/") + char('a' + i % 3);
+    fs::create_directories(dir.file(cls));
+    const int h = 5 + i % 7, w = 4 + i % 5;
+    if (i % 4 == 0) {  // a colour PNG
+      plot::Canvas cv(w, h, plot::kBlack);
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) cv.set(x, y, {uint8_t(gen()), uint8_t(gen()), uint8_t(gen())});
+      cv.write_png(dir.file(cls + "/" + std::to_string(i) + ".png"));
+    } else {
+      Bytes px(size_t(h) * w);
+      for (auto& v : px) v = uint8_t(gen());
+      test::write_pgm(dir.file(cls + "/" + std::to_string(i) + ".pgm"), px, h, w);
+    }
+  }
+  for (const ImageShape shape : {ImageShape{3, 6, 7}, ImageShape{1, 9, 4}}) {
+    std::vector<std::string> held_names, streamed_names;
+    const ImageSet held = load_image_dataset(dir.file("set"), "train", 0, shape, &held_names);
+    const ImageSet s = load_image_dataset(dir.file("set"), "train", 0, shape, &streamed_names, /*stream=*/true);
+    ASSERT_FALSE(held.streamed());
+    ASSERT_TRUE(s.streamed());
+    EXPECT_TRUE(s.bytes.empty());
+    EXPECT_EQ(s.files.size(), 40u);
+    EXPECT_EQ(held_names, streamed_names);
+    EXPECT_EQ(held.labels, s.labels);
+    EXPECT_EQ((std::vector<int>{s.n, s.channels, s.height, s.width, s.n_classes}),
+              (std::vector<int>{held.n, held.channels, held.height, held.width, held.n_classes}));
+    for (size_t i = 0; i < s.files.size(); ++i) EXPECT_EQ(s.file_sizes[i], fs::file_size(s.files[i])) << i;
+    std::vector<int> which(size_t(s.n));
+    std::iota(which.begin(), which.end(), 0);
+    std::shuffle(which.begin(), which.end(), gen);
+    which.push_back(which[0]);  // an image twice in one read
+    Bytes got(which.size() * s.image_size()), want(got.size());
+    read_images(s, which.data(), int(which.size()), got.data());
+    read_images(held, which.data(), int(which.size()), want.data());  // a held set's: copied
+    for (size_t r = 0; r < which.size(); ++r)
+      ASSERT_TRUE(std::equal(want.begin() + r * s.image_size(), want.begin() + (r + 1) * s.image_size(),
+                             held.image_bytes(which[r])))
+          << r;
+    EXPECT_TRUE(got == want);
+    const Normalization a = compute_normalization(held), b = compute_normalization(s);
+    EXPECT_EQ(a.mean, b.mean);
+    EXPECT_EQ(a.std, b.std);
+  }
+  // Unreadable files: listed as any other; found when read, the first asked for named.
+  write_text(dir.file("set/train/a/zz-broken.png"), "not a png");
+  write_text(dir.file("set/train/b/zz-empty.png"), "");
+  const ImageSet s = load_image_dataset(dir.file("set"), "train", 0, {1, 4, 4}, nullptr, true);
+  int broken = -1, empty = -1;
+  for (int i = 0; i < s.n; ++i) {
+    if (s.files[size_t(i)].find("zz-broken") != std::string::npos) broken = i;
+    if (s.files[size_t(i)].find("zz-empty") != std::string::npos) empty = i;
+  }
+  ASSERT_GE(broken, 0);
+  ASSERT_GE(empty, 0);
+  Bytes out(3 * s.image_size());
+  for (const auto& [order, named] : {std::pair{std::vector<int>{0, empty, broken}, "zz-empty"},
+                                     std::pair{std::vector<int>{broken, 1, empty}, "zz-broken"}}) {
+    const std::string e = error_of([&] { read_images(s, order.data(), 3, out.data()); });
+    EXPECT_NE(e.find(named), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { compute_normalization(s); }).find("zz-broken"), std::string::npos);
+  const int outside = s.n;
+  EXPECT_NE(error_of([&] { read_images(s, &outside, 1, out.data()); }).find("image 42 of a set of 42"),
+            std::string::npos);
+  // Held, the same folder stops at its load, naming the file.
+  EXPECT_NE(error_of([&] {
+              load_image_dataset(dir.file("set"), "train", 0, {1, 4, 4});
+            }).find("zz-broken"),
+            std::string::npos);
+}
+
+// A held folder whose bytes would not fit in the memory the system has free is refused
+// before any image is decoded, naming what it needs and how to stream it; streamed, the
+// same folder loads (nothing is decoded until used).
+TEST(ImageFolder, AHeldSetLargerThanTheFreeMemoryIsRefusedBeforeDecoding) {
+  uint64_t avail = 0;
+  {
+    std::ifstream f("/proc/meminfo");
+    for (std::string key; f >> key;) {
+      uint64_t kb = 0;
+      f >> kb;
+      if (key == "MemAvailable:") avail = kb * 1024;
+      f.ignore(1 << 20, '\n');
+    }
+  }
+  if (avail == 0) GTEST_SKIP() << "/proc/meminfo gives no MemAvailable";
+  TempDir dir("imgbig");
+  fs::create_directories(dir.file("set/train/a"));
+  // Images of 3 x 30000 x 30000 (2.7 GB each), enough of them to pass the free memory.
+  const double each = 3.0 * 30000 * 30000;
+  const int n = int(double(avail) / each) + 2;
+  for (int i = 0; i < n; ++i) test::write_pgm(dir.file("set/train/a/" + std::to_string(i) + ".pgm"), Bytes(4, 9), 2, 2);
+  const std::string e = error_of([&] { load_image_dataset(dir.file("set"), "train", 0, {3, 30000, 30000}); });
+  EXPECT_NE(e.find(std::to_string(n) + " images of 3x30000x30000 need"), std::string::npos) << e;
+  EXPECT_NE(e.find("--set train.stream_images=true"), std::string::npos) << e;
+  const ImageSet s = load_image_dataset(dir.file("set"), "train", 0, {3, 30000, 30000}, nullptr, true);
+  EXPECT_EQ(s.n, n);
+  EXPECT_TRUE(s.bytes.empty());
 }
 
 TEST(ImageFile, PgmAsciiBinaryAnd16Bit) {

@@ -59,15 +59,11 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 using test::quadrant_image;
 using test::write_idx;
+using test::write_pgm;
+using test::write_vision_folder;
 using test::write_vision_set;
 
 const std::vector<std::string> kQuadrants = {"top-left", "top-right", "bottom-left"};
-
-void write_pgm(const std::string& path, const std::vector<uint8_t>& px, int h, int w) {
-  std::ofstream f(path, std::ios::binary);
-  f << "P5\n" << w << " " << h << "\n255\n";
-  f.write(reinterpret_cast<const char*>(px.data()), std::streamsize(px.size()));
-}
 
 const std::string kVisionTiny =
     " --task vision --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --batch-size 16"
@@ -164,15 +160,8 @@ TEST(TasksCli, VisionTrainsAndEvalsFromAnImageFolder) {
   test::TempDir dir("tasks_vision_folder");
   const std::string data = dir.file("data"), out = dir.file("run");
   const std::vector<std::string> folders = {"a-top-left", "b-top-right", "c-bottom-left"};
-  std::mt19937 rng(5);
-  for (auto [split, n] : {std::pair<std::string, int>{"train", 64}, {"test", 30}}) {
-    for (const auto& f : folders) std::filesystem::create_directories(data + "/" + split + "/" + f);
-    for (int i = 0; i < n; ++i) {
-      const int k = i % 3;
-      write_pgm(data + "/" + split + "/" + folders[size_t(k)] + "/" + std::to_string(i) + ".pgm",
-                quadrant_image(k, rng), 8, 8);
-    }
-  }
+  write_vision_folder(data, folders);
+  std::mt19937 rng(7);
   auto r =
       run_command(gmlp() + " train --data " + data + " --out " + out + kVisionTiny + " --steps 80 --eval-every 40");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -217,6 +206,72 @@ TEST(TasksCli, VisionTrainsAndEvalsFromAnImageFolder) {
   r = run_command(gmlp() + " eval --model " + out + " --data " + data + " 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "class folder 'd-elsewhere' is not one of the model's classes")) << r.output;
+}
+
+// Streamed (train.stream_images), an image folder's images are decoded from their files
+// at each use, to the bytes a held folder holds: the held run, bit for bit (losses,
+// evaluations, weights); it resumes as itself, and refuses a folder whose files changed;
+// an image found unreadable mid-run stops it, naming the file.
+TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
+  test::TempDir dir("tasks_vision_stream");
+  const std::string data = dir.file("data");
+  write_vision_folder(data, {"a", "b", "c"});
+  const std::string common = " train --data " + data + kVisionTiny +
+                             " --steps 12 --log-every 1 --eval-every 6 --ckpt-every 4"
+                             " --set model.survival_prob=0.7 --set train.augment_shift=1";
+  const std::string stream = " --set train.stream_images=true";
+  auto r = run_command(gmlp() + common + " --out " + dir.file("held"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "streamed")) << r.output;
+  r = run_command(gmlp() + common + stream + " --out " + dir.file("streamed"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "64 train / 30 test images of 1x8x8")) << r.output;
+  EXPECT_TRUE(contains(r.output, "streamed from their files")) << r.output;
+  const auto losses = train_losses(dir.file("held"));
+  EXPECT_EQ(losses.size(), 12u);
+  EXPECT_EQ(losses, train_losses(dir.file("streamed")));
+  auto evals = [](const std::string& run) {
+    std::vector<double> v;
+    for (const auto& j : read_jsonl(metrics_file(run)))
+      if (j.contains("val_loss")) v.insert(v.end(), {j["val_loss"].get<double>(), j["val_acc"].get<double>()});
+    return v;
+  };
+  EXPECT_EQ(evals(dir.file("held")).size(), 4u);
+  EXPECT_EQ(evals(dir.file("held")), evals(dir.file("streamed")));
+  EXPECT_TRUE(same_weights(model_file(dir.file("held")), model_file(dir.file("streamed"))));
+  // `gmlp eval` streams a folder's test split: the run's last evaluation, of the same model.
+  r = run_command(gmlp() + " eval --model " + dir.file("held") + " --data " + data + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ev = nlohmann::json::parse(r.output);
+  EXPECT_EQ(ev["examples"], 30);
+  EXPECT_EQ(ev["accuracy"].get<double>(), evals(dir.file("held")).back());
+  EXPECT_NEAR(ev["loss"].get<double>(), evals(dir.file("held"))[2], 1e-6);
+  // Resumed, the run streams again (its config says so) and is the straight run.
+  r = run_command(gmlp() + common + stream + " --out " + dir.file("split") + " --stop-after 6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "streamed from their files")) << r.output;
+  EXPECT_EQ(losses, train_losses(dir.file("split")));
+  EXPECT_TRUE(read_file(model_file(dir.file("streamed"))) == read_file(model_file(dir.file("split"))));
+  // A streamed set is known by its files' names and sizes: one renamed, the run refuses
+  // to resume on it.
+  r = run_command(gmlp() + common + stream + " --out " + dir.file("renamed") + " --stop-after 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::filesystem::rename(data + "/train/a/0.pgm", data + "/train/a/00.pgm");
+  r = run_command(gmlp() + " train --out " + dir.file("renamed") + " --resume --no-progress 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "fingerprint")) << r.output;
+  std::filesystem::rename(data + "/train/a/00.pgm", data + "/train/a/0.pgm");
+  // An image that cannot be read, with the normalisation given (so no pass over the set
+  // reads it first): the run stops when a batch draws it, naming it.
+  std::ofstream(data + "/train/b/zz.png") << "not a png";
+  r = run_command(gmlp() + " train --data " + data + kVisionTiny + stream +
+                  " --steps 40 --eval-every 1000 --set 'model.normalization={\"mean\":[0.4],\"std\":[0.3]}'" +
+                  " --out " + dir.file("broken") + " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "zz.png")) << r.output;
+  EXPECT_TRUE(contains(r.output, "streamed from their files")) << "found mid-run, not at the load: " << r.output;
 }
 
 TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {

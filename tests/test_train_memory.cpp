@@ -212,6 +212,48 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
   }
 }
 
+// A rank's share of a batch (TrainTask::fill_rows): every row is drawn, so the labels and
+// the RNG are the whole batch's, but only the rank's rows are made, a streamed folder's
+// decoded, each the held folder's row; the other rows' memory is not written.
+TEST(TrainMemory, AStreamedVisionTaskMakesOnlyTheRowsItIsGiven) {
+  test::TempDir dir("train_fill_rows");
+  test::write_vision_folder(dir.file("set"), {"a", "b", "c"});
+  constexpr int B = 16, first = 4, count = 8;
+  auto task_of = [&](bool stream) {
+    RunConfig rc;
+    rc.model =
+        ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+    rc.train.batch_size = B;
+    rc.train.augment_shift = 2;
+    rc.train.stream_images = stream;
+    TaskInputs in;
+    in.data_path = dir.file("set");
+    return make_task(rc, in);
+  };
+  auto held = task_of(false), streamed = task_of(true);
+  streamed->fill_rows(first, count);
+  EXPECT_NE(test::error_of([&] { streamed->fill_rows(12, 8); }).find("rows outside the batch"), std::string::npos);
+  Rng a(3), b(3);
+  std::vector<uint8_t> outside_before;
+  for (int round = 0; round < 3; ++round) {
+    const Batch& h = held->next_batch(a);
+    const Batch& s = streamed->next_batch(b);
+    ASSERT_TRUE(h.image_bytes && s.image_bytes);
+    constexpr size_t sz = 64;
+    std::vector<uint8_t> outside(s.image_bytes, s.image_bytes + first * sz);
+    outside.insert(outside.end(), s.image_bytes + (first + count) * sz, s.image_bytes + B * sz);
+    if (round > 0) {
+      EXPECT_EQ(outside, outside_before) << "round " << round;
+    }
+    outside_before = outside;
+    EXPECT_TRUE(std::equal(h.targets, h.targets + B, s.targets));
+    EXPECT_TRUE(
+        std::equal(h.image_bytes + first * sz, h.image_bytes + (first + count) * sz, s.image_bytes + first * sz))
+        << "round " << round;
+    EXPECT_EQ(a.state(), b.state());
+  }
+}
+
 // An IDX data set is held as its bytes, which the model normalises as it cuts its patches;
 // the run is the one over the floats they stand for, normalised on the host, to the bit:
 // every loss, the test accuracy and the weights, with shifts (each channel's black shifted

@@ -165,6 +165,24 @@ void write_vision_set(const std::string& dir) {
   }
   std::ofstream(dir + "/classes.txt") << "top-left\ntop-right\nbottom-left\n";
 }
+void write_pgm(const std::string& path, const std::vector<uint8_t>& px, int h, int w) {
+  std::ofstream f(path, std::ios::binary);
+  f << "P5\n" << w << " " << h << "\n255\n";
+  f.write(reinterpret_cast<const char*>(px.data()), std::streamsize(px.size()));
+}
+
+void write_vision_folder(const std::string& dir, const std::vector<std::string>& folders) {
+  std::mt19937 rng(5);
+  for (auto [split, n] : {std::pair<std::string, int>{"train", 64}, {"test", 30}}) {
+    for (const auto& f : folders) std::filesystem::create_directories(dir + "/" + split + "/" + f);
+    for (int i = 0; i < n; ++i) {
+      const int k = i % 3;
+      write_pgm(dir + "/" + split + "/" + folders[size_t(k)] + "/" + std::to_string(i) + ".pgm", quadrant_image(k, rng),
+                8, 8);
+    }
+  }
+}
+
 TrainOptions small_run(const std::string& task, const TempDir& dir, const std::string& out, Device device) {
   TrainOptions o;
   o.device = device;

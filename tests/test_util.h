@@ -64,6 +64,11 @@ void write_sentences(const std::string& path, int per_class, uint32_t seed, int 
 void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data);
 std::vector<uint8_t> quadrant_image(int k, std::mt19937& rng);
 void write_vision_set(const std::string& dir);
+// A binary PGM of h x w grey bytes.
+void write_pgm(const std::string& path, const std::vector<uint8_t>& px, int h, int w);
+// The same task as an image folder (train/<class>/<i>.pgm, test/<class>/<i>.pgm): 64
+// train and 30 test images, image i of class folders[i % 3].
+void write_vision_folder(const std::string& dir, const std::vector<std::string>& folders);
 
 // A small training run of a task for the trainer's tests, on `device`, its data in dir
 // (written there on first use): a causal LM with dropout or a masked LM on kGplText, a

@@ -93,6 +93,9 @@ struct TrainConfig {
   uint64_t seed = 1337;
   float mask_prob = 0.15f;          // mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
   int augment_shift = 0;            // vision: random shifts of up to this many pixels
+  // vision: an image folder's images decoded from their files at each use, not held in
+  // memory (for a set larger than the memory; the run is the one held images make)
+  bool stream_images = false;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)
 

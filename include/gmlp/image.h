@@ -21,21 +21,37 @@ inline float byte_pixel(uint8_t b) { return float(b) * (1.0f / 255.0f); }
 // A labelled set of images, all of one shape: floats, or (as_bytes) the bytes an IDX file
 // holds, a quarter of the memory. A set of bytes is never normalised in place: the model
 // normalises bytes as it reads them (Batch::image_bytes), to the same floats.
+//
+// An image folder may instead be streamed: its files named, not held (bytes empty), each
+// image decoded from its file whenever it is used, to the bytes a held set would hold
+// (read_images), so that a set larger than the machine's memory trains, and trains as it
+// would held.
 struct ImageSet {
   int n = 0, channels = 0, height = 0, width = 0;
   bool as_bytes = false;
   std::vector<float> pixels;     // [n, C, H, W], in [0, 1] until normalised (empty as_bytes)
-  std::vector<uint8_t> bytes;    // [n, C, H, W] pixel values 0..255 (as_bytes)
+  std::vector<uint8_t> bytes;    // [n, C, H, W] pixel values 0..255 (as_bytes, held)
   std::vector<int32_t> labels;   // [n], each in [0, n_classes)
   int n_classes = 0;
+  // Streamed: each image's file, and its size in bytes when listed (the set's fingerprint).
+  std::vector<std::string> files;
+  std::vector<uint64_t> file_sizes;
 
+  bool streamed() const { return !files.empty(); }
   size_t image_size() const { return size_t(channels) * size_t(height) * size_t(width); }
   const float* image(int i) const { return pixels.data() + size_t(i) * image_size(); }
   float* image(int i) { return pixels.data() + size_t(i) * image_size(); }
+  // A held byte set's image i (read_images reads a streamed set's).
   const uint8_t* image_bytes(int i) const { return bytes.data() + size_t(i) * image_size(); }
-  // Pixel k of the set, [0, 1] (or normalised, for a float set that was), either way.
+  // Pixel k of a held set, [0, 1] (or normalised, for a float set that was), either way.
   float value(size_t k) const { return as_bytes ? byte_pixel(bytes[k]) : pixels[k]; }
 };
+
+// Images which[0..count) of a byte set, [count, C, H, W] into out: a held set's copied, a
+// streamed set's decoded from their files (in parallel on the team), each to the bytes
+// load_image_folder would hold of it. An image that cannot be read is an Error naming its
+// file (the first in `which` order, whatever the threads).
+void read_images(const ImageSet& set, const int* which, int count, uint8_t* out);
 
 // A whole file's bytes, gunzipped when it starts with the gzip magic (1f 8b), so either
 // form of a file reads the same. Error naming the path: missing, unreadable, corrupt or
@@ -80,8 +96,12 @@ struct ImageShape {
 // name the folder or file: no class folders, a class folder with no images, a folder
 // that is not a given class, more classes than n_classes (when > 0), all before any image
 // is decoded; an image that cannot be read (the first in file order).
+// stream: the set names its files rather than holding their images (ImageSet::files), and
+// nothing is decoded here but the first image, when the shape needs it. Held, a set whose
+// bytes would not fit in the memory the system has free is refused before decoding,
+// naming the bytes it needs and train.stream_images.
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
-                           int n_classes = 0);
+                           int n_classes = 0, bool stream = false);
 
 // The split ("train" or "test") of an image data set in `dir`. An IDX data set, named as
 // MNIST names it: {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte,
@@ -91,8 +111,9 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
 // shape and, where given, class_names, filled in with the folders' names when empty).
 // n_classes > 0: labels must be below it. Error naming the folder and the names tried
 // when neither is there.
+// stream: an image folder's is streamed (load_image_folder); an IDX set is always held.
 ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes = 0, ImageShape shape = {},
-                            std::vector<std::string>* class_names = nullptr);
+                            std::vector<std::string>* class_names = nullptr, bool stream = false);
 
 // Per-channel normalisation x' = (x - mean[c]) / std[c], stored with a model so that
 // inference applies what training applied.
@@ -106,7 +127,8 @@ struct Normalization {
   static Normalization from_json(const nlohmann::json& j, const std::string& where);
 };
 // Mean and population standard deviation of each channel over every pixel of the set
-// (accumulated in double). A constant channel gets std 1. Error on an empty set.
+// (accumulated in double, image by image in order: a streamed set, decoded once for it,
+// gets a held one's bits). A constant channel gets std 1. Error on an empty set.
 Normalization compute_normalization(const ImageSet& set);
 // In place; Error when the channel count differs from the normalisation's, or when the set
 // is held as bytes (the model normalises those as it reads them).

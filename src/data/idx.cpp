@@ -226,7 +226,7 @@ ImageSet make_image_set(std::vector<uint8_t> bytes, std::vector<int32_t> labels,
 }
 
 ImageSet load_image_dataset(const std::string& dir, const std::string& split, int n_classes, ImageShape shape,
-                            std::vector<std::string>* class_names) {
+                            std::vector<std::string>* class_names, bool stream) {
   namespace fs = std::filesystem;
   require(split == "train" || split == "test", "image data set split must be \"train\" or \"test\", got \"" + split + "\"");
   require(fs::is_directory(dir), dir +
@@ -262,7 +262,7 @@ ImageSet load_image_dataset(const std::string& dir, const std::string& split, in
   require(fs::is_directory(folder, ec), dir + ": no IDX files (tried " + tried_images + ", " + tried_labels + "), nor a " +
                                         split + "/ folder of class folders");
   std::vector<std::string> local = class_names ? *class_names : std::vector<std::string>{};
-  ImageSet s = load_image_folder(folder.string(), shape, local, n_classes);
+  ImageSet s = load_image_folder(folder.string(), shape, local, n_classes, stream);
   if (n_classes > 0) s.n_classes = n_classes;
   if (class_names) *class_names = std::move(local);
   return s;
@@ -294,20 +294,50 @@ Normalization Normalization::from_json(const nlohmann::json& j, const std::strin
 Normalization compute_normalization(const ImageSet& set) {
   require(set.n > 0 && set.channels > 0 && set.height > 0 && set.width > 0,
           "compute_normalization: the image set is empty");
-  const size_t hw = size_t(set.height) * set.width;
-  Normalization norm;
-  for (int c = 0; c < set.channels; ++c) {
-    double sum = 0, sq = 0;
-    for (int i = 0; i < set.n; ++i) {
-      const size_t first = set.image_size() * size_t(i) + size_t(c) * hw;
-      double s1 = 0, s2 = 0;  // per image first: keeps the double sums well conditioned
+  const size_t hw = size_t(set.height) * set.width, C = size_t(set.channels);
+  // Each image's sums of each channel first (keeps the double sums well conditioned), in
+  // parallel, then added in image order: the same bits on any team, held or streamed.
+  std::vector<double> sums(size_t(set.n) * C * 2);
+  auto add_image = [&](int i, const auto& value) {
+    for (size_t c = 0; c < C; ++c) {
+      double s1 = 0, s2 = 0;
       for (size_t k = 0; k < hw; ++k) {
-        const float v = set.value(first + k);
+        const float v = value(c * hw + k);
         s1 += v;
         s2 += double(v) * v;
       }
-      sum += s1;
-      sq += s2;
+      sums[(size_t(i) * C + c) * 2] = s1;
+      sums[(size_t(i) * C + c) * 2 + 1] = s2;
+    }
+  };
+  if (set.streamed()) {
+    // A chunk of images at a time through read_images (its errors name the file).
+    const int chunk = 256;
+    std::vector<uint8_t> bytes(size_t(chunk) * set.image_size());
+    std::vector<int> which(static_cast<size_t>(chunk));
+    for (int first = 0; first < set.n; first += chunk) {
+      const int count = std::min(chunk, set.n - first);
+      for (int r = 0; r < count; ++r) which[size_t(r)] = first + r;
+      read_images(set, which.data(), count, bytes.data());
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < count; ++r) {
+        const uint8_t* b = bytes.data() + size_t(r) * set.image_size();
+        add_image(first + r, [&](size_t k) { return byte_pixel(b[k]); });
+      }
+    }
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < set.n; ++i) {
+      const size_t first = set.image_size() * size_t(i);
+      add_image(i, [&](size_t k) { return set.value(first + k); });
+    }
+  }
+  Normalization norm;
+  for (size_t c = 0; c < C; ++c) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < set.n; ++i) {
+      sum += sums[(size_t(i) * C + c) * 2];
+      sq += sums[(size_t(i) * C + c) * 2 + 1];
     }
     const double count = double(set.n) * double(hw);
     const double mean = sum / count;

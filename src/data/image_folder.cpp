@@ -1,10 +1,14 @@
 // Image-folder data sets (<dir>/<split>/<class>/<image>, torchvision's ImageFolder
 // layout): every image decoded once, converted and resized to the set's shape, and held
-// as bytes, as an IDX set is.
+// as bytes, as an IDX set is; or, streamed, decoded to the same bytes whenever it is used.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 
 #include "gmlp/error.h"
@@ -51,10 +55,36 @@ std::vector<Entry> entries(const fs::path& dir) {
 // A decoded image's [0, 1] values as bytes: byte / 255 came in as byte_pixel(byte), which
 // rounds back to the byte; a resized value to its nearest byte, as a resize in 8 bits does.
 uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f)); }
+
+// What one image file is in a set of this shape: the one decoding of a held set's and a
+// streamed set's images, so that the two train alike.
+void decode_bytes(const std::string& path, const ImageSet& s, uint8_t* out) {
+  const Image img = load_image(path, s.channels, s.height, s.width);
+  for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(img.pixels[k]);
+}
+
+// The memory the system has free for new allocations (Linux's MemAvailable), 0 when it
+// does not say.
+uint64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string key; f >> key;) {
+    uint64_t kb = 0;
+    f >> kb;
+    if (key == "MemAvailable:") return kb * 1024;
+    f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+std::string gigabytes(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
+}
 }  // namespace
 
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
-                           int n_classes) {
+                           int n_classes, bool stream) {
   std::error_code ec;
   require(fs::is_directory(dir, ec), dir + ": not a directory (expected one subfolder of images per class)");
   std::vector<std::string> folders;
@@ -119,28 +149,67 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   s.height = shape.height;
   s.width = shape.width;
   s.as_bytes = true;
-  s.bytes.resize(size_t(s.n) * s.image_size());
-  s.labels.resize(files.size());
   s.n_classes = int(class_names.size());
-  // Decoded in parallel, each image into its own place; the first failure in file order
-  // is the one reported, so the error does not depend on the threads.
-  std::vector<std::string> errors(files.size());
-#pragma omp parallel for schedule(dynamic, 8)
-  for (int64_t i = 0; i < int64_t(files.size()); ++i) {
-    try {
-      const Image img = load_image(files[size_t(i)].first, s.channels, s.height, s.width);
-      uint8_t* out = s.bytes.data() + size_t(i) * s.image_size();
-      for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(img.pixels[k]);
-    } catch (const std::exception& e) {  // the readers' errors name the file; anything else gets its name
-      const std::string& path = files[size_t(i)].first;
-      const std::string what = e.what();
-      errors[size_t(i)] = what.find(path) == std::string::npos ? path + ": " + what : what;
+  s.labels.reserve(files.size());
+  s.files.reserve(files.size());
+  for (auto& [path, label] : files) {
+    s.labels.push_back(label);
+    s.files.push_back(std::move(path));
+  }
+  if (stream) {
+    s.file_sizes.resize(s.files.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < int64_t(s.files.size()); ++i) {
+      std::error_code size_ec;
+      const uintmax_t size = fs::file_size(s.files[size_t(i)], size_ec);
+      s.file_sizes[size_t(i)] = size_ec ? 0 : uint64_t(size);  // unreadable: said when it is decoded
     }
-    s.labels[size_t(i)] = files[size_t(i)].second;
+    return s;
+  }
+  // Held: decoded once, every image into its own place, unless the bytes cannot fit.
+  const double need = double(s.n) * double(s.image_size());
+  const uint64_t avail = available_memory();
+  require(avail == 0 || need <= double(avail), [&] {
+    return dir + ": its " + std::to_string(s.n) + " images of " + std::to_string(s.channels) + "x" +
+           std::to_string(s.height) + "x" + std::to_string(s.width) + " need " + gigabytes(need) +
+           " held in memory, more than the " + gigabytes(double(avail)) +
+           " this machine has free: stream them from their files instead (--set train.stream_images=true)";
+  });
+  s.bytes.resize(size_t(s.n) * s.image_size());
+  std::vector<int> all(size_t(s.n));
+  for (int i = 0; i < s.n; ++i) all[size_t(i)] = i;
+  read_images(s, all.data(), s.n, s.bytes.data());
+  s.files.clear();
+  s.files.shrink_to_fit();
+  return s;
+}
+
+void read_images(const ImageSet& set, const int* which, int count, uint8_t* out) {
+  require(set.as_bytes, "read_images: the image set holds floats, not bytes");
+  const size_t sz = set.image_size();
+  for (int r = 0; r < count; ++r)
+    require(which[r] >= 0 && which[r] < set.n,
+            [&] { return "read_images: image " + std::to_string(which[r]) + " of a set of " + std::to_string(set.n); });
+  if (!set.streamed()) {
+    for (int r = 0; r < count; ++r) std::memcpy(out + size_t(r) * sz, set.image_bytes(which[r]), sz);
+    return;
+  }
+  // Decoded in parallel (images of one folder can differ in cost tenfold: dynamic), each
+  // into its own place; the first failure in `which` order is the one reported, so the
+  // error does not depend on the threads.
+  std::vector<std::string> errors(static_cast<size_t>(count));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int r = 0; r < count; ++r) {
+    const std::string& path = set.files[size_t(which[r])];
+    try {
+      decode_bytes(path, set, out + size_t(r) * sz);
+    } catch (const std::exception& e) {  // the readers' errors name the file; anything else gets its name
+      const std::string what = e.what();
+      errors[size_t(r)] = what.find(path) == std::string::npos ? path + ": " + what : what;
+    }
   }
   for (const std::string& e : errors)
     if (!e.empty()) throw Error(e);
-  return s;
 }
 
 }  // namespace gmlp

@@ -46,6 +46,9 @@ void get(const json& j, const char* key, T& out, const std::string& where) {
         require(x.is_string(), where + ": '" + key + "' must be an array of strings, got " + x.dump());
         out.push_back(x.get<std::string>());
       }
+    } else if constexpr (std::is_same_v<T, bool>) {
+      require(it->is_boolean(), where + ": '" + key + "' must be true or false, got " + it->dump());
+      out = it->get<bool>();
     } else if constexpr (std::is_integral_v<T>) {
       require(it->is_number_integer(), where + ": '" + key + "' must be an integer, got " + it->dump());
       // Range-check before narrowing: a bare get<int> wraps 4294967312 to 16.
@@ -170,6 +173,7 @@ void train_fields(C& c, F&& f) {
   f("seed", c.seed, Write::always);
   f("mask_prob", c.mask_prob, Write::always);
   f("augment_shift", c.augment_shift, Write::always);
+  f("stream_images", c.stream_images, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
 }

@@ -206,14 +206,24 @@ ClassEval evaluate_images(Model& model, const ImageSet& set, int batch, Communic
           "evaluate_images: images of " + std::to_string(set.channels) + "x" + std::to_string(set.height) + "x" +
               std::to_string(set.width) + " do not fit the model's " + std::to_string(c.image_channels) + "x" +
               std::to_string(c.image_height) + "x" + std::to_string(c.image_width));
+  // A streamed set's batch decoded into one buffer, which the next batch reuses.
+  std::vector<uint8_t> decoded;
+  std::vector<int> which;
   return score_set(model, set.labels.data(), size_t(set.n), batch, comm, "evaluate_images", [&](size_t s, int n) {
     Batch b;
     b.B = n;
     b.T = c.seq_len;
-    if (set.as_bytes)
+    if (set.streamed()) {
+      decoded.resize(size_t(n) * set.image_size());
+      which.resize(size_t(n));
+      for (int r = 0; r < n; ++r) which[size_t(r)] = int(s) + r;
+      read_images(set, which.data(), n, decoded.data());
+      b.image_bytes = decoded.data();
+    } else if (set.as_bytes) {
       b.image_bytes = set.image_bytes(int(s));
-    else
+    } else {
       b.images = set.image(int(s));
+    }
     return b;
   });
 }

@@ -163,6 +163,7 @@ class VisionTask : public TrainTask {
         labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
     place_batches(cpu_backend());
+    fill_rows(0, B);
     batch_.B = B;
     batch_.T = cfg.seq_len;
     batch_.targets = labels_.data();
@@ -172,11 +173,13 @@ class VisionTask : public TrainTask {
     return std::to_string(train_.n) + " train / " + std::to_string(test_.n) + " test images of " +
            std::to_string(train_.channels) + "x" + std::to_string(train_.height) + "x" + std::to_string(train_.width) +
            ", " + std::to_string(cfg_.seq_len) + " patches, " + std::to_string(cfg_.n_classes) + " classes" +
-           (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "");
+           (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
+           (train_.streamed() ? ", streamed from their files" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
-  // build has the fingerprint it has now as bytes, so its runs resume.
+  // build has the fingerprint it has now as bytes, so its runs resume. A streamed set's is
+  // over its files' names, sizes and labels (hashing their images would decode the set).
   uint64_t data_fingerprint() const override {
     return fingerprint(test_, fnv1a(test_.labels, fingerprint(train_, fnv1a(train_.labels))));
   }
@@ -188,14 +191,22 @@ class VisionTask : public TrainTask {
       picks_[size_t(b)] = {i, draw_shift(shift_, rng)};
       labels_[size_t(b)] = train_.labels[size_t(i)];
     }
+    // Only the rows this rank takes are made (fill_rows); the others' images are not
+    // read, nor, streamed, decoded.
     const size_t sz = train_.image_size();
-    ops::parallel_for_if(B_, int64_t(B_) * int64_t(sz), ops::kParallelValues, [&](int b) {
+    if (train_.streamed()) {
+      for (int r = 0; r < fill_count_; ++r) which_[size_t(r)] = picks_[size_t(fill_first_ + r)].first;
+      read_images(train_, which_.data(), fill_count_, decoded_.data());
+    }
+    ops::parallel_for_if(fill_count_, int64_t(fill_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
+      const int b = fill_first_ + r;
       const auto& [i, shift] = picks_[size_t(b)];
       // What shifts in is black: byte 0, or in a float set (normalised) each channel's
       // normalised black, a channel at a time.
       if (train_.as_bytes)
-        shift_image(train_.image_bytes(i), bytes_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width,
-                    shift.first, shift.second, uint8_t(0));
+        shift_image(train_.streamed() ? decoded_.data() + size_t(r) * sz : train_.image_bytes(i),
+                    bytes_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width, shift.first,
+                    shift.second, uint8_t(0));
       else
         for (int c = 0; c < train_.channels; ++c) {
           const size_t at = size_t(c) * train_.height * train_.width;
@@ -205,6 +216,15 @@ class VisionTask : public TrainTask {
     });
     if (batch_.keep) draw_keep(cfg_, B_, rng, keep_.data());
     return batch_;
+  }
+  void fill_rows(int first, int count) override {
+    require(first >= 0 && count >= 0 && first + count <= B_, "VisionTask::fill_rows: rows outside the batch");
+    fill_first_ = first;
+    fill_count_ = count;
+    if (train_.streamed()) {
+      which_.resize(size_t(count));
+      decoded_.resize(size_t(count) * train_.image_size());
+    }
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "images"; }
@@ -230,6 +250,17 @@ class VisionTask : public TrainTask {
 
  private:
   uint64_t fingerprint(const ImageSet& set, uint64_t h) const {
+    if (set.streamed()) {
+      h = fnv1a("streamed", 8, h);
+      for (int i = 0; i < set.n; ++i) {
+        // The class folder and file names, not where the set lies.
+        const std::filesystem::path p(set.files[size_t(i)]);
+        const std::string name = p.parent_path().filename().string() + "/" + p.filename().string();
+        h = fnv1a(name.data(), name.size() + 1, h);
+        h = fnv1a(&set.file_sizes[size_t(i)], sizeof(uint64_t), h);
+      }
+      return h;
+    }
     if (!set.as_bytes) return fnv1a(set.pixels, h);
     const size_t hw = size_t(set.height) * set.width;
     std::vector<float> image(set.image_size());
@@ -248,6 +279,9 @@ class VisionTask : public TrainTask {
   HostBuffer<float> images_;                                // a batch of a float set's images
   HostBuffer<uint8_t> bytes_;                               // or of a byte set's
   std::vector<std::pair<int, std::pair<int, int>>> picks_;  // each row's image and shift
+  int fill_first_ = 0, fill_count_ = 0;                     // the rows next_batch makes
+  std::vector<int> which_;                                  // streamed: those rows' images
+  std::vector<uint8_t> decoded_;                            // and their bytes, unshifted
   std::vector<int32_t> labels_;
   std::vector<float> keep_;
   Batch batch_;
@@ -304,9 +338,12 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
   // An image folder's classes are its folders' names (or the config's names, when it has
   // them); an IDX set's come from classes.txt below.
   std::vector<std::string> names = m.class_names;
+  // Streamed or held, an image folder's splits alike (an IDX set, and images given in
+  // memory, are held whichever).
+  const bool stream = rc.train.stream_images;
   ImageSet train = in.memory ? in.memory->images
                              : load_image_dataset(in.data_path, "train", m.n_classes,
-                                                  {m.image_channels, m.image_height, m.image_width}, &names);
+                                                  {m.image_channels, m.image_height, m.image_width}, &names, stream);
   require(train.n > 0, in.data_name() + ": a vision model trains on images; none given");
   // What the config left open, the data decides: the image shape, or what of it is 0
   // (what it sets, an image folder's images are brought to; an IDX set's must have),
@@ -323,7 +360,7 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
   if (m.n_classes == 0) m.n_classes = train.n_classes;
   ImageSet test = in.memory ? in.memory->test_images
                             : load_image_dataset(in.data_path, "test", m.n_classes,
-                                                 {train.channels, train.height, train.width}, &names);
+                                                 {train.channels, train.height, train.width}, &names, stream);
   for (const ImageSet* set : {&train, &test})
     require(set->n == 0 || set->n_classes <= m.n_classes,
             std::string("'") + in.data_name() + "' has labels up to " + std::to_string(set->n_classes - 1) + ", but the model has " +

@@ -39,6 +39,10 @@ class TrainTask {
   // uploads (Backend::alloc_host: page-locked on a GPU), from which a batch uploads
   // beside the device's work (src/train/batch_ahead.h). The others' stay on the heap.
   virtual void place_batches(Backend& /*be*/) {}
+  // The rows of each batch this process takes (a data-parallel rank's share: the trainer
+  // says so once): next_batch still draws every row, so that every rank draws alike, but
+  // may leave the others' large arrays unmade (a streamed image set decodes only these).
+  virtual void fill_rows(int /*first*/, int /*count*/) {}
   // Units of work per batch for throughput: tokens (text) or images.
   virtual int64_t units_per_batch() const = 0;
   virtual const char* unit() const = 0;

@@ -262,6 +262,12 @@ TrainSummary train(const TrainOptions& opts) {
   DataParallel dp(comm, model);
   dp.check_in_sync(st.step);  // every rank starts from the same weights
   task->place_batches(model.backend());
+  // Each rank makes only its own rows of a batch (a batch that does not divide among the
+  // ranks is refused at the first step, by DataParallel::shard).
+  if (rc.train.batch_size % comm.size() == 0) {
+    const DataParallel::Rows mine = dp.rows(rc.train.batch_size);
+    task->fill_rows(mine.first, mine.count);
+  }
   BatchAhead ahead(*task, rc.model, dp, model.backend());
 
   int64_t saved_step = -1;
