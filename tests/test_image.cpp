@@ -11,6 +11,8 @@
 #include <random>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/image.h"
@@ -588,6 +590,47 @@ TEST(ImageFile, PgmAsciiBinaryAnd16Bit) {
     EXPECT_NE(e.find(dir.file(x.name) + ": malformed P"), std::string::npos) << e;
     EXPECT_NE(e.find(x.want), std::string::npos) << x.name << ": " << e;
   }
+}
+
+// JPEGs decode through libjpeg-turbo with its defaults, as PIL decodes them: every byte
+// PIL gives (colour with 4:2:0 chroma at odd sizes, progressive 4:4:4, grey, a scene),
+// so a model trained on PyTorch's decoding sees the same pixels here. A CMYK file, which
+// libjpeg does not convert, goes to stb_image; a file cut short, or JPEG's signature
+// before anything else, is an error naming the file.
+TEST(ImageFile, AJpegDecodesToPilsBytes) {
+  TempDir dir("jpeg");
+  const auto r = test::run_command("/usr/bin/python3 " + test::source_dir() +
+                                   "/tests/reference/jpeg_reference.py --out " + dir.file("ref") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << "PIL (python3-pil) writes the reference JPEGs:\n" << r.output;
+  const auto manifest = nlohmann::json::parse(read_file(dir.file("ref/manifest.json")));
+  ASSERT_EQ(manifest.size(), 6u);
+  for (const auto& m : manifest) {
+    const std::string name = m["name"], path = dir.file("ref/" + name + ".jpg");
+    SCOPED_TRACE(name);
+    const Image img = read_image(path);
+    ASSERT_EQ(img.width, m["width"].get<int>());
+    ASSERT_EQ(img.height, m["height"].get<int>());
+    if (m["mode"] == "CMYK") {  // stb_image's conversion: colour, of the right size
+      EXPECT_EQ(img.channels, 3);
+      continue;
+    }
+    ASSERT_EQ(img.channels, m["mode"] == "L" ? 1 : 3);
+    const std::string want = read_file(dir.file("ref/" + name + ".raw"));
+    ASSERT_EQ(want.size(), img.pixels.size());
+    const size_t hw = size_t(img.width) * img.height;
+    size_t differ = 0;
+    for (size_t p = 0; p < hw; ++p)
+      for (int c = 0; c < img.channels; ++c)
+        differ += std::lround(img.pixels[size_t(c) * hw + p] * 255.0f) != uint8_t(want[p * img.channels + c]);
+    EXPECT_EQ(differ, 0u) << "of " << want.size();
+  }
+  const std::string whole = read_file(dir.file("ref/c444_progressive.jpg"));
+  write_text(dir.file("cut.jpg"), whole.substr(0, whole.size() / 2));
+  const std::string cut = error_of([&] { read_image(dir.file("cut.jpg")); });
+  EXPECT_NE(cut.find("cut.jpg: truncated JPEG"), std::string::npos) << cut;
+  write_text(dir.file("junk.jpg"), std::string("\xFF\xD8\xFF", 3) + std::string(40, 'x'));
+  const std::string junk = error_of([&] { read_image(dir.file("junk.jpg")); });
+  EXPECT_NE(junk.find("junk.jpg: cannot decode JPEG (libjpeg: "), std::string::npos) << junk;
 }
 
 TEST(ImageFile, PngReadConvertAndResize) {

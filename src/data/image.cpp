@@ -1,9 +1,16 @@
-// Single image files into float [C, H, W]: PGM/PPM by our own parser, everything else
-// (PNG, JPEG, BMP, ...) by stb_image; channel conversion and bilinear resizing.
+// Single image files into float [C, H, W]: PGM/PPM by our own parser, JPEG by libjpeg-turbo,
+// everything else (PNG, BMP, GIF; CMYK JPEGs) by stb_image; channel conversion and
+// bilinear resizing.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h needs FILE
+#include <cstdlib>
 #include <cstring>
+
+#include <jpeglib.h>
+#include <jerror.h>  // after jpeglib.h, which it needs
 
 #include "gmlp/error.h"
 #include "gmlp/files.h"
@@ -109,6 +116,151 @@ Image read_pnm(const std::string& path, const std::string& bytes) {
   return img;
 }
 
+// JPEG by libjpeg-turbo, the decoder PIL (and so torchvision) uses, with its defaults (the
+// accurate integer DCT, fancy upsampling): a JPEG decodes to the bytes PyTorch's users get
+// from it, about three times faster than stb_image. libjpeg reports a fatal error through
+// error_exit, which must not return: it jumps back to decode_jpeg's setjmp, in whose frame
+// nothing with a destructor lives.
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+};
+
+void jpeg_fail(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegErrors*>(c->err);
+  c->err->format_message(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+// Warnings are not printed. A file that ends early is an error (libjpeg would grey out the
+// rest); the other warnings (extraneous bytes before a marker and the like, common in
+// photographs' files) are passed over, as PIL passes them.
+void jpeg_warn(j_common_ptr c, int level) {
+  if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) reinterpret_cast<JpegErrors*>(c->err)->truncated = true;
+}
+
+enum class JpegResult { ok, failed, other_colours, too_large, truncated };
+
+// Decodes into *out (malloc'd, rows of *w x *n bytes), 1 or 3 channels. other_colours: a
+// CMYK or YCCK file, which stb_image converts and libjpeg does not.
+JpegResult decode_jpeg(const unsigned char* buf, unsigned long len, int64_t max_pixels, JpegErrors* err,
+                       unsigned char** out, int* w, int* h, int* n) {
+  jpeg_decompress_struct cinfo;
+  unsigned char* volatile pixels = nullptr;
+  cinfo.err = jpeg_std_error(&err->mgr);
+  err->mgr.error_exit = jpeg_fail;
+  err->mgr.emit_message = jpeg_warn;
+  err->truncated = false;
+  if (setjmp(err->jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    std::free(pixels);
+    return JpegResult::failed;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, buf, len);
+  jpeg_read_header(&cinfo, TRUE);
+  *w = int(cinfo.image_width);
+  *h = int(cinfo.image_height);
+  if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+    jpeg_destroy_decompress(&cinfo);
+    return JpegResult::other_colours;
+  }
+  if (int64_t(cinfo.image_width) * int64_t(cinfo.image_height) > max_pixels) {
+    jpeg_destroy_decompress(&cinfo);
+    return JpegResult::too_large;
+  }
+  cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  const size_t stride = size_t(cinfo.output_width) * size_t(cinfo.output_components);
+  pixels = static_cast<unsigned char*>(std::malloc(stride * cinfo.output_height));
+  if (!pixels) {
+    jpeg_destroy_decompress(&cinfo);
+    return JpegResult::too_large;
+  }
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = pixels + size_t(cinfo.output_scanline) * stride;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  *n = cinfo.output_components;
+  jpeg_destroy_decompress(&cinfo);
+  *out = pixels;
+  if (err->truncated) {
+    std::free(pixels);
+    return JpegResult::truncated;
+  }
+  return JpegResult::ok;
+}
+
+// Interleaved samples of n channels (the last alpha when n is 2 or 4) into img's planar
+// [0, 1] values, alpha composited on black (value * alpha), each channel in its own
+// loop: the decoders' output at the speed of a copy.
+template <typename T>
+void to_planar(const T* src, int n, float scale, Image& img) {
+  const size_t hw = size_t(img.width) * size_t(img.height);
+  float* out = img.pixels.data();
+  if (n == 2 || n == 4) {
+    for (size_t p = 0; p < hw; ++p) {
+      const float a = float(src[p * n + n - 1]) * scale;
+      for (int c = 0; c < img.channels; ++c) out[c * hw + p] = float(src[p * n + c]) * scale * a;
+    }
+    return;
+  }
+  if (n == 3) {  // one pass over the samples, not one a channel
+    float *r = out, *g = out + hw, *b = out + 2 * hw;
+    for (size_t p = 0; p < hw; ++p) {
+      r[p] = float(src[3 * p]) * scale;
+      g[p] = float(src[3 * p + 1]) * scale;
+      b[p] = float(src[3 * p + 2]) * scale;
+    }
+    return;
+  }
+  for (int c = 0; c < img.channels; ++c)
+    for (size_t p = 0; p < hw; ++p) out[c * hw + p] = float(src[p * n + c]) * scale;
+}
+
+// A small compressed file may declare a huge image: bound the decode by what a model
+// input can use (an 8192 x 8192 picture), before a decoder allocates it.
+constexpr int64_t kMaxPixels = int64_t(1) << 26;
+
+void check_pixels(const std::string& path, int w, int h) {
+  require(int64_t(w) * int64_t(h) <= kMaxPixels, path + ": the image declares " + std::to_string(w) + "x" +
+                                                     std::to_string(h) + " pixels, more than the " +
+                                                     std::to_string(kMaxPixels) + " this reader decodes");
+}
+
+Image read_stb(const std::string& path, const std::string& bytes);
+
+Image read_jpeg(const std::string& path, const std::string& bytes) {
+  JpegErrors err;
+  unsigned char* data = nullptr;
+  int w = 0, h = 0, n = 0;
+  switch (decode_jpeg(reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
+                      kMaxPixels, &err, &data, &w, &h, &n)) {
+    case JpegResult::ok:
+      break;
+    case JpegResult::failed:
+      throw Error(path + ": cannot decode JPEG (libjpeg: " + err.message + ")");
+    case JpegResult::other_colours:
+      return read_stb(path, bytes);
+    case JpegResult::too_large:
+      check_pixels(path, w, h);
+      throw Error(path + ": out of memory decoding a JPEG of " + std::to_string(w) + "x" + std::to_string(h));
+    case JpegResult::truncated:
+      throw Error(path + ": truncated JPEG (the file ends before its image data does)");
+  }
+  Image img;
+  img.channels = n;
+  img.height = h;
+  img.width = w;
+  img.pixels.resize(size_t(w) * size_t(h) * n);
+  to_planar(data, n, 1.0f / 255.0f, img);
+  std::free(data);
+  return img;
+}
+
 // stb_image for everything else; 16-bit PNGs keep their precision.
 Image read_stb(const std::string& path, const std::string& bytes) {
   const auto* buf = reinterpret_cast<const stbi_uc*>(bytes.data());
@@ -118,51 +270,46 @@ Image read_stb(const std::string& path, const std::string& bytes) {
   if (!stbi_info_from_memory(buf, len, &w, &h, &n))
     throw Error(path + ": not a readable image (stb_image: " + stbi_failure_reason() +
                 "); expected PNG, JPEG, BMP, GIF, PGM or PPM");
-  // A small compressed file may declare a huge image: bound the decode by what a model
-  // input can use (an 8192 x 8192 picture), before stb allocates it.
-  constexpr int64_t kMaxPixels = int64_t(1) << 26;
-  require(int64_t(w) * int64_t(h) <= kMaxPixels, path + ": the image declares " + std::to_string(w) + "x" +
-                                                     std::to_string(h) + " pixels, more than the " +
-                                                     std::to_string(kMaxPixels) + " this reader decodes");
+  check_pixels(path, w, h);
   const bool wide = stbi_is_16_bit_from_memory(buf, len);
   void* data = wide ? static_cast<void*>(stbi_load_16_from_memory(buf, len, &w, &h, &n, 0))
                     : static_cast<void*>(stbi_load_from_memory(buf, len, &w, &h, &n, 0));
   if (!data) throw Error(path + ": cannot decode image (stb_image: " + stbi_failure_reason() + ")");
-  const float scale = wide ? 1.0f / 65535.0f : 1.0f / 255.0f;
-  auto sample = [&](size_t i) {
-    return wide ? float(static_cast<const uint16_t*>(data)[i]) * scale
-                : float(static_cast<const uint8_t*>(data)[i]) * scale;
-  };
   Image img;
   img.channels = n >= 3 ? 3 : 1;
   img.height = h;
   img.width = w;
-  const size_t hw = size_t(w) * size_t(h);
-  img.pixels.resize(hw * img.channels);
-  const bool alpha = n == 2 || n == 4;
-  for (size_t p = 0; p < hw; ++p) {
-    const float a = alpha ? sample(p * n + n - 1) : 1.0f;
-    for (int c = 0; c < img.channels; ++c) img.pixels[c * hw + p] = sample(p * n + c) * a;
-  }
+  img.pixels.resize(size_t(w) * size_t(h) * img.channels);
+  if (wide)
+    to_planar(static_cast<const uint16_t*>(data), n, 1.0f / 65535.0f, img);
+  else
+    to_planar(static_cast<const uint8_t*>(data), n, 1.0f / 255.0f, img);
   stbi_image_free(data);
   return img;
 }
 
-// Separable resampling weights along one axis: out[i] = sum_k w[k] * in[first[i] + k].
+// Separable resampling weights along one axis: out[i] = sum_k w[i][k] * in[first[i] + k],
+// k < count[i], each output's weights at weights[i * taps]. The triangle's zero weights at
+// either end are left out: adding 0 * a finite value changes no sum.
 struct AxisFilter {
   std::vector<int> first, count;
-  std::vector<std::vector<float>> weights;
+  std::vector<float> weights;
+  int taps = 0;
+  const float* of(int i) const { return weights.data() + size_t(i) * taps; }
 };
 
 AxisFilter make_filter(int in, int out) {
   AxisFilter f;
   const double scale = double(in) / out;
   const double support = std::max(1.0, scale);  // the triangle's half-width in input pixels
+  f.taps = int(std::ceil(2 * support)) + 2;
+  f.weights.assign(size_t(out) * f.taps, 0.0f);
+  std::vector<float> w;
   for (int i = 0; i < out; ++i) {
     const double centre = (i + 0.5) * scale;  // in input pixel units, pixel j spans [j, j+1)
     const int lo = std::max(0, int(std::floor(centre - support)));
     const int hi = std::min(in - 1, int(std::ceil(centre + support)));
-    std::vector<float> w;
+    w.clear();
     double total = 0;
     for (int j = lo; j <= hi; ++j) {
       const double d = std::abs((j + 0.5 - centre) / support);
@@ -176,9 +323,12 @@ AxisFilter make_filter(int in, int out) {
       total = 1;
     }
     for (auto& v : w) v = float(v / total);
-    f.first.push_back(lo);
-    f.count.push_back(int(w.size()));
-    f.weights.push_back(std::move(w));
+    size_t a = 0, b = w.size();
+    while (b > a + 1 && w[b - 1] == 0.0f) --b;
+    while (a + 1 < b && w[a] == 0.0f) ++a;
+    f.first.push_back(lo + int(a));
+    f.count.push_back(int(b - a));
+    std::copy(w.begin() + a, w.begin() + b, f.weights.begin() + size_t(i) * f.taps);
   }
   return f;
 }
@@ -190,6 +340,8 @@ Image read_image(const std::string& path) {
   require(!bytes.empty(), path + ": empty file, not an image");
   if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '2' || bytes[1] == '3' || bytes[1] == '5' || bytes[1] == '6'))
     return read_pnm(path, bytes);
+  if (bytes.size() >= 3 && uint8_t(bytes[0]) == 0xFF && uint8_t(bytes[1]) == 0xD8 && uint8_t(bytes[2]) == 0xFF)
+    return read_jpeg(path, bytes);
   return read_stb(path, bytes);
 }
 
@@ -223,21 +375,32 @@ Image resize_bilinear(const Image& img, int height, int width) {
   out.width = width;
   out.pixels.assign(size_t(img.channels) * height * width, 0.0f);
   std::vector<float> tmp(size_t(img.height) * width);  // rows resampled, columns not yet
+  std::vector<float> acc(static_cast<size_t>(width));
   for (int c = 0; c < img.channels; ++c) {
     const float* src = img.pixels.data() + size_t(c) * img.height * img.width;
-    for (int y = 0; y < img.height; ++y)
+    for (int y = 0; y < img.height; ++y) {
+      const float* row = src + size_t(y) * img.width;
       for (int x = 0; x < width; ++x) {
+        const float* w = fx.of(x);
+        const float* in = row + fx.first[x];
         float s = 0;
-        for (int k = 0; k < fx.count[x]; ++k) s += fx.weights[x][k] * src[size_t(y) * img.width + fx.first[x] + k];
+        for (int k = 0; k < fx.count[x]; ++k) s += w[k] * in[k];
         tmp[size_t(y) * width + x] = s;
       }
+    }
+    // Columns a whole row at a time, each value's sum in the order of the taps, as one
+    // value at a time would add them (the loop over x runs in vector lanes).
     float* dst = out.pixels.data() + size_t(c) * height * width;
-    for (int y = 0; y < height; ++y)
-      for (int x = 0; x < width; ++x) {
-        float s = 0;
-        for (int k = 0; k < fy.count[y]; ++k) s += fy.weights[y][k] * tmp[size_t(fy.first[y] + k) * width + x];
-        dst[size_t(y) * width + x] = std::clamp(s, 0.0f, 1.0f);
+    for (int y = 0; y < height; ++y) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const float* w = fy.of(y);
+      for (int k = 0; k < fy.count[y]; ++k) {
+        const float* in = tmp.data() + size_t(fy.first[y] + k) * width;
+        const float wk = w[k];
+        for (int x = 0; x < width; ++x) acc[size_t(x)] += wk * in[x];
       }
+      for (int x = 0; x < width; ++x) dst[size_t(y) * width + x] = std::clamp(acc[size_t(x)], 0.0f, 1.0f);
+    }
   }
   return out;
 }

@@ -53,14 +53,21 @@ std::vector<Entry> entries(const fs::path& dir) {
 }
 
 // A decoded image's [0, 1] values as bytes: byte / 255 came in as byte_pixel(byte), which
-// rounds back to the byte; a resized value to its nearest byte, as a resize in 8 bits does.
-uint8_t to_byte(float v) { return uint8_t(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f)); }
+// rounds back to the byte; a resized value to its nearest byte, as a resize in 8 bits does
+// (halves up: std::lround's rounding of these non-negative values, written so that the
+// loop runs in vector lanes; truncation is floor here, and x - floor(x) is exact).
+uint8_t to_byte(float v) {
+  const float x = std::clamp(v, 0.0f, 1.0f) * 255.0f;
+  const int r = int(x);
+  return uint8_t(r + (x - float(r) >= 0.5f ? 1 : 0));
+}
 
 // What one image file is in a set of this shape: the one decoding of a held set's and a
 // streamed set's images, so that the two train alike.
 void decode_bytes(const std::string& path, const ImageSet& s, uint8_t* out) {
   const Image img = load_image(path, s.channels, s.height, s.width);
-  for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(img.pixels[k]);
+  const float* v = img.pixels.data();
+  for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(v[k]);
 }
 
 // The memory the system has free for new allocations (Linux's MemAvailable), 0 when it
