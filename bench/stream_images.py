@@ -103,7 +103,7 @@ def gmlp_eval(gmlp: str, model: pathlib.Path, data: pathlib.Path, threads: int |
 
 def gmlp_train(gmlp: str, data: pathlib.Path, out: pathlib.Path, stream: bool, steps: int) -> float:
     cmd = [gmlp, "train", "--data", str(data), "--out", str(out), "--steps", str(steps), "--batch-size", "64",
-           "--eval-every", str(steps * 10), "--ckpt-every", str(steps * 10)] + MODEL + \
+           "--eval-every", str(steps * 10), "--ckpt-every", str(steps * 10), "--overwrite"] + MODEL + \
           ["--set", f"train.stream_images={'true' if stream else 'false'}"]
     _, text = run(cmd)
     m = re.search(r"finished after .* ([0-9.]+) images/s", text)

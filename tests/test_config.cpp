@@ -63,7 +63,10 @@ TEST(Config, RoundTripsThroughJson) {
   TrainConfig t;
   t.schedule = Schedule::noam;
   t.seed = 99;
+  t.stream_images = true;
   EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").to_json(), t.to_json());
+  EXPECT_TRUE(TrainConfig::from_json(t.to_json(), "t").stream_images);
+  EXPECT_FALSE(TrainConfig::from_json(nlohmann::json::object(), "t").stream_images);
 }
 
 TEST(Config, RejectsBadValuesNamingTheKey) {
@@ -87,6 +90,8 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(model_err({{"vocab_size", 65}, {"tokenizer", {{"kind", "char"}, {"chars", "abc"}}}}).find("has 3 tokens"),
             std::string::npos);
   EXPECT_NE(train_err({{"seed", -1}}).find("'seed' is out of range"), std::string::npos);
+  EXPECT_NE(train_err({{"stream_images", 1}}).find("'stream_images' must be true or false, got 1"), std::string::npos);
+  EXPECT_NE(train_err({{"stream_images", "yes"}}).find("'stream_images' must be true or false"), std::string::npos);
   EXPECT_NE(train_err({{"batch_size", 4294967312LL}}).find("'batch_size' is out of range"), std::string::npos);
   EXPECT_NE(train_err({{"schedule", "linear"}}).find("'schedule'"), std::string::npos);
   EXPECT_NE(train_err({{"schedule", "noam"}, {"warmup", 0}}).find("'warmup'"), std::string::npos);

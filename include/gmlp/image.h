@@ -1,7 +1,8 @@
 #pragma once
 // Images for the vision task: IDX data sets (MNIST, Fashion-MNIST; raw or gzipped),
-// per-channel normalisation, shift augmentation, and single image files (PNG via
-// stb_image, PGM/PPM by our own parser) converted to a model's input shape.
+// per-channel normalisation, shift augmentation, and single image files (JPEG via
+// libjpeg-turbo, PNG via stb_image, PGM/PPM by our own parser) converted to a model's
+// input shape.
 // Every malformed input is a gmlp::Error that names the file and what is wrong.
 #include <cstddef>
 #include <cstdint>
@@ -161,8 +162,9 @@ struct Image {
   float at(int c, int y, int x) const { return pixels[(size_t(c) * height + y) * width + x]; }
 };
 
-// Reads PGM (P2, P5) and PPM (P3, P6) with our parser (maxval up to 65535), anything
-// else with stb_image (PNG 8/16-bit, JPEG, BMP, ...). Gray stays 1 channel, colour is 3;
+// Reads PGM (P2, P5) and PPM (P3, P6) with our parser (maxval up to 65535), JPEG with
+// libjpeg-turbo as PIL does (the same bytes; a truncated file is an error), anything else
+// (PNG 8/16-bit, BMP, GIF; CMYK JPEG) with stb_image. Gray stays 1 channel, colour is 3;
 // an alpha channel is composited onto black (value * alpha). Error naming the path
 // when it is unreadable or malformed.
 Image read_image(const std::string& path);
