@@ -214,8 +214,8 @@ TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
                  "val_acc");
 }
 
-// Streamed, each rank decodes only its own rows' images (TrainTask::fill_rows): the run
-// is the one process's over the same folder held.
+// Streamed, each rank decodes (and crops and mirrors) only its own rows' images
+// (TrainTask::fill_rows): the run is the one process's over the same folder held.
 TEST(Distributed, AStreamedImageFolderOnTwoRanksIsTheOneProcessHeldRun) {
   test::TempDir data("dist_vision_stream");
   test::write_vision_folder(data.file("set"), {"a", "b", "c"});
@@ -223,6 +223,7 @@ TEST(Distributed, AStreamedImageFolderOnTwoRanksIsTheOneProcessHeldRun) {
            " --task vision --data " + data.file("set") +
                " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
                " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
+               " --set train.augment_crop=0.3 --set train.augment_flip=true"
                " --no-progress --steps 12 --log-every 1 --eval-every 6",
            "val_acc", {}, "streamed from their files");
 }

@@ -4,14 +4,14 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "gmlp/error.h"
 #include "gmlp/files.h"
@@ -538,6 +538,66 @@ TEST(ImageFolder, AHeldSetLargerThanTheFreeMemoryIsRefusedBeforeDecoding) {
   const ImageSet s = load_image_dataset(dir.file("set"), "train", 0, {3, 30000, 30000}, nullptr, true);
   EXPECT_EQ(s.n, n);
   EXPECT_TRUE(s.bytes.empty());
+}
+
+// A random-resized crop: resize_box of the whole image is resize_bilinear, to the bit; a
+// box inside one half of a two-tone image sees only that half; crop_box's boxes lie in the
+// image, with the area share and aspect ratio drawn (where no side is cut to the image's);
+// draw_crop takes four uniforms; flip_image mirrors each row.
+TEST(ImageFile, CropsResizeTheirBoxAndMirror) {
+  std::mt19937 gen(9);
+  for (const auto [h, w, oh, ow] : {std::array{17, 23, 7, 9}, std::array{9, 5, 20, 30}, std::array{12, 12, 5, 12}}) {
+    Image img;
+    img.channels = 3;
+    img.height = h;
+    img.width = w;
+    for (int k = 0; k < 3 * h * w; ++k) img.pixels.push_back(float(gen() % 256) / 255.0f);
+    const Image a = resize_bilinear(img, oh, ow), b = resize_box(img, {0, 0, double(w), double(h)}, oh, ow);
+    EXPECT_TRUE(a.pixels == b.pixels) << h << "x" << w;
+  }
+  Image two;
+  two.channels = 1;
+  two.height = 20;
+  two.width = 40;
+  for (int y = 0; y < 20; ++y)
+    for (int x = 0; x < 40; ++x) two.pixels.push_back(x < 20 ? 0.0f : 1.0f);
+  for (float v : resize_box(two, {2, 3, 15, 10}, 6, 8).pixels) ASSERT_EQ(v, 0.0f);
+  for (float v : resize_box(two, {23.5, 1, 14, 17.5}, 9, 4).pixels) ASSERT_NEAR(v, 1.0f, 1e-6f);
+  EXPECT_NE(error_of([&] { resize_box(two, {30, 0, 11, 5}, 4, 4); }).find("outside the image"), std::string::npos);
+
+  Rng rng(5);
+  for (const auto& [W, H] : {std::pair{500, 375}, std::pair{50, 400}, std::pair{8, 8}})
+    for (int t = 0; t < 2000; ++t) {
+      Rng copy = rng;
+      const CropDraw d = draw_crop(rng);
+      EXPECT_EQ(d.area, copy.uniform());
+      copy.uniform();
+      copy.uniform();
+      EXPECT_EQ(d.y, copy.uniform());
+      ASSERT_EQ(rng.state(), copy.state());
+      const CropBox b = crop_box(d, 0.08f, W, H);
+      ASSERT_TRUE(b.w > 0 && b.h > 0 && b.x >= 0 && b.y >= 0 && b.x + b.w <= W + 1e-9 && b.y + b.h <= H + 1e-9);
+      if (b.w < W && b.h < H) {
+        const double share = b.w * b.h / (double(W) * H);
+        ASSERT_NEAR(share, double(0.08f) + (1 - double(0.08f)) * d.area, 1e-12);
+        ASSERT_GE(b.w / b.h, 0.75 - 1e-9);
+        ASSERT_LE(b.w / b.h, 4.0 / 3.0 + 1e-9);
+      }
+    }
+  // An even ratio draw is a square; the place is the share of the room left.
+  const CropBox sq = crop_box({0.0f, 0.5f, 0.0f, 1.0f}, 0.25f, 40, 10);
+  EXPECT_NEAR(sq.w, 10.0, 1e-9);
+  EXPECT_NEAR(sq.h, 10.0, 1e-9);
+  EXPECT_EQ(sq.x, 0.0);
+  EXPECT_NEAR(sq.y, 0.0, 1e-9);
+  EXPECT_NEAR(crop_box({0.0f, 0.5f, 0.5f, 0.0f}, 0.25f, 40, 10).x, 15.0, 1e-9);
+
+  Bytes m = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // 2 channels of 2 rows of 3
+  flip_image(m.data(), 2, 2, 3);
+  EXPECT_EQ(m, (Bytes{3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10}));
+  std::vector<float> f = {1, 2, 3, 4};
+  flip_image(f.data(), 1, 1, 4);
+  EXPECT_EQ(f, (std::vector<float>{4, 3, 2, 1}));
 }
 
 TEST(ImageFile, PgmAsciiBinaryAnd16Bit) {

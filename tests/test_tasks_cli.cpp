@@ -210,15 +210,18 @@ TEST(TasksCli, VisionTrainsAndEvalsFromAnImageFolder) {
 
 // Streamed (train.stream_images), an image folder's images are decoded from their files
 // at each use, to the bytes a held folder holds: the held run, bit for bit (losses,
-// evaluations, weights); it resumes as itself, and refuses a folder whose files changed;
-// an image found unreadable mid-run stops it, naming the file.
+// evaluations, weights), with shifts, mirror images and crops (of the file's own pixels
+// streamed, of the held bytes held: the same, the files being the model's size); it
+// resumes as itself, and refuses a folder whose files changed; an image found unreadable
+// mid-run stops it, naming the file.
 TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   test::TempDir dir("tasks_vision_stream");
   const std::string data = dir.file("data");
   write_vision_folder(data, {"a", "b", "c"});
   const std::string common = " train --data " + data + kVisionTiny +
                              " --steps 12 --log-every 1 --eval-every 6 --ckpt-every 4"
-                             " --set model.survival_prob=0.7 --set train.augment_shift=1";
+                             " --set model.survival_prob=0.7 --set train.augment_shift=1"
+                             " --set train.augment_crop=0.4 --set train.augment_flip=true";
   const std::string stream = " --set train.stream_images=true";
   auto r = run_command(gmlp() + common + " --out " + dir.file("held"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -226,7 +229,8 @@ TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   r = run_command(gmlp() + common + stream + " --out " + dir.file("streamed"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "64 train / 30 test images of 1x8x8")) << r.output;
-  EXPECT_TRUE(contains(r.output, "streamed from their files")) << r.output;
+  EXPECT_TRUE(contains(r.output, "crops of 40-100% of the area, mirrored half the time, streamed from their files"))
+      << r.output;
   const auto losses = train_losses(dir.file("held"));
   EXPECT_EQ(losses.size(), 12u);
   EXPECT_EQ(losses, train_losses(dir.file("streamed")));

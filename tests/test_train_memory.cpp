@@ -212,6 +212,89 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
   }
 }
 
+// Crops and mirror images: each row is its crop_box's part of the image it draws, resized
+// to the set's size and rounded to bytes, mirrored when its draw says so, then shifted;
+// the draws come image, shift, crop, mirror, row after row. A set of floats mirrors but
+// cannot be cropped.
+TEST(TrainMemory, AVisionBatchIsTheCropsAndMirrorImagesItDraws) {
+  constexpr int n = 11, C = 3, H = 12, W = 10, B = 24, shift = 1;
+  constexpr float min_area = 0.3f;
+  std::mt19937 gen(8);
+  std::vector<uint8_t> bytes(size_t(n) * C * H * W);
+  for (auto& v : bytes) v = uint8_t(gen());
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 4;
+  TrainData d;
+  d.images = make_image_set(bytes, labels, C, H, W, 0, "imgs");
+  RunConfig rc;
+  rc.model =
+      ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+  rc.train.batch_size = B;
+  rc.train.augment_shift = shift;
+  rc.train.augment_crop = min_area;
+  rc.train.augment_flip = true;
+  TaskInputs in;
+  in.memory = &d;
+  auto task = make_task(rc, in);
+  EXPECT_NE(task->describe().find("crops of 30-100% of the area, mirrored half the time"), std::string::npos)
+      << task->describe();
+  Rng drawn(21), stepwise(21);
+  const size_t sz = size_t(C) * H * W;
+  int flipped = 0;
+  for (int round = 0; round < 3; ++round) {
+    const Batch& b = task->next_batch(drawn);
+    ASSERT_TRUE(b.image_bytes);
+    for (int r = 0; r < B; ++r) {
+      const int i = int(stepwise.below(uint64_t(n)));
+      const auto [dy, dx] = draw_shift(shift, stepwise);
+      const CropDraw crop = draw_crop(stepwise);
+      const bool flip = stepwise.below(2) == 1;
+      flipped += flip;
+      EXPECT_EQ(b.targets[r], labels[size_t(i)]);
+      Image src;
+      src.channels = C;
+      src.height = H;
+      src.width = W;
+      for (size_t k = 0; k < sz; ++k) src.pixels.push_back(byte_pixel(bytes[size_t(i) * sz + k]));
+      const Image cut = resize_box(src, crop_box(crop, min_area, W, H), H, W);
+      std::vector<uint8_t> made(sz), want(sz);
+      for (size_t k = 0; k < sz; ++k) made[k] = uint8_t(std::lround(cut.pixels[k] * 255.0f));
+      if (flip) flip_image(made.data(), C, H, W);
+      shift_image(made.data(), want.data(), C, H, W, dy, dx, uint8_t(0));
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), b.image_bytes + size_t(r) * sz))
+          << "round " << round << " row " << r;
+    }
+    EXPECT_EQ(drawn.state(), stepwise.state());
+  }
+  EXPECT_GT(flipped, 20);
+  EXPECT_LT(flipped, 52);
+  // Floats: mirrored, never cropped.
+  TrainData f;
+  std::vector<float> pixels(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) pixels[k] = byte_pixel(bytes[k]);
+  f.images = make_image_set(pixels, labels, C, H, W, 0, "floats");
+  in.memory = &f;
+  RunConfig crop = rc;
+  EXPECT_NE(test::error_of([&] { make_task(crop, in); }).find("'train.augment_crop' crops images held as bytes"),
+            std::string::npos);
+  RunConfig mirror = rc;
+  mirror.train.augment_crop = 0;
+  mirror.train.augment_shift = 0;
+  auto floats = make_task(mirror, in);
+  const Normalization norm = Normalization::from_json(mirror.model.normalization, "normalization");
+  ImageSet ref = f.images;
+  normalize(ref, norm);
+  Rng a(4), s2(4);
+  const Batch& fb = floats->next_batch(a);
+  for (int r = 0; r < B; ++r) {
+    const int i = int(s2.below(uint64_t(n)));
+    const bool flip = s2.below(2) == 1;
+    std::vector<float> want(ref.image(i), ref.image(i) + sz);
+    if (flip) flip_image(want.data(), C, H, W);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), fb.images + size_t(r) * sz)) << "row " << r;
+  }
+}
+
 // A rank's share of a batch (TrainTask::fill_rows): every row is drawn, so the labels and
 // the RNG are the whole batch's, but only the rank's rows are made, a streamed folder's
 // decoded, each the held folder's row; the other rows' memory is not written.

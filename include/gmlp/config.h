@@ -93,6 +93,11 @@ struct TrainConfig {
   uint64_t seed = 1337;
   float mask_prob = 0.15f;          // mlm: share of tokens chosen (80% [MASK], 10% random, 10% kept)
   int augment_shift = 0;            // vision: random shifts of up to this many pixels
+  // vision: a random-resized crop of each training image, its area's share drawn from
+  // [augment_crop, 1] (0: none; torchvision's default is 0.08), and a mirror image half
+  // the time
+  float augment_crop = 0.0f;
+  bool augment_flip = false;
   // vision: an image folder's images decoded from their files at each use, not held in
   // memory (for a set larger than the memory; the run is the one held images make)
   bool stream_images = false;

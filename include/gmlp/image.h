@@ -52,7 +52,12 @@ struct ImageSet {
 // streamed set's decoded from their files (in parallel on the team), each to the bytes
 // load_image_folder would hold of it. An image that cannot be read is an Error naming its
 // file (the first in `which` order, whatever the threads).
-void read_images(const ImageSet& set, const int* which, int count, uint8_t* out);
+// crops (one a row, min_area as crop_box takes it): each row is instead its crop_box's
+// part of the image resized to the set's shape (resize_box, rounded to bytes): of a held
+// image, or of a streamed image's file at its own size (converted to the set's channels).
+struct CropDraw;
+void read_images(const ImageSet& set, const int* which, int count, uint8_t* out, const CropDraw* crops = nullptr,
+                 float min_area = 0.0f);
 
 // A whole file's bytes, gunzipped when it starts with the gzip magic (1f 8b), so either
 // form of a file reads the same. Error naming the path: missing, unreadable, corrupt or
@@ -174,6 +179,28 @@ Image convert_channels(const Image& img, int channels);
 // BILINEAR): when shrinking, the triangle filter widens by the scale (antialiasing,
 // as PIL does) so thin strokes survive. Same size returns a copy.
 Image resize_bilinear(const Image& img, int height, int width);
+// A random-resized crop (train.augment_crop), drawn before the image it crops is read:
+// four uniforms in [0, 1), in this order: the crop's share of the image's area, its aspect
+// ratio, and its place across and down the room the image leaves it.
+struct CropDraw {
+  float area = 0, ratio = 0, x = 0, y = 0;
+};
+CropDraw draw_crop(Rng& rng);
+// A part of an image, in its pixels (pixel j spans [j, j + 1)), not rounded to them.
+struct CropBox {
+  double x = 0, y = 0, w = 0, h = 0;
+};
+// The box a draw makes in an image of width x height: an area share uniform in
+// [min_area, 1], an aspect ratio (width / height) log-uniform in [3/4, 4/3] (torchvision's
+// RandomResizedCrop's ranges), a side longer than the image's cut to it (where torchvision
+// draws again), placed at d.x, d.y of the room left.
+CropBox crop_box(const CropDraw& d, float min_area, int width, int height);
+// resize_bilinear of the box's part of img (the whole image's box: resize_bilinear), to
+// height x width: one resampling, no copy of the part first.
+Image resize_box(const Image& img, const CropBox& box, int height, int width);
+// Mirrors each row of a [C, H, W] image in place.
+void flip_image(uint8_t* img, int channels, int height, int width);
+void flip_image(float* img, int channels, int height, int width);
 // read_image, then convert_channels and resize_bilinear to the wanted shape.
 Image load_image(const std::string& path, int channels, int height, int width);
 

@@ -298,15 +298,17 @@ struct AxisFilter {
   const float* of(int i) const { return weights.data() + size_t(i) * taps; }
 };
 
-AxisFilter make_filter(int in, int out) {
+// The span [start, start + length) of the input (in input pixels, pixel j spanning
+// [j, j + 1); the whole input: 0, in) brought to `out` pixels.
+AxisFilter make_filter(int in, int out, double start, double length) {
   AxisFilter f;
-  const double scale = double(in) / out;
+  const double scale = length / out;
   const double support = std::max(1.0, scale);  // the triangle's half-width in input pixels
   f.taps = int(std::ceil(2 * support)) + 2;
   f.weights.assign(size_t(out) * f.taps, 0.0f);
   std::vector<float> w;
   for (int i = 0; i < out; ++i) {
-    const double centre = (i + 0.5) * scale;  // in input pixel units, pixel j spans [j, j+1)
+    const double centre = start + (i + 0.5) * scale;  // in input pixel units
     const int lo = std::max(0, int(std::floor(centre - support)));
     const int hi = std::min(in - 1, int(std::ceil(centre + support)));
     w.clear();
@@ -365,10 +367,19 @@ Image convert_channels(const Image& img, int channels) {
 }
 
 Image resize_bilinear(const Image& img, int height, int width) {
-  require(height > 0 && width > 0, "resize_bilinear: target size " + std::to_string(height) + "x" + std::to_string(width) + " is empty");
   require(img.height > 0 && img.width > 0, "resize_bilinear: the image is empty");
   if (height == img.height && width == img.width) return img;
-  const AxisFilter fy = make_filter(img.height, height), fx = make_filter(img.width, width);
+  return resize_box(img, {0.0, 0.0, double(img.width), double(img.height)}, height, width);
+}
+
+Image resize_box(const Image& img, const CropBox& box, int height, int width) {
+  require(height > 0 && width > 0,
+          "resize_bilinear: target size " + std::to_string(height) + "x" + std::to_string(width) + " is empty");
+  require(img.height > 0 && img.width > 0, "resize_bilinear: the image is empty");
+  require(box.w > 0 && box.h > 0 && box.x >= 0 && box.y >= 0 && box.x + box.w <= img.width + 1e-9 &&
+              box.y + box.h <= img.height + 1e-9,
+          "resize_box: the box lies outside the image");
+  const AxisFilter fy = make_filter(img.height, height, box.y, box.h), fx = make_filter(img.width, width, box.x, box.w);
   Image out;
   out.channels = img.channels;
   out.height = height;
@@ -403,6 +414,31 @@ Image resize_bilinear(const Image& img, int height, int width) {
     }
   }
   return out;
+}
+
+CropDraw draw_crop(Rng& rng) {
+  CropDraw d;
+  d.area = rng.uniform();
+  d.ratio = rng.uniform();
+  d.x = rng.uniform();
+  d.y = rng.uniform();
+  return d;
+}
+
+CropBox crop_box(const CropDraw& d, float min_area, int width, int height) {
+  const double area = (double(min_area) + (1.0 - double(min_area)) * d.area) * width * height;
+  const double ratio = std::exp(std::log(3.0 / 4.0) + d.ratio * std::log(16.0 / 9.0));  // width / height
+  const double w = std::min(double(width), std::sqrt(area * ratio)),
+               h = std::min(double(height), std::sqrt(area / ratio));
+  return {d.x * (width - w), d.y * (height - h), w, h};
+}
+
+void flip_image(uint8_t* img, int channels, int height, int width) {
+  for (int r = 0; r < channels * height; ++r) std::reverse(img + size_t(r) * width, img + size_t(r + 1) * width);
+}
+
+void flip_image(float* img, int channels, int height, int width) {
+  for (int r = 0; r < channels * height; ++r) std::reverse(img + size_t(r) * width, img + size_t(r + 1) * width);
 }
 
 Image load_image(const std::string& path, int channels, int height, int width) {

@@ -62,12 +62,32 @@ uint8_t to_byte(float v) {
   return uint8_t(r + (x - float(r) >= 0.5f ? 1 : 0));
 }
 
+void put_bytes(const Image& img, uint8_t* out) {
+  const float* v = img.pixels.data();
+  for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(v[k]);
+}
+
 // What one image file is in a set of this shape: the one decoding of a held set's and a
 // streamed set's images, so that the two train alike.
 void decode_bytes(const std::string& path, const ImageSet& s, uint8_t* out) {
-  const Image img = load_image(path, s.channels, s.height, s.width);
-  const float* v = img.pixels.data();
-  for (size_t k = 0; k < img.pixels.size(); ++k) out[k] = to_byte(v[k]);
+  put_bytes(load_image(path, s.channels, s.height, s.width), out);
+}
+
+// Image i of the set, cropped and resized to the set's shape: a held image's bytes as the
+// values they stand for, or a streamed image's file at its own size.
+void crop_bytes(const ImageSet& s, int i, const CropDraw& d, float min_area, uint8_t* out) {
+  Image src;
+  if (s.streamed()) {
+    src = convert_channels(read_image(s.files[size_t(i)]), s.channels);
+  } else {
+    src.channels = s.channels;
+    src.height = s.height;
+    src.width = s.width;
+    src.pixels.resize(s.image_size());
+    const uint8_t* b = s.image_bytes(i);
+    for (size_t k = 0; k < src.pixels.size(); ++k) src.pixels[k] = byte_pixel(b[k]);
+  }
+  put_bytes(resize_box(src, crop_box(d, min_area, src.width, src.height), s.height, s.width), out);
 }
 
 // The memory the system has free for new allocations (Linux's MemAvailable), 0 when it
@@ -191,13 +211,14 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   return s;
 }
 
-void read_images(const ImageSet& set, const int* which, int count, uint8_t* out) {
+void read_images(const ImageSet& set, const int* which, int count, uint8_t* out, const CropDraw* crops,
+                 float min_area) {
   require(set.as_bytes, "read_images: the image set holds floats, not bytes");
   const size_t sz = set.image_size();
   for (int r = 0; r < count; ++r)
     require(which[r] >= 0 && which[r] < set.n,
             [&] { return "read_images: image " + std::to_string(which[r]) + " of a set of " + std::to_string(set.n); });
-  if (!set.streamed()) {
+  if (!set.streamed() && !crops) {
     for (int r = 0; r < count; ++r) std::memcpy(out + size_t(r) * sz, set.image_bytes(which[r]), sz);
     return;
   }
@@ -207,9 +228,12 @@ void read_images(const ImageSet& set, const int* which, int count, uint8_t* out)
   std::vector<std::string> errors(static_cast<size_t>(count));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int r = 0; r < count; ++r) {
-    const std::string& path = set.files[size_t(which[r])];
+    const std::string path = set.streamed() ? set.files[size_t(which[r])] : "image " + std::to_string(which[r]);
     try {
-      decode_bytes(path, set, out + size_t(r) * sz);
+      if (crops)
+        crop_bytes(set, which[r], crops[r], min_area, out + size_t(r) * sz);
+      else
+        decode_bytes(path, set, out + size_t(r) * sz);
     } catch (const std::exception& e) {  // the readers' errors name the file; anything else gets its name
       const std::string what = e.what();
       errors[size_t(r)] = what.find(path) == std::string::npos ? path + ": " + what : what;

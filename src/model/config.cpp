@@ -173,6 +173,8 @@ void train_fields(C& c, F&& f) {
   f("seed", c.seed, Write::always);
   f("mask_prob", c.mask_prob, Write::always);
   f("augment_shift", c.augment_shift, Write::always);
+  f("augment_crop", c.augment_crop, Write::always);
+  f("augment_flip", c.augment_flip, Write::always);
   f("stream_images", c.stream_images, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
@@ -391,6 +393,10 @@ void TrainConfig::validate() const {
           "config: 'mask_prob' must be in (0, 1), got " + std::to_string(mask_prob));
   require(augment_shift >= 0 && augment_shift <= 64,
           "config: 'augment_shift' must be in [0, 64] pixels, got " + std::to_string(augment_shift));
+  require(augment_crop == 0.0f || (augment_crop > 0.0f && augment_crop <= 1.0f),
+          "config: 'augment_crop' (the smallest share of an image's area a crop takes) must be in (0, 1], or 0 for "
+          "no crops, got " +
+              std::to_string(augment_crop));
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));
   require(std::isfinite(epochs) && epochs >= 0 && epochs <= 1e6,
           "config: 'epochs' must be in [0, 1e6] (0 = use 'steps'), got " + std::to_string(epochs));

@@ -2,6 +2,7 @@
 // sets, shift augmentation, stochastic depth), with top-1 and confusion matrices.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -152,12 +153,15 @@ class TextClassifyTask : public TrainTask {
 // of the training set's kind.
 class VisionTask : public TrainTask {
  public:
-  VisionTask(const ModelConfig& cfg, ImageSet train, ImageSet test, int B, int shift, const Normalization& norm)
+  VisionTask(const ModelConfig& cfg, ImageSet train, ImageSet test, int B, const TrainConfig& tc,
+             const Normalization& norm)
       : cfg_(cfg),
         train_(std::move(train)),
         test_(std::move(test)),
         B_(B),
-        shift_(shift),
+        shift_(tc.augment_shift),
+        crop_(tc.augment_crop),
+        flip_(tc.augment_flip),
         table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
@@ -174,7 +178,8 @@ class VisionTask : public TrainTask {
            std::to_string(train_.channels) + "x" + std::to_string(train_.height) + "x" + std::to_string(train_.width) +
            ", " + std::to_string(cfg_.seq_len) + " patches, " + std::to_string(cfg_.n_classes) + " classes" +
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
-           (train_.streamed() ? ", streamed from their files" : "");
+           (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
+           (flip_ ? ", mirrored half the time" : "") + (train_.streamed() ? ", streamed from their files" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
@@ -184,35 +189,59 @@ class VisionTask : public TrainTask {
     return fingerprint(test_, fnv1a(test_.labels, fingerprint(train_, fnv1a(train_.labels))));
   }
   const Batch& next_batch(Rng& rng) override {
-    // The draws first, in random_shift's order (an image, then its shift); then the
-    // copies, nearly all of a batch's time (gMLP-S/16's 64 images: 12.8 MB), on the team.
+    // The draws first, each row's in turn: an image, its shift (random_shift's order),
+    // its crop and its mirroring (each only when asked for, so a run without them draws
+    // as it did before them); then the images, nearly all of a batch's time (gMLP-S/16's
+    // 64 images: 12.8 MB of copies), on the team.
     for (int b = 0; b < B_; ++b) {
-      const int i = int(rng.below(uint64_t(train_.n)));
-      picks_[size_t(b)] = {i, draw_shift(shift_, rng)};
-      labels_[size_t(b)] = train_.labels[size_t(i)];
+      Pick& p = picks_[size_t(b)];
+      p.image = int(rng.below(uint64_t(train_.n)));
+      p.shift = draw_shift(shift_, rng);
+      if (crop_ > 0) p.crop = draw_crop(rng);
+      p.flip = flip_ && rng.below(2) == 1;
+      labels_[size_t(b)] = train_.labels[size_t(p.image)];
     }
     // Only the rows this rank takes are made (fill_rows); the others' images are not
-    // read, nor, streamed, decoded.
+    // read, nor decoded, nor cropped. A row streamed or cropped is made into decoded_
+    // first (its crop's part of the image, resized), then mirrored and shifted.
     const size_t sz = train_.image_size();
-    if (train_.streamed()) {
-      for (int r = 0; r < fill_count_; ++r) which_[size_t(r)] = picks_[size_t(fill_first_ + r)].first;
-      read_images(train_, which_.data(), fill_count_, decoded_.data());
+    const bool made = train_.streamed() || crop_ > 0;
+    if (made) {
+      for (int r = 0; r < fill_count_; ++r) {
+        which_[size_t(r)] = picks_[size_t(fill_first_ + r)].image;
+        crops_[size_t(r)] = picks_[size_t(fill_first_ + r)].crop;
+      }
+      read_images(train_, which_.data(), fill_count_, decoded_.data(), crop_ > 0 ? crops_.data() : nullptr, crop_);
     }
+    const int C = train_.channels, H = train_.height, W = train_.width;
     ops::parallel_for_if(fill_count_, int64_t(fill_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
       const int b = fill_first_ + r;
-      const auto& [i, shift] = picks_[size_t(b)];
+      const Pick& p = picks_[size_t(b)];
+      const auto [dy, dx] = p.shift;
       // What shifts in is black: byte 0, or in a float set (normalised) each channel's
       // normalised black, a channel at a time.
-      if (train_.as_bytes)
-        shift_image(train_.streamed() ? decoded_.data() + size_t(r) * sz : train_.image_bytes(i),
-                    bytes_.data() + size_t(b) * sz, train_.channels, train_.height, train_.width, shift.first,
-                    shift.second, uint8_t(0));
-      else
-        for (int c = 0; c < train_.channels; ++c) {
-          const size_t at = size_t(c) * train_.height * train_.width;
-          shift_image(train_.image(i) + at, images_.data() + size_t(b) * sz + at, 1, train_.height, train_.width,
-                      shift.first, shift.second, table_[size_t(c) * 256]);
+      if (train_.as_bytes) {
+        uint8_t* row = decoded_.data() + size_t(r) * sz;
+        const uint8_t* src = made ? row : train_.image_bytes(p.image);
+        if (p.flip) {
+          if (!made) std::memcpy(row, src, sz);
+          flip_image(row, C, H, W);
+          src = row;
         }
+        shift_image(src, bytes_.data() + size_t(b) * sz, C, H, W, dy, dx, uint8_t(0));
+      } else {
+        const float* src = train_.image(p.image);
+        if (p.flip) {
+          float* row = flipped_.data() + size_t(r) * sz;
+          std::memcpy(row, src, sz * sizeof(float));
+          flip_image(row, C, H, W);
+          src = row;
+        }
+        for (int c = 0; c < C; ++c) {
+          const size_t at = size_t(c) * H * W;
+          shift_image(src + at, images_.data() + size_t(b) * sz + at, 1, H, W, dy, dx, table_[size_t(c) * 256]);
+        }
+      }
     });
     if (batch_.keep) draw_keep(cfg_, B_, rng, keep_.data());
     return batch_;
@@ -221,10 +250,11 @@ class VisionTask : public TrainTask {
     require(first >= 0 && count >= 0 && first + count <= B_, "VisionTask::fill_rows: rows outside the batch");
     fill_first_ = first;
     fill_count_ = count;
-    if (train_.streamed()) {
-      which_.resize(size_t(count));
+    which_.resize(size_t(count));
+    crops_.resize(size_t(count));
+    if (train_.as_bytes && (train_.streamed() || crop_ > 0 || flip_))
       decoded_.resize(size_t(count) * train_.image_size());
-    }
+    if (!train_.as_bytes && flip_) flipped_.resize(size_t(count) * train_.image_size());
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "images"; }
@@ -274,14 +304,25 @@ class VisionTask : public TrainTask {
 
   ModelConfig cfg_;
   ImageSet train_, test_;
+  // A row's draws: its image, shift, crop (augment_crop > 0) and whether it is mirrored.
+  struct Pick {
+    int image = 0;
+    std::pair<int, int> shift;
+    CropDraw crop;
+    bool flip = false;
+  };
   int B_, shift_;
-  std::vector<float> table_;  // byte_table: what the model makes of each byte
-  HostBuffer<float> images_;                                // a batch of a float set's images
-  HostBuffer<uint8_t> bytes_;                               // or of a byte set's
-  std::vector<std::pair<int, std::pair<int, int>>> picks_;  // each row's image and shift
-  int fill_first_ = 0, fill_count_ = 0;                     // the rows next_batch makes
-  std::vector<int> which_;                                  // streamed: those rows' images
-  std::vector<uint8_t> decoded_;                            // and their bytes, unshifted
+  float crop_;
+  bool flip_;
+  std::vector<float> table_;             // byte_table: what the model makes of each byte
+  HostBuffer<float> images_;             // a batch of a float set's images
+  HostBuffer<uint8_t> bytes_;            // or of a byte set's
+  std::vector<Pick> picks_;              // each row's draws
+  int fill_first_ = 0, fill_count_ = 0;  // the rows next_batch makes
+  std::vector<int> which_;               // streamed or cropped: those rows' images
+  std::vector<CropDraw> crops_;          // and crops
+  std::vector<uint8_t> decoded_;         // those rows made (and mirrored), unshifted
+  std::vector<float> flipped_;           // a float set's rows mirrored
   std::vector<int32_t> labels_;
   std::vector<float> keep_;
   Batch batch_;
@@ -389,8 +430,10 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
   const Normalization norm = Normalization::from_json(m.normalization, "model config 'normalization'");
   for (ImageSet* set : {&train, &test})
     if (set->n > 0 && !set->as_bytes) normalize(*set, norm);
-  return std::make_unique<VisionTask>(m, std::move(train), std::move(test), rc.train.batch_size, rc.train.augment_shift,
-                                      norm);
+  require(rc.train.augment_crop == 0.0f || train.as_bytes,
+          "'train.augment_crop' crops images held as bytes (an image folder, an IDX set, arrays of uint8); these "
+          "are floats");
+  return std::make_unique<VisionTask>(m, std::move(train), std::move(test), rc.train.batch_size, rc.train, norm);
 }
 
 }  // namespace gmlp
