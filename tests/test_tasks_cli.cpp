@@ -258,8 +258,8 @@ TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   EXPECT_TRUE(contains(r.output, "streamed from their files")) << r.output;
   EXPECT_EQ(losses, train_losses(dir.file("split")));
   EXPECT_TRUE(read_file(model_file(dir.file("streamed"))) == read_file(model_file(dir.file("split"))));
-  // A streamed set is known by its files' names and sizes: one renamed, the run refuses
-  // to resume on it.
+  // A streamed set is known by its files' names (and labels): one renamed, the run
+  // refuses to resume on it.
   r = run_command(gmlp() + common + stream + " --out " + dir.file("renamed") + " --stop-after 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::filesystem::rename(data + "/train/a/0.pgm", data + "/train/a/00.pgm");
@@ -268,14 +268,23 @@ TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   EXPECT_TRUE(contains(r.output, "fingerprint")) << r.output;
   std::filesystem::rename(data + "/train/a/00.pgm", data + "/train/a/0.pgm");
   // An image that cannot be read, with the normalisation given (so no pass over the set
-  // reads it first): the run stops when a batch draws it, naming it.
+  // reads it first): the run stops when a batch draws it, naming it and the way on; the
+  // file replaced by a readable one of the same name, the run resumes from its last
+  // checkpoint to its end.
   std::ofstream(data + "/train/b/zz.png") << "not a png";
   r = run_command(gmlp() + " train --data " + data + kVisionTiny + stream +
-                  " --steps 40 --eval-every 1000 --set 'model.normalization={\"mean\":[0.4],\"std\":[0.3]}'" +
-                  " --out " + dir.file("broken") + " 2>&1");
+                  " --steps 40 --log-every 1 --ckpt-every 1 --eval-every 1000 --seed 2"  // draws zz.png at step 8
+                  " --set 'model.normalization={\"mean\":[0.4],\"std\":[0.3]}' --out " +
+                  dir.file("broken") + " 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "zz.png")) << r.output;
-  EXPECT_TRUE(contains(r.output, "streamed from their files")) << "found mid-run, not at the load: " << r.output;
+  EXPECT_TRUE(contains(r.output, "replace the file with a readable image of the same name")) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 3/40")) << "found mid-run, after a checkpoint: " << r.output;
+  std::filesystem::copy_file(data + "/train/b/1.pgm", data + "/train/b/zz.png",
+                             std::filesystem::copy_options::overwrite_existing);
+  r = run_command(gmlp() + " train --out " + dir.file("broken") + " --resume --no-progress 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(train_losses(dir.file("broken")).size(), 40u);
 }
 
 TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {

@@ -34,9 +34,8 @@ struct ImageSet {
   std::vector<uint8_t> bytes;    // [n, C, H, W] pixel values 0..255 (as_bytes, held)
   std::vector<int32_t> labels;   // [n], each in [0, n_classes)
   int n_classes = 0;
-  // Streamed: each image's file, and its size in bytes when listed (the set's fingerprint).
+  // Streamed: each image's file.
   std::vector<std::string> files;
-  std::vector<uint64_t> file_sizes;
 
   bool streamed() const { return !files.empty(); }
   size_t image_size() const { return size_t(channels) * size_t(height) * size_t(width); }
@@ -104,8 +103,9 @@ struct ImageShape {
 // is decoded; an image that cannot be read (the first in file order).
 // stream: the set names its files rather than holding their images (ImageSet::files), and
 // nothing is decoded here but the first image, when the shape needs it. Held, a set whose
-// bytes would not fit in the memory the system has free is refused before decoding,
-// naming the bytes it needs and train.stream_images.
+// bytes would not fit in the memory free to this process is refused before decoding,
+// naming the bytes it needs and train.stream_images: the system's available memory (or
+// the cgroup's limit, where lower) shared among the launcher's ranks on this machine.
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
                            int n_classes = 0, bool stream = false);
 

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -90,17 +91,24 @@ void crop_bytes(const ImageSet& s, int i, const CropDraw& d, float min_area, uin
   put_bytes(resize_box(src, crop_box(d, min_area, src.width, src.height), s.height, s.width), out);
 }
 
-// The memory the system has free for new allocations (Linux's MemAvailable), 0 when it
-// does not say.
+// The memory free for this process's new allocations, 0 when nothing says: the system's
+// (Linux's MemAvailable), or what is left of its cgroup's limit where that is less, shared
+// among the ranks a launcher started on this machine (each holds its own copy of a set).
 uint64_t available_memory() {
+  uint64_t avail = 0;
   std::ifstream f("/proc/meminfo");
   for (std::string key; f >> key;) {
     uint64_t kb = 0;
     f >> kb;
-    if (key == "MemAvailable:") return kb * 1024;
+    if (key == "MemAvailable:") avail = kb * 1024;
     f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
   }
-  return 0;
+  uint64_t limit = 0, used = 0;
+  if ((std::ifstream("/sys/fs/cgroup/memory.max") >> limit) && (std::ifstream("/sys/fs/cgroup/memory.current") >> used))
+    avail = std::min(avail == 0 ? limit : avail, limit > used ? limit - used : 0);  // "max" (no limit) reads as nothing
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MPI_LOCAL_NRANKS"})
+    if (const char* n = std::getenv(v); n && std::atoi(n) > 1) return avail / uint64_t(std::atoi(n));
+  return avail;
 }
 
 std::string gigabytes(double bytes) {
@@ -183,16 +191,7 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
     s.labels.push_back(label);
     s.files.push_back(std::move(path));
   }
-  if (stream) {
-    s.file_sizes.resize(s.files.size());
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < int64_t(s.files.size()); ++i) {
-      std::error_code size_ec;
-      const uintmax_t size = fs::file_size(s.files[size_t(i)], size_ec);
-      s.file_sizes[size_t(i)] = size_ec ? 0 : uint64_t(size);  // unreadable: said when it is decoded
-    }
-    return s;
-  }
+  if (stream) return s;
   // Held: decoded once, every image into its own place, unless the bytes cannot fit.
   const double need = double(s.n) * double(s.image_size());
   const uint64_t avail = available_memory();
@@ -200,7 +199,8 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
     return dir + ": its " + std::to_string(s.n) + " images of " + std::to_string(s.channels) + "x" +
            std::to_string(s.height) + "x" + std::to_string(s.width) + " need " + gigabytes(need) +
            " held in memory, more than the " + gigabytes(double(avail)) +
-           " this machine has free: stream them from their files instead (--set train.stream_images=true)";
+           " free to this process: stream them from their files instead (a run with --set "
+           "train.stream_images=true)";
   });
   s.bytes.resize(size_t(s.n) * s.image_size());
   std::vector<int> all(size_t(s.n));

@@ -184,7 +184,8 @@ class VisionTask : public TrainTask {
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
   // build has the fingerprint it has now as bytes, so its runs resume. A streamed set's is
-  // over its files' names, sizes and labels (hashing their images would decode the set).
+  // over its files' names and labels (hashing their images would decode the set), so an
+  // unreadable file that stopped a run can be replaced by a readable one and the run resumed.
   uint64_t data_fingerprint() const override {
     return fingerprint(test_, fnv1a(test_.labels, fingerprint(train_, fnv1a(train_.labels))));
   }
@@ -211,7 +212,14 @@ class VisionTask : public TrainTask {
         which_[size_t(r)] = picks_[size_t(fill_first_ + r)].image;
         crops_[size_t(r)] = picks_[size_t(fill_first_ + r)].crop;
       }
-      read_images(train_, which_.data(), fill_count_, decoded_.data(), crop_ > 0 ? crops_.data() : nullptr, crop_);
+      try {
+        read_images(train_, which_.data(), fill_count_, decoded_.data(), crop_ > 0 ? crops_.data() : nullptr, crop_);
+      } catch (const Error& e) {
+        if (!train_.streamed()) throw;
+        throw Error(std::string(e.what()) +
+                    " (a streamed image: replace the file with a readable image of the same name, and --resume "
+                    "continues from the run's last checkpoint, if it wrote one)");
+      }
     }
     const int C = train_.channels, H = train_.height, W = train_.width;
     ops::parallel_for_if(fill_count_, int64_t(fill_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
@@ -287,7 +295,6 @@ class VisionTask : public TrainTask {
         const std::filesystem::path p(set.files[size_t(i)]);
         const std::string name = p.parent_path().filename().string() + "/" + p.filename().string();
         h = fnv1a(name.data(), name.size() + 1, h);
-        h = fnv1a(&set.file_sizes[size_t(i)], sizeof(uint64_t), h);
       }
       return h;
     }

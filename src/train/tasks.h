@@ -29,7 +29,8 @@ class TrainTask {
   // (tokens or examples) and a 64-bit hash of the loaded content (FNV-1a), so that a
   // training state naming another file of the same size is refused too: a tampered
   // state can make --resume read a file, but not train on one the state's author
-  // could not have hashed.
+  // could not have hashed. (A streamed image folder hashes its files' names and labels,
+  // not its images: VisionTask.)
   virtual int64_t data_signature() const = 0;
   virtual uint64_t data_fingerprint() const = 0;
   // Draws the next training batch (all randomness from rng, so resumption is exact).
