@@ -38,21 +38,12 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from host_side import ROOT, cpu_line  # noqa: E402
+
 SIZES = [(375, 500), (500, 375), (333, 500), (500, 333), (400, 500), (500, 400)]  # (h, w)
 SIDE = 224
 CLASSES = 10
-
-
-def cpu_line() -> str:
-    model, flags = "?", set()
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name") and model == "?":
-            model = line.split(":", 1)[1].strip()
-        if line.startswith("flags") and not flags:
-            flags = set(line.split(":", 1)[1].split())
-    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model}, {os.cpu_count()} CPUs ({', '.join(shown) or 'no AVX2'})"
 
 
 def write_set(root: pathlib.Path, n: int) -> float:
