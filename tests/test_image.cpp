@@ -510,6 +510,53 @@ TEST(ImageFolder, AStreamedSetReadsTheBytesAHeldSetHolds) {
             std::string::npos);
 }
 
+// A streamed row's crop is of its file at the file's own size (here 20x12, 27x12 and
+// 12x34 grey and colour files brought to 3x8x8): read_images gives resize_box of the file's
+// pixels, converted, over crop_box of the file's size, rounded to bytes.
+TEST(ImageFolder, AStreamedCropIsOfTheFileAtItsOwnSize) {
+  TempDir dir("imgcrop");
+  std::mt19937 gen(6);
+  const std::vector<std::array<int, 3>> files = {{1, 12, 20}, {3, 12, 27}, {1, 34, 12}};  // channels, h, w
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto [c, h, w] = files[i];
+    fs::create_directories(dir.file("set/train/k"));
+    std::ofstream f(dir.file("set/train/k/" + std::to_string(i) + (c == 3 ? ".ppm" : ".pgm")), std::ios::binary);
+    f << (c == 3 ? "P6\n" : "P5\n") << w << " " << h << "\n255\n";
+    for (int k = 0; k < c * h * w; ++k) f.put(char(gen() % 256));
+  }
+  const ImageSet s = load_image_dataset(dir.file("set"), "train", 0, {3, 8, 8}, nullptr, /*stream=*/true);
+  ASSERT_EQ(s.n, 3);
+  Rng rng(12);
+  std::vector<CropDraw> crops;
+  std::vector<int> which = {2, 0, 1, 2};
+  for (size_t r = 0; r < which.size(); ++r) crops.push_back(draw_crop(rng));
+  Bytes got(which.size() * s.image_size());
+  read_images(s, which.data(), int(which.size()), got.data(), crops.data(), 0.2f);
+  for (size_t r = 0; r < which.size(); ++r) {
+    const Image src = convert_channels(read_image(s.files[size_t(which[r])]), 3);
+    const Image want = resize_box(src, crop_box(crops[r], 0.2f, src.width, src.height), 8, 8);
+    for (size_t k = 0; k < want.pixels.size(); ++k)
+      ASSERT_EQ(got[r * s.image_size() + k], uint8_t(std::lround(want.pixels[k] * 255.0f))) << r << " " << k;
+  }
+}
+
+// What a rank may hold: the least of the system's available memory and what its cgroup's
+// limit leaves (the reclaimable file cache not counted as used), shared among the ranks on
+// the machine; a full cgroup leaves nothing (refused), not "unknown".
+TEST(ImageFolder, TheMemoryARankMayHoldIsTheLeastTheSystemAndItsCgroupLeave) {
+  const uint64_t G = 1000000000;
+  EXPECT_FALSE(memory_to_hold({}).has_value());
+  EXPECT_EQ(memory_to_hold({8 * G, 0, 0, 0, 1}), 8 * G);
+  EXPECT_EQ(memory_to_hold({8 * G, 0, 0, 0, 4}), 2 * G);
+  EXPECT_EQ(memory_to_hold({8 * G, 16 * G, 15 * G, 12 * G, 1}), 8 * G);  // the cache freed: 13 GB left
+  EXPECT_EQ(memory_to_hold({8 * G, 16 * G, 15 * G, 0, 1}), 1 * G);
+  EXPECT_EQ(memory_to_hold({0, 16 * G, 10 * G, 0, 2}), 3 * G);
+  EXPECT_EQ(memory_to_hold({8 * G, 16 * G, 17 * G, 0, 1}), 0u);
+  const MemoryReport here = read_memory_report();
+  EXPECT_GT(here.available, 0u) << "/proc/meminfo's MemAvailable";
+  EXPECT_GE(here.local_ranks, 1);
+}
+
 // A held folder whose bytes would not fit in the memory the system has free is refused
 // before any image is decoded, naming what it needs and how to stream it; streamed, the
 // same folder loads (nothing is decoded until used).
@@ -544,15 +591,61 @@ TEST(ImageFolder, AHeldSetLargerThanTheFreeMemoryIsRefusedBeforeDecoding) {
 // image, with the area share and aspect ratio drawn (where no side is cut to the image's);
 // draw_crop takes four uniforms; flip_image mirrors each row.
 TEST(ImageFile, CropsResizeTheirBoxAndMirror) {
+  // The naive reference: each output value's taps weighed one by one (the triangle's
+  // weights, normalised, in float), rows first, then columns, each sum from 0 in tap order,
+  // zero weights and all; the fast path must give its bits.
+  auto naive = [](const Image& img, const CropBox& box, int oh, int ow) {
+    auto weights = [](int in, int out, double start, double length, int i, int& lo) {
+      const double scale = length / out, support = std::max(1.0, scale), centre = start + (i + 0.5) * scale;
+      lo = std::max(0, int(std::floor(centre - support)));
+      const int hi = std::min(in - 1, int(std::ceil(centre + support)));
+      std::vector<float> w;
+      double total = 0;
+      for (int j = lo; j <= hi; ++j) total += std::max(0.0, 1.0 - std::abs((j + 0.5 - centre) / support));
+      for (int j = lo; j <= hi; ++j)
+        w.push_back(float(float(std::max(0.0, 1.0 - std::abs((j + 0.5 - centre) / support))) / total));
+      return w;
+    };
+    Image out;
+    out.channels = img.channels;
+    out.height = oh;
+    out.width = ow;
+    for (int c = 0; c < img.channels; ++c) {
+      std::vector<float> tmp(size_t(img.height) * ow);
+      for (int y = 0; y < img.height; ++y)
+        for (int x = 0; x < ow; ++x) {
+          int lo = 0;
+          const auto w = weights(img.width, ow, box.x, box.w, x, lo);
+          float s = 0;
+          for (size_t k = 0; k < w.size(); ++k) s += w[k] * img.at(c, y, lo + int(k));
+          tmp[size_t(y) * ow + x] = s;
+        }
+      for (int y = 0; y < oh; ++y)
+        for (int x = 0; x < ow; ++x) {
+          int lo = 0;
+          const auto w = weights(img.height, oh, box.y, box.h, y, lo);
+          float s = 0;
+          for (size_t k = 0; k < w.size(); ++k) s += w[k] * tmp[size_t(lo + int(k)) * ow + x];
+          out.pixels.push_back(std::clamp(s, 0.0f, 1.0f));
+        }
+    }
+    return out;
+  };
   std::mt19937 gen(9);
-  for (const auto [h, w, oh, ow] : {std::array{17, 23, 7, 9}, std::array{9, 5, 20, 30}, std::array{12, 12, 5, 12}}) {
+  for (const auto& [h, w, oh, ow] : {std::array{17, 23, 7, 9}, std::array{9, 5, 20, 30}, std::array{12, 12, 5, 12},
+                                     std::array{375, 500, 224, 224}, std::array{1, 40, 3, 3}}) {
     Image img;
     img.channels = 3;
     img.height = h;
     img.width = w;
     for (int k = 0; k < 3 * h * w; ++k) img.pixels.push_back(float(gen() % 256) / 255.0f);
-    const Image a = resize_bilinear(img, oh, ow), b = resize_box(img, {0, 0, double(w), double(h)}, oh, ow);
-    EXPECT_TRUE(a.pixels == b.pixels) << h << "x" << w;
+    const CropBox whole{0, 0, double(w), double(h)};
+    EXPECT_TRUE(resize_bilinear(img, oh, ow).pixels == naive(img, whole, oh, ow).pixels) << h << "x" << w;
+    Rng r(uint64_t(h * w));
+    for (int t = 0; t < 4; ++t) {
+      const CropBox b = crop_box(draw_crop(r), 0.08f, w, h);
+      EXPECT_TRUE(resize_box(img, b, oh, ow).pixels == naive(img, b, oh, ow).pixels) << h << "x" << w << " crop " << t;
+    }
   }
   Image two;
   two.channels = 1;

@@ -6,6 +6,7 @@
 // Every malformed input is a gmlp::Error that names the file and what is wrong.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,21 @@ struct ImageShape {
 // the cgroup's limit, where lower) shared among the launcher's ranks on this machine.
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
                            int n_classes = 0, bool stream = false);
+
+// What the system says of its memory, in bytes (0 where it says nothing): Linux's
+// MemAvailable; the cgroup (v2) limit a container sees as its own (memory.max), its usage
+// (memory.current) and the file cache within it the kernel can reclaim (memory.stat's
+// inactive_file); and the ranks a launcher started on this machine (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS, Slurm's SLURM_NTASKS_PER_NODE).
+struct MemoryReport {
+  uint64_t available = 0, cgroup_limit = 0, cgroup_used = 0, cgroup_reclaimable = 0;
+  int local_ranks = 1;
+};
+MemoryReport read_memory_report();
+// The bytes a rank may hold: the least of the system's available memory and the cgroup's
+// limit less its usage (its reclaimable cache not counted as used), shared among the
+// machine's ranks, each of which holds its own copy of a set; nothing where neither says.
+std::optional<uint64_t> memory_to_hold(const MemoryReport& m);
 
 // The split ("train" or "test") of an image data set in `dir`. An IDX data set, named as
 // MNIST names it: {train,t10k}-images-idx3-ubyte and {train,t10k}-labels-idx1-ubyte,

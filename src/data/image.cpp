@@ -387,9 +387,15 @@ Image resize_box(const Image& img, const CropBox& box, int height, int width) {
   out.pixels.assign(size_t(img.channels) * height * width, 0.0f);
   std::vector<float> tmp(size_t(img.height) * width);  // rows resampled, columns not yet
   std::vector<float> acc(static_cast<size_t>(width));
+  // Only the rows the columns' taps read (a crop's, and its filter's reach).
+  int row_lo = img.height, row_hi = 0;
+  for (int y = 0; y < height; ++y) {
+    row_lo = std::min(row_lo, fy.first[y]);
+    row_hi = std::max(row_hi, fy.first[y] + fy.count[y]);
+  }
   for (int c = 0; c < img.channels; ++c) {
     const float* src = img.pixels.data() + size_t(c) * img.height * img.width;
-    for (int y = 0; y < img.height; ++y) {
+    for (int y = row_lo; y < row_hi; ++y) {
       const float* row = src + size_t(y) * img.width;
       for (int x = 0; x < width; ++x) {
         const float* w = fx.of(x);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "gmlp/error.h"
 #include "gmlp/image.h"
@@ -91,24 +92,16 @@ void crop_bytes(const ImageSet& s, int i, const CropDraw& d, float min_area, uin
   put_bytes(resize_box(src, crop_box(d, min_area, src.width, src.height), s.height, s.width), out);
 }
 
-// The memory free for this process's new allocations, 0 when nothing says: the system's
-// (Linux's MemAvailable), or what is left of its cgroup's limit where that is less, shared
-// among the ranks a launcher started on this machine (each holds its own copy of a set).
-uint64_t available_memory() {
-  uint64_t avail = 0;
-  std::ifstream f("/proc/meminfo");
-  for (std::string key; f >> key;) {
-    uint64_t kb = 0;
-    f >> kb;
-    if (key == "MemAvailable:") avail = kb * 1024;
+// The value after `key` in a file of "key value" lines, 0 when absent.
+uint64_t value_in(const char* path, const std::string& key) {
+  std::ifstream f(path);
+  for (std::string k; f >> k;) {
+    uint64_t v = 0;
+    f >> v;
+    if (k == key) return v;
     f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
   }
-  uint64_t limit = 0, used = 0;
-  if ((std::ifstream("/sys/fs/cgroup/memory.max") >> limit) && (std::ifstream("/sys/fs/cgroup/memory.current") >> used))
-    avail = std::min(avail == 0 ? limit : avail, limit > used ? limit - used : 0);  // "max" (no limit) reads as nothing
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MPI_LOCAL_NRANKS"})
-    if (const char* n = std::getenv(v); n && std::atoi(n) > 1) return avail / uint64_t(std::atoi(n));
-  return avail;
+  return 0;
 }
 
 std::string gigabytes(double bytes) {
@@ -194,11 +187,11 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   if (stream) return s;
   // Held: decoded once, every image into its own place, unless the bytes cannot fit.
   const double need = double(s.n) * double(s.image_size());
-  const uint64_t avail = available_memory();
-  require(avail == 0 || need <= double(avail), [&] {
+  const std::optional<uint64_t> room = memory_to_hold(read_memory_report());
+  require(!room || need <= double(*room), [&] {
     return dir + ": its " + std::to_string(s.n) + " images of " + std::to_string(s.channels) + "x" +
            std::to_string(s.height) + "x" + std::to_string(s.width) + " need " + gigabytes(need) +
-           " held in memory, more than the " + gigabytes(double(avail)) +
+           " held in memory, more than the " + gigabytes(double(*room)) +
            " free to this process: stream them from their files instead (a run with --set "
            "train.stream_images=true)";
   });
@@ -209,6 +202,35 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   s.files.clear();
   s.files.shrink_to_fit();
   return s;
+}
+
+MemoryReport read_memory_report() {
+  MemoryReport m;
+  m.available = value_in("/proc/meminfo", "MemAvailable:") * 1024;
+  // cgroup v2, as a container sees its own: "max" (no limit) does not read as a number.
+  if ((std::ifstream("/sys/fs/cgroup/memory.max") >> m.cgroup_limit) &&
+      (std::ifstream("/sys/fs/cgroup/memory.current") >> m.cgroup_used))
+    m.cgroup_reclaimable = value_in("/sys/fs/cgroup/memory.stat", "inactive_file");
+  else
+    m.cgroup_limit = m.cgroup_used = 0;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* n = std::getenv(v); n && std::atoi(n) > 1) {
+      m.local_ranks = std::atoi(n);
+      break;
+    }
+  return m;
+}
+
+std::optional<uint64_t> memory_to_hold(const MemoryReport& m) {
+  std::optional<uint64_t> free;
+  if (m.available > 0) free = m.available;
+  if (m.cgroup_limit > 0) {
+    const uint64_t used = m.cgroup_used > m.cgroup_reclaimable ? m.cgroup_used - m.cgroup_reclaimable : 0;
+    const uint64_t left = m.cgroup_limit > used ? m.cgroup_limit - used : 0;
+    free = free ? std::min(*free, left) : left;
+  }
+  if (free && m.local_ranks > 1) *free /= uint64_t(m.local_ranks);
+  return free;
 }
 
 void read_images(const ImageSet& set, const int* which, int count, uint8_t* out, const CropDraw* crops,
