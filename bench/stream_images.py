@@ -22,7 +22,9 @@ Side by side, each pass in both orders:
   No forward: PyTorch's side does strictly less than gmlp's.
 - gmlp training, held against streamed: `gmlp train` of the same tiny model on the
   training split, batch 64; the trainer's images a second over the run, so the
-  streamed run's lower rate is its decoding a step (the held run's load is outside it).
+  streamed run's lower rate is its decoding a step (the held run's load is outside it);
+  and streamed with torchvision's default crops (area share from 0.08) and mirror
+  images, each crop resampled from the file's own pixels.
 
 Needs PIL (Debian's python3-pil) and torch (python3-torch) for /usr/bin/python3.
 """
@@ -92,10 +94,12 @@ def gmlp_eval(gmlp: str, model: pathlib.Path, data: pathlib.Path, threads: int |
     return n / wall
 
 
-def gmlp_train(gmlp: str, data: pathlib.Path, out: pathlib.Path, stream: bool, steps: int) -> float:
+def gmlp_train(gmlp: str, data: pathlib.Path, out: pathlib.Path, stream: bool, steps: int,
+               augment: bool = False) -> float:
     cmd = [gmlp, "train", "--data", str(data), "--out", str(out), "--steps", str(steps), "--batch-size", "64",
            "--eval-every", str(steps * 10), "--ckpt-every", str(steps * 10), "--overwrite"] + MODEL + \
-          ["--set", f"train.stream_images={'true' if stream else 'false'}"]
+          ["--set", f"train.stream_images={'true' if stream else 'false'}"] + \
+          (["--set", "train.augment_crop=0.08", "--set", "train.augment_flip=true"] if augment else [])
     _, text = run(cmd)
     m = re.search(r"finished after .* ([0-9.]+) images/s", text)
     if not m:
@@ -156,6 +160,8 @@ def main() -> None:
             (f"PyTorch DataLoader + PIL, num_workers={cores}", lambda: torch_rate(data, cores, a.images)),
             ("gmlp train, held (batch 64)", lambda: gmlp_train(a.gmlp, data, root / "held", False, a.steps)),
             ("gmlp train, streamed (batch 64)", lambda: gmlp_train(a.gmlp, data, root / "streamed", True, a.steps)),
+            ("gmlp train, streamed, crops (0.08) and mirror images",
+             lambda: gmlp_train(a.gmlp, data, root / "cropped", True, a.steps, augment=True)),
         ]
         for p in range(a.passes):
             order = cases if p % 2 == 0 else cases[::-1]
