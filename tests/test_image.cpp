@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -554,7 +555,30 @@ TEST(ImageFolder, TheMemoryARankMayHoldIsTheLeastTheSystemAndItsCgroupLeave) {
   EXPECT_EQ(memory_to_hold({8 * G, 16 * G, 17 * G, 0, 1}), 0u);
   const MemoryReport here = read_memory_report();
   EXPECT_GT(here.available, 0u) << "/proc/meminfo's MemAvailable";
-  EXPECT_GE(here.local_ranks, 1);
+  // The ranks on the machine: only a launched process's, by the first count set (a count
+  // of 1 is a count), Slurm's "4(x2)" as 4.
+  const char* vars[] = {"OMPI_COMM_WORLD_SIZE",       "PMIX_RANK",       "PMI_SIZE",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* v : vars)
+    if (const char* x = std::getenv(v)) saved.emplace_back(v, x);
+  for (const char* v : vars) unsetenv(v);
+  auto ranks = [&](std::vector<std::pair<const char*, const char*>> env) {
+    for (const auto& [k, v] : env) setenv(k, v, 1);
+    const int n = read_memory_report().local_ranks;
+    for (const auto& [k, v] : env) unsetenv(k);
+    return n;
+  };
+  EXPECT_EQ(ranks({}), 1);
+  EXPECT_EQ(ranks({{"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}), 1) << "not launched";
+  EXPECT_EQ(ranks({{"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}), 4);
+  EXPECT_EQ(ranks({{"OMPI_COMM_WORLD_SIZE", "8"},
+                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "1000000"}}),
+            1);
+  EXPECT_EQ(ranks({{"PMIX_RANK", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}}), 4);
+  EXPECT_EQ(ranks({{"PMI_SIZE", "6"}, {"MPI_LOCALNRANKS", "3"}}), 3);
+  for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
 }
 
 // A held folder whose bytes would not fit in the memory the system has free is refused

@@ -100,7 +100,7 @@ struct TrainConfig {
   bool augment_flip = false;
   // vision: an image folder's images decoded from their files at each use, not held in
   // memory (for a set larger than the memory; the run is the one held images make, but
-  // for crops of files larger than the model's input, which are of the files' own pixels)
+  // for crops, which read each file as it is, not as held: docs/vision.md)
   bool stream_images = false;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)

@@ -105,16 +105,17 @@ struct ImageShape {
 // stream: the set names its files rather than holding their images (ImageSet::files), and
 // nothing is decoded here but the first image, when the shape needs it. Held, a set whose
 // bytes would not fit in the memory free to this process is refused before decoding,
-// naming the bytes it needs and train.stream_images: the system's available memory (or
-// the cgroup's limit, where lower) shared among the launcher's ranks on this machine.
+// naming the bytes it needs and train.stream_images: memory_to_hold(read_memory_report()),
+// read once, when this process checks (ranks checking after others have decoded see less).
 ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector<std::string>& class_names,
                            int n_classes = 0, bool stream = false);
 
 // What the system says of its memory, in bytes (0 where it says nothing): Linux's
 // MemAvailable; the cgroup (v2) limit a container sees as its own (memory.max), its usage
 // (memory.current) and the file cache within it the kernel can reclaim (memory.stat's
-// inactive_file); and the ranks a launcher started on this machine (Open MPI's
-// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS, Slurm's SLURM_NTASKS_PER_NODE).
+// inactive_file); and, in a process an MPI launcher started, the ranks it started on this
+// machine (the first set of Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's
+// MPI_LOCALNRANKS, Slurm's SLURM_STEP_TASKS_PER_NODE).
 struct MemoryReport {
   uint64_t available = 0, cgroup_limit = 0, cgroup_used = 0, cgroup_reclaimable = 0;
   int local_ranks = 1;

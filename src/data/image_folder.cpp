@@ -106,7 +106,10 @@ uint64_t value_in(const char* path, const std::string& key) {
 
 std::string gigabytes(double bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  if (bytes >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f MB", bytes / 1e6);
   return buf;
 }
 }  // namespace
@@ -187,13 +190,17 @@ ImageSet load_image_folder(const std::string& dir, ImageShape shape, std::vector
   if (stream) return s;
   // Held: decoded once, every image into its own place, unless the bytes cannot fit.
   const double need = double(s.n) * double(s.image_size());
-  const std::optional<uint64_t> room = memory_to_hold(read_memory_report());
+  const MemoryReport report = read_memory_report();
+  const std::optional<uint64_t> room = memory_to_hold(report);
   require(!room || need <= double(*room), [&] {
     return dir + ": its " + std::to_string(s.n) + " images of " + std::to_string(s.channels) + "x" +
            std::to_string(s.height) + "x" + std::to_string(s.width) + " need " + gigabytes(need) +
-           " held in memory, more than the " + gigabytes(double(*room)) +
-           " free to this process: stream them from their files instead (a run with --set "
-           "train.stream_images=true)";
+           " held in memory, more than the " + gigabytes(double(*room)) + " free to this process" +
+           (report.local_ranks > 1
+                ? " (the machine's, shared among its " + std::to_string(report.local_ranks) + " ranks)"
+                : std::string()) +
+           ": stream them from their files instead, in a new run with --set train.stream_images=true (a held "
+           "run cannot resume streamed)";
   });
   s.bytes.resize(size_t(s.n) * s.image_size());
   std::vector<int> all(size_t(s.n));
@@ -213,11 +220,14 @@ MemoryReport read_memory_report() {
     m.cgroup_reclaimable = value_in("/sys/fs/cgroup/memory.stat", "inactive_file");
   else
     m.cgroup_limit = m.cgroup_used = 0;
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* n = std::getenv(v); n && std::atoi(n) > 1) {
-      m.local_ranks = std::atoi(n);
-      break;
-    }
+  // Only a launched rank shares the machine (the launchers src/train/comm.cpp knows), by
+  // the first count its launcher gives (Slurm's "4(x2)" reads as 4).
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"})
+      if (const char* n = std::getenv(v); n && *n) {
+        m.local_ranks = std::max(1, std::atoi(n));
+        break;
+      }
   return m;
 }
 
