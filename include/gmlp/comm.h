@@ -75,5 +75,7 @@ Communicator& this_process();
 bool world_started();
 // The job size the launcher's environment announces (1 outside a launcher).
 int launcher_world_size();
+// Whether an MPI launcher started this process (its environment says so).
+bool launched_by_mpi();
 
 }  // namespace gmlp

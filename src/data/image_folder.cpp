@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 
+#include "gmlp/comm.h"  // launched_by_mpi
 #include "gmlp/error.h"
 #include "gmlp/image.h"
 #include "gmlp/tokenizer.h"  // check_class_name
@@ -220,9 +221,9 @@ MemoryReport read_memory_report() {
     m.cgroup_reclaimable = value_in("/sys/fs/cgroup/memory.stat", "inactive_file");
   else
     m.cgroup_limit = m.cgroup_used = 0;
-  // Only a launched rank shares the machine (the launchers src/train/comm.cpp knows), by
-  // the first count its launcher gives (Slurm's "4(x2)" reads as 4).
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))
+  // Only a launched rank shares the machine, by the first count its launcher gives
+  // (Slurm's "4(x2)" reads as 4).
+  if (launched_by_mpi())
     for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE"})
       if (const char* n = std::getenv(v); n && *n) {
         m.local_ranks = std::max(1, std::atoi(n));

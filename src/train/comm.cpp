@@ -56,11 +56,9 @@ int launcher_world_size() {
   return 1;
 }
 
-namespace {
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
-}  // namespace
 
 Communicator& world() {
   if (g_world) return *g_world;
