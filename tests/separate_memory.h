@@ -163,9 +163,9 @@ class SeparateMemoryBackend final : public CpuBackend {
     CpuBackend::embedding_backward(dx, d, tokens, M, V, dE);
   }
   void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
-                     int64_t mean_over, bool add) override {
-    mine("cross_entropy", {logits, targets, dlogits, loss});
-    CpuBackend::cross_entropy(logits, M, V, targets, dlogits, loss, mean_over, add);
+                     int64_t mean_over, bool add, const ops::SoftTargets& soft) override {
+    mine("cross_entropy", {logits, targets, dlogits, loss, soft.second, soft.weight});
+    CpuBackend::cross_entropy(logits, M, V, targets, dlogits, loss, mean_over, add, soft);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     mine("residual_bias", {x, b, out});

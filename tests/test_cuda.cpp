@@ -1316,13 +1316,13 @@ TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   for (int r = 0; r < M; ++r) targets[size_t(r)] = r % 4 == 1 ? -1 : (r * 37) % V;
   Vec dl(logits.size());
   double loss = 0;
-  cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data(), &loss, 0, false);
+  cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data(), &loss, 0, false, {});
   OnDevice d;
   float* dDl = d.up(Vec(dl.size()));
   double* dLoss = d.up(std::vector<double>{-1.0});
   const float* dLogits = d.up(logits);
   const int32_t* dTargets = d.up(targets);
-  d.be.cross_entropy(dLogits, M, V, dTargets, dDl, dLoss, 0, false);
+  d.be.cross_entropy(dLogits, M, V, dTargets, dDl, dLoss, 0, false, {});
   const double device_loss = d.down(dLoss);
   EXPECT_NEAR(device_loss, loss, 1e-5 * loss);
   EXPECT_TRUE(test::all_close(d.down(dDl, dl.size()).data(), dl.data(), dl.size(), 1e-7f, 1e-4f, "dlogits"));
@@ -1330,12 +1330,51 @@ TEST(CudaOps, CrossEntropyWithIgnoredRows) {
   // second added: the whole's loss, and every row's gradient as in the whole, to the bit.
   const int first = 12, whole = M - M / 4;  // rows 12..28 hold 13 of the targets
   float* dPieces = d.up(Vec(dl.size()));
-  d.be.cross_entropy(dLogits, first, V, dTargets, dPieces, dLoss, whole, false);
+  d.be.cross_entropy(dLogits, first, V, dTargets, dPieces, dLoss, whole, false, {});
   d.be.cross_entropy(dLogits + size_t(first) * V, M - first, V, dTargets + first, dPieces + size_t(first) * V, dLoss,
-                     whole, true);
+                     whole, true, {});
   EXPECT_NEAR(d.down(dLoss), device_loss, 1e-12 * loss);
   const Vec pieces = d.down(dPieces, dl.size()), all = d.down(dDl, dl.size());
   EXPECT_EQ(std::memcmp(pieces.data(), all.data(), sizeof(float) * all.size()), 0);
+}
+
+// Targets as distributions (label smoothing, mixed rows' second targets and weights, in
+// device memory): the CPU op's loss and gradient, an ignored row still ignored.
+TEST(CudaOps, CrossEntropyWithSoftTargets) {
+  REQUIRE_GPU();
+  const int M = 37, V = 300;
+  const Vec logits = randn(size_t(M) * V, 12, 3.f);
+  Ids targets(M), second(M);
+  Vec weight(M);
+  for (int r = 0; r < M; ++r) {
+    targets[size_t(r)] = r % 5 == 2 ? -1 : (r * 41) % V;
+    second[size_t(r)] = r % 3 == 0 && targets[size_t(r)] >= 0 ? targets[size_t(r)] : (r * 13 + 7) % V;  // some its own
+    weight[size_t(r)] = float(r % 7) / 6.f;
+  }
+  OnDevice d;
+  const float* dLogits = d.up(logits);
+  const int32_t* dTargets = d.up(targets);
+  const int32_t* dSecond = d.up(second);
+  const float* dWeight = d.up(weight);
+  for (const bool mixed : {false, true}) {
+    SCOPED_TRACE(mixed ? "mixed, smoothed" : "smoothed");
+    ops::SoftTargets cpu, dev;
+    cpu.smoothing = dev.smoothing = 0.1f;
+    if (mixed) {
+      cpu.second = second.data();
+      cpu.weight = weight.data();
+      dev.second = dSecond;
+      dev.weight = dWeight;
+    }
+    Vec dl(logits.size());
+    double loss = 0;
+    cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), dl.data(), &loss, 0, false, cpu);
+    float* dDl = d.up(Vec(dl.size()));
+    double* dLoss = d.up(std::vector<double>{-1.0});
+    d.be.cross_entropy(dLogits, M, V, dTargets, dDl, dLoss, 0, false, dev);
+    EXPECT_NEAR(d.down(dLoss), loss, 1e-5 * loss);
+    EXPECT_TRUE(test::all_close(d.down(dDl, dl.size()).data(), dl.data(), dl.size(), 1e-7f, 1e-4f, "dlogits"));
+  }
 }
 
 // Each row of dE sums its token's rows of dx in row order on the device as on the CPU:

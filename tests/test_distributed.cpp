@@ -47,6 +47,12 @@ const std::string kTiny = " --set model.d_model=16 --set model.d_ffn=32 --set mo
                           " --set train.batch_size=8" + kRunSettings;
 
 // The losses of two runs agree to float tolerance (the ranks' sums round differently).
+// A vision run whose batches mix rows in pairs and whose targets are smoothed.
+const std::string kMixedVision =
+    " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+    " --set train.augment_shift=1 --set train.mixup=0.8 --set train.cutmix=1 --set train.label_smoothing=0.1"
+    " --lr 1e-2 --set train.warmup=2 --no-progress --steps 12 --log-every 1 --eval-every 6";
+
 void expect_close_losses(const std::vector<double>& a, const std::vector<double>& b) {
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
@@ -164,6 +170,16 @@ TEST(Distributed, TwoRanksOnTheCudaEmulatorSumOverNcclToTheOneProcessRun) {
 
 // A GPU rank draws the whole vision batch, as every rank does, but sends up only its own
 // rows of it, beside the step before (src/train/batch_ahead.h).
+// The device's loss over soft targets (label smoothing, mixed rows), and a byte set's
+// mixup batches sent as floats: the CPU's run.
+TEST(Distributed, AMixedVisionRunOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) {
+  test::TempDir data("dist_vision_mixed_emu");
+  test::write_vision_set(data.file("set"));
+  same_run(single() + " train --device cpu", launch_on_emulator(2),
+           " --task vision --data " + data.file("set") + kMixedVision, "val_acc", {},
+           "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
+}
+
 TEST(Distributed, VisionOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) {
   test::TempDir data("dist_vision_emu");
   test::write_vision_set(data.file("set"));
@@ -212,6 +228,17 @@ TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
                      " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
                      " --no-progress --steps 12 --log-every 1 --eval-every 6",
                  "val_acc");
+}
+
+// Mixed rows (mixup or CutMix each batch) and smoothed targets: every rank draws the
+// batch's mixing, mixes its rows' pairs and takes its rows' second targets and weights,
+// here in two pieces each: the one process's run.
+TEST(Distributed, AMixedVisionRunOnTwoRanksIsTheOneProcessRun) {
+  test::TempDir data("dist_vision_mixed");
+  test::write_vision_set(data.file("set"));
+  same_run(single() + " train", launch(2) + " train --grad-accum 2",
+           " --task vision --data " + data.file("set") + kMixedVision, "val_acc", {},
+           "mixup (alpha 0.8) or CutMix (alpha 1) in pairs");
 }
 
 // Streamed, each rank decodes (and crops and mirrors) only its own rows' images

@@ -610,6 +610,43 @@ TEST(ImageFolder, AHeldSetLargerThanTheFreeMemoryIsRefusedBeforeDecoding) {
   EXPECT_TRUE(s.bytes.empty());
 }
 
+// A batch's mixing weight is Beta(alpha, alpha) (Rng::beta: its mean 1/2 and variance
+// 1 / (4 (2 alpha + 1)), below 1 and above), and a CutMix box lies in the image, its
+// weight the share outside it; with both alphas a batch takes either at even odds.
+TEST(ImageFile, MixDrawsAreBetaWeightsAndBoxesInTheImage) {
+  for (const double alpha : {0.2, 0.8, 1.0, 4.0}) {
+    SCOPED_TRACE(alpha);
+    Rng rng(17);
+    const int n = 40000;
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; ++i) {
+      const double w = rng.beta(alpha, alpha);
+      ASSERT_TRUE(w >= 0.0 && w <= 1.0) << w;
+      sum += w;
+      sq += w * w;
+    }
+    const double mean = sum / n, var = sq / n - mean * mean, want = 1.0 / (4.0 * (2.0 * alpha + 1.0));
+    EXPECT_NEAR(mean, 0.5, 0.01);
+    EXPECT_NEAR(var, want, 0.05 * want);
+  }
+  Rng rng(3);
+  int cuts = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const MixDraw m = draw_mix(0.8f, 1.f, 13, 9, rng);
+    cuts += m.cut;
+    if (!m.cut) continue;
+    ASSERT_TRUE(0 <= m.y0 && m.y0 <= m.y1 && m.y1 <= 13 && 0 <= m.x0 && m.x0 <= m.x1 && m.x1 <= 9);
+    EXPECT_FLOAT_EQ(m.weight, 1.f - float((m.y1 - m.y0) * (m.x1 - m.x0)) / float(13 * 9));
+  }
+  EXPECT_GT(cuts, 900);
+  EXPECT_LT(cuts, 1100);
+  // One alpha: always that kind; no box for mixup.
+  const MixDraw blend = draw_mix(0.8f, 0.f, 13, 9, rng), cut = draw_mix(0.f, 1.f, 13, 9, rng);
+  EXPECT_FALSE(blend.cut);
+  EXPECT_EQ(blend.y1 - blend.y0, 0);
+  EXPECT_TRUE(cut.cut);
+}
+
 // A random-resized crop: resize_box of the whole image is resize_bilinear, to the bit; a
 // box inside one half of a two-tone image sees only that half; crop_box's boxes lie in the
 // image, with the area share and aspect ratio drawn (where no side is cut to the image's);

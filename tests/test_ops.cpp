@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "gmlp/comm.h"
 #include "gmlp/config.h"
+#include "gmlp/files.h"
 #include "gmlp/optimizer.h"
 #include "grad_check.h"
 #include "ops/fast_div.h"
@@ -615,10 +616,71 @@ TEST(OpsCrossEntropy, PiecesMeanOverTheWholeBatchAreTheWholeBatch) {
   EXPECT_EQ(std::memcmp(pieces.data(), whole.data(), sizeof(float) * whole.size()), 0);
   // The backend's form adds the second piece's mean to the first's.
   double loss = -1.0;
-  cpu_backend().cross_entropy(logits.data(), first, V, targets.data(), nullptr, &loss, count, false);
+  cpu_backend().cross_entropy(logits.data(), first, V, targets.data(), nullptr, &loss, count, false, {});
   cpu_backend().cross_entropy(logits.data() + first * V, M - first, V, targets.data() + first, nullptr, &loss, count,
-                              true);
+                              true, {});
   EXPECT_NEAR(loss, mean, 1e-14);
+}
+
+// Targets as distributions (ops::SoftTargets): label smoothing, mixed rows (mixup,
+// CutMix), and both are the losses PyTorch computes (F.cross_entropy's label_smoothing;
+// a mixed row as timm's mixup criterion takes it, weight * loss(a) + (1 - weight) *
+// loss(b); in double), an ignored row still ignored; each gradient is its loss's own (a
+// finite-difference check), and the CPU backend's form is the op's.
+TEST(OpsCrossEntropy, SoftTargetsArePyTorchsLosses) {
+  std::mt19937 rng(12);
+  const int M = 7, V = 11;
+  const std::vector<int32_t> targets = {3, -1, 0, 10, 2, 2, 5};
+  const std::vector<int32_t> second = {4, 4, 0, 1, 9, 2, 7};
+  const std::vector<float> weight = {0.7f, 0.5f, 0.25f, 1.f, 0.f, 0.6f, 0.9f};
+  Vec logits = uniform(M * V, -3, 3, rng);
+  TempDir dir("soft_targets");
+  struct Case {
+    const char* name;
+    float smoothing;
+    bool mixed;
+  };
+  for (const Case c : {Case{"smoothing", 0.1f, false}, Case{"mixed", 0.f, true}, Case{"both", 0.2f, true}}) {
+    SCOPED_TRACE(c.name);
+    ops::SoftTargets soft;
+    soft.smoothing = c.smoothing;
+    nlohmann::json spec = {{"targets", targets}, {"smoothing", c.smoothing}};
+    for (int r = 0; r < M; ++r) spec["logits"].push_back(Vec(logits.begin() + r * V, logits.begin() + (r + 1) * V));
+    if (c.mixed) {
+      soft.second = second.data();
+      soft.weight = weight.data();
+      spec["second"] = second;
+      spec["weight"] = weight;
+    }
+    write_file_atomic(dir.file("in.json"), spec.dump());
+    const auto r = run_command("/usr/bin/python3 " + source_dir() + "/tests/reference/soft_targets_reference.py " +
+                               dir.file("in.json") + " " + dir.file("out.json") + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto want = nlohmann::json::parse(read_file(dir.file("out.json")));
+    Vec dlogits(logits.size(), kNaN);
+    int64_t count = 0;
+    const double loss = ops::cross_entropy(logits.data(), M, V, targets.data(), dlogits.data(), &count, 0, soft);
+    EXPECT_EQ(count, 6);
+    EXPECT_NEAR(loss, want["loss"].get<double>(), 1e-6 * want["loss"].get<double>());
+    for (int r = 0; r < M; ++r)
+      for (int v = 0; v < V; ++v)
+        EXPECT_NEAR(dlogits[size_t(r * V + v)], want["dlogits"][r][v].get<double>(), 1e-7) << r << "," << v;
+    auto plain = [&] { return ops::cross_entropy(logits.data(), M, V, targets.data(), nullptr, nullptr, 0, soft); };
+    EXPECT_TRUE(grad_check(logits, all(logits.size()), dlogits, plain, "dlogits", {1e-5, 1e-3}));
+    double be_loss = -1.0;
+    cpu_backend().cross_entropy(logits.data(), M, V, targets.data(), nullptr, &be_loss, 0, false, soft);
+    EXPECT_EQ(be_loss, loss);
+  }
+  // Weight 1 of the first target, no smoothing: the one-hot loss and gradient.
+  const std::vector<float> ones(M, 1.f);
+  ops::SoftTargets first_only;
+  first_only.second = second.data();
+  first_only.weight = ones.data();
+  Vec hard(logits.size()), soft(logits.size());
+  const double h = ops::cross_entropy(logits.data(), M, V, targets.data(), hard.data(), nullptr);
+  const double s = ops::cross_entropy(logits.data(), M, V, targets.data(), soft.data(), nullptr, 0, first_only);
+  EXPECT_NEAR(s, h, 1e-12);
+  EXPECT_TRUE(test::all_close(soft.data(), hard.data(), hard.size(), 1e-9f, 0.f, "one-hot"));
 }
 
 TEST(OpsEmbedding, SinusoidalPositions) {

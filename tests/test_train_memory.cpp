@@ -295,6 +295,121 @@ TEST(TrainMemory, AVisionBatchIsTheCropsAndMirrorImagesItDraws) {
   }
 }
 
+// Mixed batches (train.mixup, train.cutmix): the rows a batch without mixing makes, drawn
+// alike, then draw_mix's draw; rows 2i and 2i + 1 mixed with each other and an odd batch's
+// last row with itself, each row weight of itself and the rest of its partner (blended,
+// or its partner's box), as the model sees them (byte_table), its targets its label and
+// its partner's at that weight. A byte set's mixup sends floats, its CutMix stays bytes;
+// a float set mixes in place. A rank's rows (fill_rows, here from an odd row) are the
+// whole batch's, their partners made though not their own.
+TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
+  constexpr int n = 9, C = 3, H = 12, W = 10, B = 7;
+  constexpr size_t sz = size_t(C) * H * W, hw = size_t(H) * W;
+  std::mt19937 gen(31);
+  std::vector<uint8_t> bytes(size_t(n) * sz);
+  for (auto& v : bytes) v = uint8_t(gen());
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 4;
+  std::vector<float> pixels(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) pixels[k] = byte_pixel(bytes[k]);
+  struct Case {
+    const char* name;
+    float mixup, cutmix;
+    bool floats;
+  };
+  for (const Case c : {Case{"mixup", 0.8f, 0.f, false}, Case{"cutmix", 0.f, 1.f, false}, Case{"both", 0.8f, 1.f, false},
+                       Case{"both, floats", 0.8f, 1.f, true}}) {
+    SCOPED_TRACE(c.name);
+    TrainData d;
+    d.images = c.floats ? make_image_set(pixels, labels, C, H, W, 0, "imgs")
+                        : make_image_set(bytes, labels, C, H, W, 0, "imgs");
+    auto task_of = [&](float mixup, float cutmix, RunConfig& rc) {
+      rc.model =
+          ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+      rc.train.batch_size = B;
+      rc.train.augment_shift = 1;
+      rc.train.augment_flip = true;
+      rc.train.mixup = mixup;
+      rc.train.cutmix = cutmix;
+      TaskInputs in;
+      in.memory = &d;
+      return make_task(rc, in);
+    };
+    RunConfig rc, plain_rc;
+    auto mixed = task_of(c.mixup, c.cutmix, rc), plain = task_of(0, 0, plain_rc), part = task_of(c.mixup, c.cutmix, rc);
+    part->fill_rows(3, 3);
+    const std::vector<float> table = byte_table(Normalization::from_json(rc.model.normalization, "norm"), C);
+    Rng drawn(5), stepwise(5), parted(5);
+    int cuts = 0;
+    for (int round = 0; round < 6; ++round) {
+      SCOPED_TRACE(round);
+      const Batch& m = mixed->next_batch(drawn);
+      const Batch& u = plain->next_batch(stepwise);  // the rows unmixed, as floats or bytes
+      const MixDraw mix = draw_mix(c.mixup, c.cutmix, H, W, stepwise);
+      EXPECT_EQ(drawn.state(), stepwise.state());
+      cuts += mix.cut;
+      EXPECT_GE(mix.weight, 0.f);
+      EXPECT_LE(mix.weight, 1.f);
+      if (mix.cut) {
+        EXPECT_FLOAT_EQ(mix.weight, 1.f - float((mix.y1 - mix.y0) * (mix.x1 - mix.x0)) / float(H * W));
+      }
+      // What the model sees of row r's pixel k of channel ch.
+      auto seen = [&](int r, size_t k) {
+        return u.images ? u.images[size_t(r) * sz + k] : table[k / hw * 256 + u.image_bytes[size_t(r) * sz + k]];
+      };
+      const bool sends_bytes = !c.floats && c.mixup == 0;
+      ASSERT_EQ(m.image_bytes != nullptr, sends_bytes);
+      for (int r = 0; r < B; ++r) {
+        const int p = (r ^ 1) < B ? r ^ 1 : r;
+        EXPECT_EQ(m.targets[r], u.targets[r]);
+        EXPECT_EQ(m.mix_targets[r], u.targets[p]);
+        EXPECT_EQ(m.mix_weights[r], mix.weight);
+        for (size_t k = 0; k < sz; ++k) {
+          const int y = int(k % hw / W), x = int(k % W);
+          const bool in = mix.cut && y >= mix.y0 && y < mix.y1 && x >= mix.x0 && x < mix.x1;
+          if (sends_bytes) {
+            ASSERT_EQ(m.image_bytes[size_t(r) * sz + k], u.image_bytes[size_t(in ? p : r) * sz + k]) << r << " " << k;
+          } else if (mix.cut || p == r) {
+            ASSERT_EQ(m.images[size_t(r) * sz + k], seen(in ? p : r, k)) << r << " " << k;
+          } else {
+            ASSERT_NEAR(m.images[size_t(r) * sz + k], mix.weight * seen(r, k) + (1.f - mix.weight) * seen(p, k), 1e-6)
+                << r << " " << k;
+          }
+        }
+      }
+      const Batch& q = part->next_batch(parted);
+      EXPECT_EQ(parted.state(), drawn.state());
+      if (sends_bytes)
+        EXPECT_TRUE(std::equal(m.image_bytes + 3 * sz, m.image_bytes + 6 * sz, q.image_bytes + 3 * sz));
+      else
+        EXPECT_TRUE(std::equal(m.images + 3 * sz, m.images + 6 * sz, q.images + 3 * sz));
+      EXPECT_TRUE(std::equal(m.mix_targets, m.mix_targets + B, q.mix_targets));
+    }
+    if (c.mixup > 0 && c.cutmix > 0) {
+      EXPECT_GT(cuts, 0);
+      EXPECT_LT(cuts, 6);
+    }
+    EXPECT_NE(mixed->describe().find(c.mixup > 0 && c.cutmix > 0 ? "mixup (alpha 0.8) or CutMix (alpha 1) in pairs"
+                                     : c.mixup > 0               ? "mixup (alpha 0.8) in pairs"
+                                                                 : "CutMix (alpha 1) in pairs"),
+              std::string::npos)
+        << mixed->describe();
+  }
+  // Mixing is of images: a text task refuses it.
+  RunConfig lm;
+  lm.model.d_model = 8;
+  lm.model.d_ffn = 16;
+  lm.model.n_layers = 1;
+  lm.model.seq_len = 8;
+  lm.train.mixup = 0.2f;
+  TrainData text;
+  text.text = "some text to model, long enough for a window or two of it";
+  TaskInputs in;
+  in.memory = &text;
+  EXPECT_NE(test::error_of([&] { make_task(lm, in); }).find("'train.mixup' and 'train.cutmix' mix images"),
+            std::string::npos);
+}
+
 // A rank's share of a batch (TrainTask::fill_rows): every row is drawn, so the labels and
 // the RNG are the whole batch's, but only the rank's rows are made, a streamed folder's
 // decoded, each the held folder's row; the other rows' memory is not written.

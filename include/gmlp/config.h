@@ -102,6 +102,15 @@ struct TrainConfig {
   // memory (for a set larger than the memory; the run is the one held images make, but
   // for crops, which read each file as it is, not as held: docs/vision.md)
   bool stream_images = false;
+  // The training loss's targets as distributions: label_smoothing's share of each spread
+  // evenly over the classes (0: none; DeiT's and timm's recipe uses 0.1). vision: each
+  // batch's rows mixed in pairs (rows 2i and 2i+1), their targets weighted as their
+  // pixels are, with a weight drawn from Beta(alpha, alpha): mixup blends whole images
+  // (alpha = mixup), CutMix swaps a box (alpha = cutmix); with both, each batch takes one
+  // of the two at even odds (0: off; DeiT: 0.8 and 1.0). Evaluation scores plain targets.
+  float label_smoothing = 0.0f;
+  float mixup = 0.0f;
+  float cutmix = 0.0f;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)
 

@@ -218,6 +218,22 @@ Image resize_box(const Image& img, const CropBox& box, int height, int width);
 // Mirrors each row of a [C, H, W] image in place.
 void flip_image(uint8_t* img, int channels, int height, int width);
 void flip_image(float* img, int channels, int height, int width);
+// A training batch's mixing (train.mixup, train.cutmix), drawn once a batch after its
+// rows' draws: rows 2i and 2i+1 are mixed with each other (an odd batch's last row with
+// itself). mixup blends them, each row weight of itself and 1 - weight of its partner;
+// CutMix swaps the box [y0, y1) x [x0, x1) between them, weight being the share of the
+// image outside it. Either way a row's target is weight of its label and the rest of its
+// partner's (Batch::mix_targets).
+struct MixDraw {
+  bool cut = false;
+  float weight = 1.f;
+  int y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+};
+// With both alphas > 0, CutMix at even odds (one rng.below(2), 1: CutMix); then the
+// weight from Beta(alpha, alpha) (Rng::beta); for CutMix the box: sides of
+// floor(side * sqrt(1 - weight)) centred on a pixel drawn down, then across, cut to the
+// image, and the weight made the area outside it (timm's Mixup in its batch mode).
+MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng);
 // read_image, then convert_channels and resize_bilinear to the wanted shape.
 Image load_image(const std::string& path, int channels, int height, int width);
 

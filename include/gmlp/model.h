@@ -69,6 +69,11 @@ struct ParamViews {
 //           backend), read in place instead of uploaded each forward: a batch used
 //           again and again, as gmlp bench's, stays on the GPU as a PyTorch benchmark's
 //           tensors do. A host pointer so marked faults on a GPU;
+//  label_smoothing, mix_targets, mix_weights: a training batch's targets as distributions
+//           (ops::SoftTargets): label_smoothing's share of each target spread evenly
+//           over the classes; a classifier's row b (mixup, CutMix: train.mixup,
+//           train.cutmix) weighted mix_weights[b] of targets[b] and the rest of
+//           mix_targets[b] (both [B], or both null);
 //  mean_over, add_loss: the batch is one piece of a larger one (gradient accumulation:
 //           train.grad_accum): the loss and its gradient are means over mean_over targets
 //           (> 0; 0: this batch's own), and with add_loss the loss is added to
@@ -84,6 +89,9 @@ struct Batch {
   bool images_on_backend = false;
   const int32_t* lengths = nullptr;
   const int32_t* targets = nullptr;
+  float label_smoothing = 0.f;
+  const int32_t* mix_targets = nullptr;
+  const float* mix_weights = nullptr;
   const float* keep = nullptr;
   bool dropout = false;
   uint64_t dropout_seed = 0;

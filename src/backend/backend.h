@@ -218,8 +218,10 @@ class Backend {
   // with add): a training step reads it back once, after its update is queued
   // (Model::read_step). mean_over > 0: the mean (and dlogits) over that many targets,
   // not this call's own (ops::cross_entropy; a piece of a batch, gradient accumulation).
+  // soft: label smoothing and mixed rows' second targets and weights (this backend's
+  // memory), ops::SoftTargets.
   virtual void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
-                             int64_t mean_over, bool add) = 0;
+                             int64_t mean_over, bool add, const ops::SoftTargets& soft) = 0;
 
   // ---- the glue of ops/rows.h: residuals, stochastic depth, pooling, row selection.
   virtual void residual_bias(const float* x, const float* b, int M, int d, float* out) = 0;

@@ -119,8 +119,8 @@ class CpuBackend : public Backend {
     ops::embedding_backward(dx, d, tokens, M, dE);
   }
   void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
-                     int64_t mean_over, bool add) override {
-    const double mean = ops::cross_entropy(logits, M, V, targets, dlogits, nullptr, mean_over);
+                     int64_t mean_over, bool add, const ops::SoftTargets& soft) override {
+    const double mean = ops::cross_entropy(logits, M, V, targets, dlogits, nullptr, mean_over, soft);
     *loss = add ? *loss + mean : mean;
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {

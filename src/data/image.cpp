@@ -439,6 +439,24 @@ CropBox crop_box(const CropDraw& d, float min_area, int width, int height) {
   return {d.x * (width - w), d.y * (height - h), w, h};
 }
 
+MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng) {
+  MixDraw m;
+  m.cut = cutmix > 0 && (mixup <= 0 || rng.below(2) == 1);
+  const double alpha = m.cut ? cutmix : mixup;
+  const double w = rng.beta(alpha, alpha);
+  m.weight = float(w);
+  if (!m.cut) return m;
+  const double side = std::sqrt(1.0 - w);
+  const int ch = int(height * side), cw = int(width * side);
+  const int cy = int(rng.below(uint64_t(height))), cx = int(rng.below(uint64_t(width)));
+  m.y0 = std::clamp(cy - ch / 2, 0, height);
+  m.y1 = std::clamp(cy + ch / 2, 0, height);
+  m.x0 = std::clamp(cx - cw / 2, 0, width);
+  m.x1 = std::clamp(cx + cw / 2, 0, width);
+  m.weight = float(1.0 - double(m.y1 - m.y0) * double(m.x1 - m.x0) / (double(height) * width));
+  return m;
+}
+
 void flip_image(uint8_t* img, int channels, int height, int width) {
   for (int r = 0; r < channels * height; ++r) std::reverse(img + size_t(r) * width, img + size_t(r + 1) * width);
 }

@@ -176,6 +176,9 @@ void train_fields(C& c, F&& f) {
   f("augment_crop", c.augment_crop, Write::always);
   f("augment_flip", c.augment_flip, Write::always);
   f("stream_images", c.stream_images, Write::always);
+  f("label_smoothing", c.label_smoothing, Write::always);
+  f("mixup", c.mixup, Write::always);
+  f("cutmix", c.cutmix, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
 }
@@ -397,6 +400,12 @@ void TrainConfig::validate() const {
           "config: 'augment_crop' (the smallest share of an image's area a crop takes) must be in (0, 1], or 0 for "
           "no crops, got " +
               std::to_string(augment_crop));
+  require(std::isfinite(label_smoothing) && label_smoothing >= 0 && label_smoothing < 1,
+          "config: 'label_smoothing' must be in [0, 1), got " + std::to_string(label_smoothing));
+  for (const auto& [alpha, key] : {std::pair{mixup, "mixup"}, std::pair{cutmix, "cutmix"}})
+    require(std::isfinite(alpha) && alpha >= 0 && alpha <= 100,
+            std::string("config: '") + key + "' (the Beta distribution's alpha of its mixing weight) must be in " +
+                "(0, 100], or 0 for none, got " + std::to_string(alpha));
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));
   require(std::isfinite(epochs) && epochs >= 0 && epochs <= 1e6,
           "config: 'epochs' must be in [0, 1e6] (0 = use 'steps'), got " + std::to_string(epochs));

@@ -8,6 +8,7 @@
 #include "gmlp/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -42,11 +43,13 @@ struct Model::Arena {
   using I32 = DeviceBuffer<int32_t>;
   // Host staging of a forward's inputs, uploaded in line with the work (upload_queued:
   // page-locked on a GPU, so the host need not wait for the device first): [M] token ids
-  // and targets, sequence-major, [M] the sparse head's rows, [B] lengths, [L, B] keep.
-  HostBuffer<int32_t> tokens_h, targets_h, rows_h, lengths_h;
-  HostBuffer<float> keep_h;
+  // and targets, sequence-major, [M] the sparse head's rows, [B] lengths, [L, B] keep,
+  // [B] a mixed batch's second targets and first targets' weights (Batch::mix_targets).
+  HostBuffer<int32_t> tokens_h, targets_h, rows_h, lengths_h, mix_targets_h;
+  HostBuffer<float> keep_h, mix_weights_h;
   I32 tokens, targets, lengths, rows;        // [M] ([B] lengths); rows: the sparse head's
-  F32 keep;                                  // [L, B]
+  I32 mix_targets;                           // [B]
+  F32 keep, mix_weights;                     // [L, B], [B]
   F32 images, patches;                       // vision: [B, C*H*W] (a device's, made on use), [M, C*ph*pw]
   DeviceBuffer<uint8_t> image_bytes;         // or the images as bytes (a device's, made on use)
   DeviceBuffer<uint16_t> patches16, patch_w16;  // and where bf16 is held, for its training forwards, the patches
@@ -234,11 +237,15 @@ std::unique_ptr<Model::Arena> Model::make_arena(int B, int T, bool grad, bool bf
   a->rows_h = HostBuffer<int32_t>(be, M);
   a->lengths_h = HostBuffer<int32_t>(be, size_t(B));
   a->keep_h = HostBuffer<float>(be, size_t(cfg_.n_layers) * B);
+  a->mix_targets_h = HostBuffer<int32_t>(be, size_t(B));
+  a->mix_weights_h = HostBuffer<float>(be, size_t(B));
   a->tokens = DeviceBuffer<int32_t>(be, M);
   a->targets = DeviceBuffer<int32_t>(be, M);
   a->rows = DeviceBuffer<int32_t>(be, M);
   a->lengths = DeviceBuffer<int32_t>(be, size_t(B));
   a->keep = f32(size_t(cfg_.n_layers) * B);
+  a->mix_targets = DeviceBuffer<int32_t>(be, size_t(B));
+  a->mix_weights = f32(size_t(B));
   // A device's image buffer is made at the first batch that needs uploading (one
   // already on the backend needs none).
   if (!cfg_.token_input() && bf16) {
@@ -533,8 +540,8 @@ static void stage_sequence_major(const int32_t* src, int64_t stride, int B, int 
 
 // The first of v[0, n) that `bad` holds for, or -1: every value tested without a branch,
 // the first looked for only when one is bad (to name it).
-template <typename Bad>
-static int first_bad(const int32_t* v, int n, Bad bad) {
+template <typename V, typename Bad>
+static int first_bad(const V* v, int n, Bad bad) {
   uint32_t any = 0;
   for (int i = 0; i < n; ++i) any |= uint32_t(bad(v[i]));
   for (int i = 0; any && i < n; ++i)
@@ -637,6 +644,23 @@ void Model::targets_forward(const Batch& in) {
   const int B = in.B, T = in.T, out = cfg_.out_dim();
   last_sparse_ = sparse_head_ && cfg_.task == Task::mlm && in.targets != nullptr;
   if (!in.targets) return;
+  require(std::isfinite(in.label_smoothing) && in.label_smoothing >= 0.f && in.label_smoothing < 1.f,
+          "forward: label smoothing must be in [0, 1), got " + std::to_string(in.label_smoothing));
+  if (in.mix_targets || in.mix_weights) {
+    require(in.mix_targets && in.mix_weights, "forward: a mixed batch needs both mix_targets and mix_weights");
+    require(!cfg_.per_token_output(), "forward: mixed targets (mixup, CutMix) are a classifier's, one a row");
+    const int bad = first_bad(in.mix_targets, B, [out](int32_t y) { return y < 0 || y >= out; });
+    require(bad < 0, [&] {
+      return "forward: mixed target " + std::to_string(in.mix_targets[bad]) + " outside the " + std::to_string(out) +
+             " classes";
+    });
+    const int off = first_bad(in.mix_weights, B, [](float w) { return !(w >= 0.f && w <= 1.f); });
+    require(off < 0, [&] { return "forward: mix weight " + std::to_string(in.mix_weights[off]) + " outside [0, 1]"; });
+    std::copy(in.mix_targets, in.mix_targets + B, a.mix_targets_h.data());
+    std::copy(in.mix_weights, in.mix_weights + B, a.mix_weights_h.data());
+    be_->upload_queued(a.mix_targets.data(), a.mix_targets_h.data(), sizeof(int32_t) * size_t(B));
+    be_->upload_queued(a.mix_weights.data(), a.mix_weights_h.data(), sizeof(float) * size_t(B));
+  }
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
     // product of a big-vocabulary masked LM) runs on those rows alone.
@@ -686,12 +710,19 @@ void Model::head_forward(const Batch& in, const float* xL) {
   be_->layernorm_forward(xL, d, M, d, W.norm_w, W.norm_b, cfg_.norm_eps, a.h.data(), d, a.f_mean.data(),
                          a.f_rstd.data());
   float* dlogits = backward_ready_ ? a.dlogits.data() : nullptr;
+  ops::SoftTargets soft;
+  soft.smoothing = in.label_smoothing;
+  if (in.mix_targets) {
+    soft.second = a.mix_targets.data();
+    soft.weight = a.mix_weights.data();
+  }
   if (last_sparse_) {
     const int K = head_rows_;
     if (K == 0) return in.add_loss ? void() : be_->zero(loss, sizeof(double));
     be_->gather_rows(a.h.data(), a.rows.data(), K, d, a.h_sel.data());
     be_->linear_forward(a.h_sel.data(), K, d, W.head_w, W.head_b, out, a.logits.data());
-    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits, loss, in.mean_over, in.add_loss);
+    return be_->cross_entropy(a.logits.data(), K, out, a.targets.data(), dlogits, loss, in.mean_over, in.add_loss,
+                              soft);
   }
   int rows = M;
   if (cfg_.per_token_output()) {
@@ -705,7 +736,7 @@ void Model::head_forward(const Batch& in, const float* xL) {
     be_->linear_forward(a.pooled.data(), B, d, W.head_w, W.head_b, out, a.logits.data());
   }
   if (!in.targets) return in.add_loss ? void() : be_->zero(loss, sizeof(double));
-  be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, loss, in.mean_over, in.add_loss);
+  be_->cross_entropy(a.logits.data(), rows, out, a.targets.data(), dlogits, loss, in.mean_over, in.add_loss, soft);
 }
 
 // The head's and the final LayerNorm's backward: leaves dL/d(xL) in a.dx.

@@ -9,7 +9,7 @@
 namespace gmlp::ops {
 
 double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count,
-                     int64_t mean_over) {
+                     int64_t mean_over, const SoftTargets& soft) {
   int64_t own = 0;
   for (int r = 0; r < M; ++r) own += targets[r] >= 0;
   if (count) *count = own;
@@ -38,12 +38,25 @@ double cross_entropy(const float* logits, int M, int V, const int32_t* targets, 
       const float k = float(double(scale) / se);
 #pragma omp simd
       for (int v = 0; v < V; ++v) dr[v] *= k;
-      dr[y] -= scale;
+      if (!soft.active()) dr[y] -= scale;
     } else {
       se = lane_sum<double>(V, [lr, mx](int v) { return fast::exp(lr[v] - mx); });
     }
     const double lse = double(mx) + std::log(se);
-    return lse - double(lr[y]);
+    if (!soft.active()) return lse - double(lr[y]);
+    // q = on_a e_y + on_b e_b + off: the gradient subtracts it, the loss is lse - q . logits.
+    const int b = soft.second ? soft.second[r] : y;
+    const double w = soft.weight ? double(soft.weight[r]) : 1.0, keep = 1.0 - double(soft.smoothing);
+    const double on_a = keep * w, on_b = keep * (1.0 - w), off = double(soft.smoothing) / V;
+    if (dr) {
+      const float o = float(off * scale);
+#pragma omp simd
+      for (int v = 0; v < V; ++v) dr[v] -= o;
+      dr[y] -= float(on_a * scale);
+      dr[b] -= float(on_b * scale);
+    }
+    const double sum = off > 0 ? lane_sum<double>(V, [lr](int v) { return double(lr[v]); }) : 0.0;
+    return lse - on_a * double(lr[y]) - on_b * double(lr[b]) - off * sum;
   });
   return n > 0 ? total / double(n) : 0.0;
 }

@@ -339,8 +339,23 @@ void residual_branch_backward(const float* dout, const float* keep, const DropMa
 // mean_over > 0: the mean is over that many targets instead of this call's own, as for one
 // piece of a larger batch (gradient accumulation: each row's gradient is then the one it
 // has in the whole batch, to the bit).
+//
+// soft: a training batch's targets as distributions (SoftTargets); without it each row's
+// target is its class alone, and the loss and gradient are those of one-hot targets.
+struct SoftTargets {
+  // Label smoothing: this share of every target's mass is spread evenly over the V
+  // classes (PyTorch's cross_entropy(label_smoothing=), timm's).
+  float smoothing = 0.f;
+  // Mixed rows (mixup, CutMix): row r's target is weight[r] of targets[r] and the rest of
+  // second[r] (both >= 0 where targets[r] is; weight in [0, 1]). Both [M], or both null.
+  const int32_t* second = nullptr;
+  const float* weight = nullptr;
+  bool active() const { return smoothing > 0.f || second != nullptr; }
+};
+// With soft, row r's loss is lse - sum_v q_v logit_v for q = (1 - smoothing) *
+// (w e_a + (1 - w) e_b) + smoothing / V, and its gradient softmax - q (over the mean).
 double cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, int64_t* count,
-                     int64_t mean_over = 0);
+                     int64_t mean_over = 0, const SoftTargets& soft = {});
 
 // ---- rows.cpp: the block's and heads' row-wise glue, M = T * B rows of d.
 // out = x + b (b broadcast over rows): the residual a GEMM then adds onto.

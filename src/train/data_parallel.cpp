@@ -33,6 +33,8 @@ Batch rows_of(const Batch& g, const ModelConfig& c, int first, int count, std::v
   if (g.image_bytes) s.image_bytes = g.image_bytes + int64_t(first) * image;
   if (g.lengths) s.lengths = g.lengths + first;
   if (g.targets) s.targets = g.targets + (c.per_token_output() ? int64_t(first) * g.stride : int64_t(first));
+  if (g.mix_targets) s.mix_targets = g.mix_targets + first;  // a classifier's: one a row
+  if (g.mix_weights) s.mix_weights = g.mix_weights + first;
   if (g.keep) {
     // keep is [L, B]: these rows' columns of every layer.
     const int L = c.n_layers;

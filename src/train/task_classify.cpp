@@ -2,6 +2,7 @@
 // sets, shift augmentation, stochastic depth), with top-1 and confusion matrices.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -162,6 +163,8 @@ class VisionTask : public TrainTask {
         shift_(tc.augment_shift),
         crop_(tc.augment_crop),
         flip_(tc.augment_flip),
+        mixup_(tc.mixup),
+        cutmix_(tc.cutmix),
         table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
@@ -171,6 +174,12 @@ class VisionTask : public TrainTask {
     batch_.B = B;
     batch_.T = cfg.seq_len;
     batch_.targets = labels_.data();
+    if (mixes()) {
+      mix_labels_.resize(size_t(B));
+      mix_weights_.resize(size_t(B));
+      batch_.mix_targets = mix_labels_.data();
+      batch_.mix_weights = mix_weights_.data();
+    }
     if (cfg.survival_prob < 1.f) batch_.keep = keep_.data();
   }
   std::string describe() const override {
@@ -179,7 +188,8 @@ class VisionTask : public TrainTask {
            ", " + std::to_string(cfg_.seq_len) + " patches, " + std::to_string(cfg_.n_classes) + " classes" +
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
-           (flip_ ? ", mirrored half the time" : "") + (train_.streamed() ? ", streamed from their files" : "");
+           (flip_ ? ", mirrored half the time" : "") + mixing() +
+           (train_.streamed() ? ", streamed from their files" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
@@ -192,8 +202,8 @@ class VisionTask : public TrainTask {
   const Batch& next_batch(Rng& rng) override {
     // The draws first, each row's in turn: an image, its shift (random_shift's order),
     // its crop and its mirroring (each only when asked for, so a run without them draws
-    // as it did before them); then the images, nearly all of a batch's time (gMLP-S/16's
-    // 64 images: 12.8 MB of copies), on the team.
+    // as it did before them); then the batch's mixing, when asked for; then the images,
+    // nearly all of a batch's time (gMLP-S/16's 64 images: 12.8 MB of copies), on the team.
     for (int b = 0; b < B_; ++b) {
       Pick& p = picks_[size_t(b)];
       p.image = int(rng.below(uint64_t(train_.n)));
@@ -202,18 +212,26 @@ class VisionTask : public TrainTask {
       p.flip = flip_ && rng.below(2) == 1;
       labels_[size_t(b)] = train_.labels[size_t(p.image)];
     }
-    // Only the rows this rank takes are made (fill_rows); the others' images are not
-    // read, nor decoded, nor cropped. A row streamed or cropped is made into decoded_
-    // first (its crop's part of the image, resized), then mirrored and shifted.
+    if (mixes()) {
+      mix_ = draw_mix(mixup_, cutmix_, train_.height, train_.width, rng);
+      for (int b = 0; b < B_; ++b) {
+        mix_labels_[size_t(b)] = labels_[size_t(partner(b))];
+        mix_weights_[size_t(b)] = mix_.weight;
+      }
+    }
+    // Only the rows this rank takes are made (fill_rows), and a mixed batch's partners of
+    // them; the others' images are not read, nor decoded, nor cropped. A row streamed or
+    // cropped is made into decoded_ first (its crop's part of the image, resized), then
+    // mirrored and shifted.
     const size_t sz = train_.image_size();
     const bool made = train_.streamed() || crop_ > 0;
     if (made) {
-      for (int r = 0; r < fill_count_; ++r) {
-        which_[size_t(r)] = picks_[size_t(fill_first_ + r)].image;
-        crops_[size_t(r)] = picks_[size_t(fill_first_ + r)].crop;
+      for (int r = 0; r < make_count_; ++r) {
+        which_[size_t(r)] = picks_[size_t(make_first_ + r)].image;
+        crops_[size_t(r)] = picks_[size_t(make_first_ + r)].crop;
       }
       try {
-        read_images(train_, which_.data(), fill_count_, decoded_.data(), crop_ > 0 ? crops_.data() : nullptr, crop_);
+        read_images(train_, which_.data(), make_count_, decoded_.data(), crop_ > 0 ? crops_.data() : nullptr, crop_);
       } catch (const Error& e) {
         if (!train_.streamed()) throw;
         throw Error(std::string(e.what()) +
@@ -222,8 +240,8 @@ class VisionTask : public TrainTask {
       }
     }
     const int C = train_.channels, H = train_.height, W = train_.width;
-    ops::parallel_for_if(fill_count_, int64_t(fill_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
-      const int b = fill_first_ + r;
+    ops::parallel_for_if(make_count_, int64_t(make_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
+      const int b = make_first_ + r;
       const Pick& p = picks_[size_t(b)];
       const auto [dy, dx] = p.shift;
       // What shifts in is black: byte 0, or in a float set (normalised) each channel's
@@ -251,6 +269,7 @@ class VisionTask : public TrainTask {
         }
       }
     });
+    if (mixes()) mix_rows();
     if (batch_.keep) draw_keep(cfg_, B_, rng, keep_.data());
     return batch_;
   }
@@ -258,11 +277,15 @@ class VisionTask : public TrainTask {
     require(first >= 0 && count >= 0 && first + count <= B_, "VisionTask::fill_rows: rows outside the batch");
     fill_first_ = first;
     fill_count_ = count;
-    which_.resize(size_t(count));
-    crops_.resize(size_t(count));
+    // A mixed row needs its partner made too: the pairs the rows touch.
+    make_first_ = mixes() ? first & ~1 : first;
+    const int end = mixes() && count > 0 ? std::min(B_, (first + count + 1) & ~1) : first + count;
+    make_count_ = count > 0 ? end - make_first_ : 0;
+    which_.resize(size_t(make_count_));
+    crops_.resize(size_t(make_count_));
     if (train_.as_bytes && (train_.streamed() || crop_ > 0 || flip_))
-      decoded_.resize(size_t(count) * train_.image_size());
-    if (!train_.as_bytes && flip_) flipped_.resize(size_t(count) * train_.image_size());
+      decoded_.resize(size_t(make_count_) * train_.image_size());
+    if (!train_.as_bytes && flip_) flipped_.resize(size_t(make_count_) * train_.image_size());
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "images"; }
@@ -280,13 +303,85 @@ class VisionTask : public TrainTask {
     if (train_.as_bytes) {
       bytes_ = HostBuffer<uint8_t>(be, n);
       batch_.image_bytes = bytes_.data();
-    } else {
+    }
+    // Blended bytes are no longer bytes: mixup sends a byte set's batches as floats.
+    if (!train_.as_bytes || mixup_ > 0) {
       images_ = HostBuffer<float>(be, n);
       batch_.images = images_.data();
+      batch_.image_bytes = nullptr;
     }
   }
 
  private:
+  bool mixes() const { return mixup_ > 0 || cutmix_ > 0; }
+  // The rows' partners (MixDraw): 2i and 2i + 1, an odd batch's last row itself.
+  int partner(int b) const { return (b ^ 1) < B_ ? b ^ 1 : b; }
+  std::string mixing() const {
+    if (!mixes()) return "";
+    char buf[96];
+    if (mixup_ > 0 && cutmix_ > 0)
+      std::snprintf(buf, sizeof buf, ", mixup (alpha %g) or CutMix (alpha %g) in pairs", double(mixup_),
+                    double(cutmix_));
+    else
+      std::snprintf(buf, sizeof buf, ", %s (alpha %g) in pairs", mixup_ > 0 ? "mixup" : "CutMix",
+                    double(mixup_ > 0 ? mixup_ : cutmix_));
+    return buf;
+  }
+  // Mixes the pairs that the rank's rows are in, once they are made: in place where the
+  // batch stays of the set's kind (a float set; a byte set's CutMix, a swap of the box),
+  // else (a byte set's mixup) into the floats the batch sends, the rank's rows alone.
+  // Either way row r becomes weight * r + (1 - weight) * partner(r), or r with its
+  // partner's box, as the model sees them.
+  void mix_rows() {
+    const int C = train_.channels, H = train_.height, W = train_.width;
+    const size_t sz = train_.image_size(), hw = size_t(H) * W;
+    const float own = mix_.weight, other = 1.f - mix_.weight;
+    const MixDraw m = mix_;
+    auto swap_box = [&](auto* x, auto* y) {
+      for (int c = 0; c < C; ++c)
+        for (int yy = m.y0; yy < m.y1; ++yy) {
+          const size_t at = size_t(c) * hw + size_t(yy) * W;
+          std::swap_ranges(x + at + m.x0, x + at + m.x1, y + at + m.x0);
+        }
+    };
+    const int pairs = (make_count_ + 1) / 2;
+    ops::parallel_for_if(pairs, int64_t(make_count_) * int64_t(sz), ops::kParallelValues, [&](int i) {
+      const int a = make_first_ + 2 * i, b = partner(a);
+      if (!(train_.as_bytes && mixup_ > 0)) {
+        if (b == a) return;  // mixed with itself: as it is
+        if (train_.as_bytes) return swap_box(bytes_.data() + size_t(a) * sz, bytes_.data() + size_t(b) * sz);
+        float *x = images_.data() + size_t(a) * sz, *y = images_.data() + size_t(b) * sz;
+        if (m.cut) return swap_box(x, y);
+        for (size_t k = 0; k < sz; ++k) {
+          const float xa = x[k], yb = y[k];
+          x[k] = own * xa + other * yb;
+          y[k] = own * yb + other * xa;
+        }
+        return;
+      }
+      const int rows[2] = {a, b};
+      for (int j = 0; j < (b == a ? 1 : 2); ++j) {
+        const int r = rows[j];
+        if (r < fill_first_ || r >= fill_first_ + fill_count_) continue;
+        const uint8_t *x = bytes_.data() + size_t(r) * sz, *y = bytes_.data() + size_t(partner(r)) * sz;
+        float* out = images_.data() + size_t(r) * sz;
+        for (int c = 0; c < C; ++c) {
+          const float* t = table_.data() + size_t(c) * 256;
+          const size_t at = size_t(c) * hw;
+          if (m.cut || x == y) {  // a box of the partner's, or a row mixed with itself: as it is
+            for (int yy = 0; yy < H; ++yy)
+              for (int xx = 0; xx < W; ++xx) {
+                const size_t k = at + size_t(yy) * W + xx;
+                const bool in = yy >= m.y0 && yy < m.y1 && xx >= m.x0 && xx < m.x1;
+                out[k] = t[(in ? y : x)[k]];
+              }
+          } else {
+            for (size_t k = at; k < at + hw; ++k) out[k] = own * t[x[k]] + other * t[y[k]];
+          }
+        }
+      }
+    });
+  }
   uint64_t fingerprint(const ImageSet& set, uint64_t h) const {
     if (set.streamed()) {
       h = fnv1a("streamed", 8, h);
@@ -321,14 +416,19 @@ class VisionTask : public TrainTask {
   int B_, shift_;
   float crop_;
   bool flip_;
+  float mixup_, cutmix_;                 // Beta's alphas (0: off)
+  MixDraw mix_;                          // this batch's mixing
+  std::vector<int32_t> mix_labels_;      // each row's partner's label
+  std::vector<float> mix_weights_;       // and its own label's weight
   std::vector<float> table_;             // byte_table: what the model makes of each byte
   HostBuffer<float> images_;             // a batch of a float set's images
   HostBuffer<uint8_t> bytes_;            // or of a byte set's
   std::vector<Pick> picks_;              // each row's draws
-  int fill_first_ = 0, fill_count_ = 0;  // the rows next_batch makes
+  int fill_first_ = 0, fill_count_ = 0;  // the rows next_batch makes, for the batch
+  int make_first_ = 0, make_count_ = 0;  // and with their partners, for the mixing
   std::vector<int> which_;               // streamed or cropped: those rows' images
   std::vector<CropDraw> crops_;          // and crops
-  std::vector<uint8_t> decoded_;         // those rows made (and mirrored), unshifted
+  std::vector<uint8_t> decoded_;         // the rows made (and mirrored), unshifted
   std::vector<float> flipped_;           // a float set's rows mirrored
   std::vector<int32_t> labels_;
   std::vector<float> keep_;

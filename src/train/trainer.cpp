@@ -349,7 +349,10 @@ TrainSummary train(const TrainOptions& opts) {
   // A step's batch in its pieces (one without accumulation): the first forwarded here
   // (or ahead, by the pipeline), the rest by queue_train_step.
   std::span<const Batch> rest;
-  auto forward_first = [&](const Batch& mine) {
+  // The training loss smooths its targets (train.label_smoothing); evaluations score the
+  // plain ones.
+  auto forward_first = [&](Batch mine) {
+    mine.label_smoothing = tc.label_smoothing;
     const std::vector<Batch>& p = dp.pieces(mine, pieces);
     model.forward_queued(p[0]);
     rest = std::span<const Batch>(p).subspan(1);

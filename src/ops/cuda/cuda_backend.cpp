@@ -400,9 +400,9 @@ class CudaBackend final : public Backend {
     cuda::embedding_backward(dx, d, tokens, M, V, dE);
   }
   void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
-                     int64_t mean_over, bool add) override {
+                     int64_t mean_over, bool add, const ops::SoftTargets& soft) override {
     const Entry entry("cross_entropy");
-    cuda::cross_entropy(logits, M, V, targets, dlogits, loss, mean_over, add);
+    cuda::cross_entropy(logits, M, V, targets, dlogits, loss, mean_over, add, soft);
   }
   void residual_bias(const float* x, const float* b, int M, int d, float* out) override {
     const Entry entry("residual_bias");

@@ -171,9 +171,9 @@ void residual_dropout_backward(const float* dout, const float* keep, const ops::
                                float* dh);
 
 // cross_entropy.cu: the mean loss, into *loss (device memory; added to it with add), over
-// mean_over targets where that is > 0 (Backend::cross_entropy).
+// mean_over targets where that is > 0, soft targets as ops::SoftTargets (Backend::cross_entropy).
 void cross_entropy(const float* logits, int M, int V, const int32_t* targets, float* dlogits, double* loss,
-                   int64_t mean_over, bool add);
+                   int64_t mean_over, bool add, const ops::SoftTargets& soft);
 
 // rows.cu
 void residual_bias(const float* x, const float* b, int M, int d, float* out);
