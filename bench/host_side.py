@@ -9,6 +9,7 @@ shows it (docs/gpu.md, "The host's side of a step").
   python3 bench/host_side.py                          # ./build, the three workloads, two passes
   python3 bench/host_side.py --builds old=/tmp/a new=build   # two builds side by side, pass by pass
   python3 bench/host_side.py --workloads vision-files  # `gmlp train` on image files instead
+  python3 bench/host_side.py --workloads vision-files,vision-files-deit   # and with DeiT's mixing
   python3 bench/host_side.py --builds old=/tmp/a new=build --kernels   # and each kernel's launches a step
 
 The workloads are bench/gpu_bench.py's, in bf16 (its --print-gmlp-command gives the
@@ -28,6 +29,9 @@ queued for it, over runs of S and 2S steps, differenced); and the median of thos
 stretches (a run's few set-up waits aside, a step's), which is what a GPU that had
 finished its step loses to the host before the next. The emulator with these counts
 came in session 44: an older build is measured with the new emulator's files copied in.
+`vision-files-deit` is the same run with DeiT's augmentation: mirror images, mixup
+(alpha 0.8) or CutMix (alpha 1) each batch, label smoothing 0.1 (train.mixup and the
+rest, docs/vision.md); its mixup batches go up as floats, four times the bytes.
 """
 from __future__ import annotations
 
@@ -111,14 +115,25 @@ def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: 
         (folder / f"{split}-labels-idx1-ubyte").write_bytes(b"\0\0\x08\x01" + count.to_bytes(4, "big") + labels)
 
 
-def train_vision(build: pathlib.Path, data: pathlib.Path, out: pathlib.Path, steps: int) -> tuple[float, int, float, int]:
+# The vision-files runs: as they were, and with DeiT's augmentation and mixing (mirror
+# images, mixup or CutMix each batch, smoothed targets; docs/vision.md), whose mixup sends
+# each batch up as floats.
+VISION_RECIPES = {
+    "vision-files": [],
+    "vision-files-deit": ["train.augment_flip=true", "train.mixup=0.8", "train.cutmix=1", "train.label_smoothing=0.1"],
+}
+
+
+def train_vision(build: pathlib.Path, data: pathlib.Path, out: pathlib.Path, steps: int,
+                 sets: list) -> tuple[float, int, float, int]:
     """gmlp train on image files, host only: (host ms a step over the second half, the device's waits for the host,
     the median wait in ms, uploads beside)."""
+    extra = [a for kv in sets for a in ("--set", kv)]
     r = host_only(build, ["train", "--device", "cuda", "--precision", "bf16", "--config",
                           str(ROOT / "configs" / "gmlp-s.json"), "--data", str(data), "--set", "model.image_channels=1",
                           "--set", "model.n_classes=10", "--set", "train.warmup=10", "--batch-size", str(VISION_BATCH),
                           "--steps", str(steps), "--log-every", str(steps // 2), "--eval-every", str(10 * steps),
-                          "--ckpt-every", str(10 * steps), "--no-progress", "--out", str(out)])
+                          "--ckpt-every", str(10 * steps), "--no-progress", "--out", str(out)] + extra)
     waits = re.search(r"(\d+) uploads beside skipped; the device waited for the host (\d+) times, [0-9.]+ ms in all, "
                       r"([0-9.]+) ms the median wait", r.stderr)
     if not waits:
@@ -128,7 +143,7 @@ def train_vision(build: pathlib.Path, data: pathlib.Path, out: pathlib.Path, ste
     return 1e3 * VISION_BATCH / per_s, int(waits[2]), float(waits[3]), int(waits[1])
 
 
-def vision_files(builds: list, passes: int) -> None:
+def vision_files(builds: list, passes: int, recipes: list) -> None:
     import tempfile
     print("\n| workload | build | host ms a step, pass by pass | the device's waits for the host a step "
           "| median wait, ms, pass by pass | uploads beside a step |")
@@ -136,19 +151,23 @@ def vision_files(builds: list, passes: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = pathlib.Path(tmp) / "images"
         write_idx_set(data)
-        host = {name: [] for name, _ in builds}
-        median = {name: [] for name, _ in builds}
-        per_step = {}  # name: (waits, uploads beside) a step, from the last pass
+        runs = [(recipe, name, path) for recipe in recipes for name, path in builds]
+        host = {(r, n): [] for r, n, _ in runs}
+        median = {(r, n): [] for r, n, _ in runs}
+        per_step = {}  # (recipe, name): (waits, uploads beside) a step, from the last pass
         for p in range(passes):
-            for name, path in builds:  # the builds side by side within each pass
-                _, waits1, _, up1 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}a", VISION_STEPS)
-                ms, waits2, med, up2 = train_vision(path, data, pathlib.Path(tmp) / f"{name}{p}b", 2 * VISION_STEPS)
-                host[name].append(ms)
-                median[name].append(med)
-                per_step[name] = ((waits2 - waits1) / VISION_STEPS, (up2 - up1) / VISION_STEPS)
-        for name, _ in builds:
-            print(f"| vision-files | {name} | {', '.join(f'{h:.2f}' for h in host[name])} | {per_step[name][0]:.0f} | "
-                  f"{', '.join(f'{m:.4f}' for m in median[name])} | {per_step[name][1]:.0f} |")
+            for recipe, name, path in runs:  # the builds and recipes side by side within each pass
+                sets = VISION_RECIPES[recipe]
+                out = pathlib.Path(tmp) / f"{recipe}-{name}{p}"
+                _, waits1, _, up1 = train_vision(path, data, pathlib.Path(f"{out}a"), VISION_STEPS, sets)
+                ms, waits2, med, up2 = train_vision(path, data, pathlib.Path(f"{out}b"), 2 * VISION_STEPS, sets)
+                host[recipe, name].append(ms)
+                median[recipe, name].append(med)
+                per_step[recipe, name] = ((waits2 - waits1) / VISION_STEPS, (up2 - up1) / VISION_STEPS)
+        for recipe, name, _ in runs:
+            k = (recipe, name)
+            print(f"| {recipe} | {name} | {', '.join(f'{h:.2f}' for h in host[k])} | {per_step[k][0]:.0f} | "
+                  f"{', '.join(f'{m:.4f}' for m in median[k])} | {per_step[k][1]:.0f} |")
 
 
 def main() -> None:
@@ -172,9 +191,10 @@ def main() -> None:
         builds.append((name or d, path))
     wanted = args.workloads.split(",")
     print(f"CPU: {cpu_line()}; bf16 training steps under GMLP_CUDA_EMULATOR_HOST_ONLY=1")
-    bench_workloads = [w for w in wanted if w != "vision-files"]
-    if "vision-files" in wanted:
-        vision_files(builds, args.passes)
+    bench_workloads = [w for w in wanted if w not in VISION_RECIPES]
+    recipes = [w for w in wanted if w in VISION_RECIPES]
+    if recipes:
+        vision_files(builds, args.passes, recipes)
     if not bench_workloads:
         return
     cmds = commands(",".join(bench_workloads))
