@@ -242,7 +242,9 @@ TEST(Distributed, AMixedVisionRunOnTwoRanksIsTheOneProcessRun) {
 }
 
 // Streamed, each rank decodes (and crops and mirrors) only its own rows' images
-// (TrainTask::fill_rows): the run is the one process's over the same folder held.
+// (TrainTask::fill_rows): the run is the one process's over the same folder held. The
+// normalisation pass, shared between the ranks (each sums its half of the images), gives
+// the held set's statistics to the bit.
 TEST(Distributed, AStreamedImageFolderOnTwoRanksIsTheOneProcessHeldRun) {
   test::TempDir data("dist_vision_stream");
   test::write_vision_folder(data.file("set"), {"a", "b", "c"});
@@ -252,7 +254,15 @@ TEST(Distributed, AStreamedImageFolderOnTwoRanksIsTheOneProcessHeldRun) {
                " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
                " --set train.augment_crop=0.3 --set train.augment_flip=true"
                " --no-progress --steps 12 --log-every 1 --eval-every 6",
-           "val_acc", {}, "streamed from their files");
+           "val_acc",
+           [](const std::string& p1, const std::string& p2) {
+             auto norm = [](const std::string& run) {
+               return parse_json(read_file((fs::path(run) / "config.json").string()), "config")["model"]["normalization"];
+             };
+             ASSERT_TRUE(norm(p1).is_object());
+             EXPECT_EQ(norm(p1), norm(p2));
+           },
+           "streamed from their files");
 }
 
 TEST(Distributed, ClassifierWithDropoutAndValidationOnTwoRanksIsTheOneProcessRun) {

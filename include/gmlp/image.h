@@ -153,6 +153,12 @@ struct Normalization {
 // (accumulated in double, image by image in order: a streamed set, decoded once for it,
 // gets a held one's bits). A constant channel gets std 1. Error on an empty set.
 Normalization compute_normalization(const ImageSet& set);
+// Its two halves, for a pass shared among processes: each image's sums of its values and
+// their squares, channel by channel, for images [first, first + count) into sums
+// [count, C, 2] (a streamed set's decoded here); and the statistics of n images' sums,
+// added in image order (pixels_per_channel = H * W).
+void image_sums(const ImageSet& set, int first, int count, double* sums);
+Normalization normalization_of_sums(const double* sums, int n, int channels, size_t pixels_per_channel);
 // In place; Error when the channel count differs from the normalisation's, or when the set
 // is held as bytes (the model normalises those as it reads them).
 void normalize(ImageSet& set, const Normalization& norm);

@@ -291,13 +291,11 @@ Normalization Normalization::from_json(const nlohmann::json& j, const std::strin
   return n;
 }
 
-Normalization compute_normalization(const ImageSet& set) {
-  require(set.n > 0 && set.channels > 0 && set.height > 0 && set.width > 0,
-          "compute_normalization: the image set is empty");
+void image_sums(const ImageSet& set, int first, int count, double* sums) {
+  require(first >= 0 && count >= 0 && first + count <= set.n, "image_sums: images outside the set");
   const size_t hw = size_t(set.height) * set.width, C = size_t(set.channels);
-  // Each image's sums of each channel first (keeps the double sums well conditioned), in
-  // parallel, then added in image order: the same bits on any team, held or streamed.
-  std::vector<double> sums(size_t(set.n) * C * 2);
+  // Each image's sums of each channel (keeps the double sums well conditioned), in
+  // parallel: each its own bits on any team, held or streamed.
   auto add_image = [&](int i, const auto& value) {
     for (size_t c = 0; c < C; ++c) {
       double s1 = 0, s2 = 0;
@@ -306,40 +304,45 @@ Normalization compute_normalization(const ImageSet& set) {
         s1 += v;
         s2 += double(v) * v;
       }
-      sums[(size_t(i) * C + c) * 2] = s1;
-      sums[(size_t(i) * C + c) * 2 + 1] = s2;
+      sums[(size_t(i - first) * C + c) * 2] = s1;
+      sums[(size_t(i - first) * C + c) * 2 + 1] = s2;
     }
   };
   if (set.streamed()) {
     // A chunk of images at a time through read_images (its errors name the file).
     const int chunk = 256;
-    std::vector<uint8_t> bytes(size_t(chunk) * set.image_size());
+    std::vector<uint8_t> bytes(size_t(std::min(chunk, std::max(count, 1))) * set.image_size());
     std::vector<int> which(static_cast<size_t>(chunk));
-    for (int first = 0; first < set.n; first += chunk) {
-      const int count = std::min(chunk, set.n - first);
-      for (int r = 0; r < count; ++r) which[size_t(r)] = first + r;
-      read_images(set, which.data(), count, bytes.data());
+    for (int at = first; at < first + count; at += chunk) {
+      const int n = std::min(chunk, first + count - at);
+      for (int r = 0; r < n; ++r) which[size_t(r)] = at + r;
+      read_images(set, which.data(), n, bytes.data());
 #pragma omp parallel for schedule(static)
-      for (int r = 0; r < count; ++r) {
+      for (int r = 0; r < n; ++r) {
         const uint8_t* b = bytes.data() + size_t(r) * set.image_size();
-        add_image(first + r, [&](size_t k) { return byte_pixel(b[k]); });
+        add_image(at + r, [&](size_t k) { return byte_pixel(b[k]); });
       }
     }
   } else {
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < set.n; ++i) {
-      const size_t first = set.image_size() * size_t(i);
-      add_image(i, [&](size_t k) { return set.value(first + k); });
+    for (int i = first; i < first + count; ++i) {
+      const size_t at = set.image_size() * size_t(i);
+      add_image(i, [&](size_t k) { return set.value(at + k); });
     }
   }
+}
+
+Normalization normalization_of_sums(const double* sums, int n, int channels, size_t pixels_per_channel) {
+  require(n > 0 && channels > 0 && pixels_per_channel > 0, "compute_normalization: the image set is empty");
+  const size_t C = size_t(channels);
   Normalization norm;
   for (size_t c = 0; c < C; ++c) {
     double sum = 0, sq = 0;
-    for (int i = 0; i < set.n; ++i) {
+    for (int i = 0; i < n; ++i) {  // in image order: the same bits however the sums were made
       sum += sums[(size_t(i) * C + c) * 2];
       sq += sums[(size_t(i) * C + c) * 2 + 1];
     }
-    const double count = double(set.n) * double(hw);
+    const double count = double(n) * double(pixels_per_channel);
     const double mean = sum / count;
     const double var = std::max(0.0, sq / count - mean * mean);
     const double sd = std::sqrt(var);
@@ -347,6 +350,14 @@ Normalization compute_normalization(const ImageSet& set) {
     norm.std.push_back(sd > 1e-12 ? float(sd) : 1.0f);
   }
   return norm;
+}
+
+Normalization compute_normalization(const ImageSet& set) {
+  require(set.n > 0 && set.channels > 0 && set.height > 0 && set.width > 0,
+          "compute_normalization: the image set is empty");
+  std::vector<double> sums(size_t(set.n) * size_t(set.channels) * 2);
+  image_sums(set, 0, set.n, sums.data());
+  return normalization_of_sums(sums.data(), set.n, set.channels, size_t(set.height) * set.width);
 }
 
 void normalize(float* images, size_t count, int channels, size_t hw, const Normalization& norm) {

@@ -435,6 +435,21 @@ class VisionTask : public TrainTask {
   Batch batch_;
 };
 
+// compute_normalization, the ranks of a job sharing a streamed set's pass (which decodes
+// every image, ImageNet's 1.28 million): each sums its block of the images, and the whole
+// job's sums, gathered in image order (the others' entries are zeros, which add exactly),
+// give every rank the one process's statistics, to the bit. A held set's pass only reads
+// memory, and each rank takes it whole.
+Normalization training_normalization(const ImageSet& set, Communicator* comm) {
+  if (!set.streamed() || !comm || comm->size() == 1) return compute_normalization(set);
+  const size_t per = size_t(set.channels) * 2;
+  std::vector<double> sums(size_t(set.n) * per, 0.0);
+  const Block mine = block_of(size_t(set.n), comm->rank(), comm->size());
+  image_sums(set, int(mine.begin), int(mine.size()), sums.data() + mine.begin * per);
+  comm->allreduce_sum(sums.data(), sums.size());
+  return normalization_of_sums(sums.data(), set.n, set.channels, size_t(set.height) * set.width);
+}
+
 // Class names from <dir>/classes.txt (one a line), when the data set ships them.
 std::vector<std::string> read_class_names(const std::string& dir) {
   std::vector<std::string> names;
@@ -533,7 +548,7 @@ std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in)
     if (int(names.size()) == m.n_classes) m.class_names = names;
   }
   // Normalise with the training set's statistics, stored in the model for inference.
-  if (m.normalization.is_null()) m.normalization = compute_normalization(train).to_json();
+  if (m.normalization.is_null()) m.normalization = training_normalization(train, in.comm).to_json();
   const Normalization norm = Normalization::from_json(m.normalization, "model config 'normalization'");
   for (ImageSet* set : {&train, &test})
     if (set->n > 0 && !set->as_bytes) normalize(*set, norm);

@@ -91,6 +91,9 @@ struct TaskInputs {
   // Classification: the validation examples (val_path, or the val_fraction split) train
   // too and nothing is held out: a refit (TrainOptions::join_validation).
   bool join_validation = false;
+  // The job's ranks, which share the work of a pass over the data before training (a
+  // streamed image folder's normalisation); null: this process alone.
+  Communicator* comm = nullptr;
   // What names the data in messages: the memory's name or the path.
   std::string data_name() const;
 };

@@ -160,7 +160,7 @@ TrainSummary train(const TrainOptions& opts) {
   Communicator& comm = world();
   const bool lead = comm.rank() == 0;  // prints, logs, checkpoints and holds the run directory
   RunConfig rc = opts.run;
-  TaskInputs in{opts.data_path, opts.test_path, opts.val_path, opts.data.get(), opts.join_validation};
+  TaskInputs in{opts.data_path, opts.test_path, opts.val_path, opts.data.get(), opts.join_validation, &comm};
   std::string init_from = opts.init_from;
   nlohmann::json resume_meta;
   if (opts.resume) resume_meta = read_resume(opts, rc, in);
