@@ -1356,10 +1356,10 @@ TEST(CudaOps, CrossEntropyWithSoftTargets) {
   const int32_t* dTargets = d.up(targets);
   const int32_t* dSecond = d.up(second);
   const float* dWeight = d.up(weight);
-  for (const bool mixed : {false, true}) {
-    SCOPED_TRACE(mixed ? "mixed, smoothed" : "smoothed");
+  for (const auto& [mixed, smoothing] : {std::pair{false, 0.1f}, std::pair{true, 0.f}, std::pair{true, 0.1f}}) {
+    SCOPED_TRACE(std::string(mixed ? "mixed" : "one class") + ", smoothing " + std::to_string(smoothing));
     ops::SoftTargets cpu, dev;
-    cpu.smoothing = dev.smoothing = 0.1f;
+    cpu.smoothing = dev.smoothing = smoothing;
     if (mixed) {
       cpu.second = second.data();
       cpu.weight = weight.data();

@@ -46,13 +46,14 @@ const std::string kRunSettings = " --set train.warmup=2 --set train.eval_batches
 const std::string kTiny = " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
                           " --set train.batch_size=8" + kRunSettings;
 
-// The losses of two runs agree to float tolerance (the ranks' sums round differently).
-// A vision run whose batches mix rows in pairs and whose targets are smoothed.
+// A vision run whose batches mix rows in pairs and whose targets are smoothed (its batch
+// size given apart).
 const std::string kMixedVision =
-    " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+    " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --set train.augment_flip=true"
     " --set train.augment_shift=1 --set train.mixup=0.8 --set train.cutmix=1 --set train.label_smoothing=0.1"
     " --lr 1e-2 --set train.warmup=2 --no-progress --steps 12 --log-every 1 --eval-every 6";
 
+// The losses of two runs agree to float tolerance (the ranks' sums round differently).
 void expect_close_losses(const std::vector<double>& a, const std::vector<double>& b) {
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
@@ -91,17 +92,18 @@ std::set<std::string> files_in(const std::string& dir) {
 
 // Trains the same run on one process and on two ranks; they must agree. more(p1, p2)
 // checks what else the two run directories must share.
-// `one` and `two` are the commands up to their arguments (the second under the launcher).
+// `one` and `two` are the commands up to their arguments (the second under the launcher),
+// whose batch gives each rank `rows`.
 void same_run(const std::string& one_cmd, const std::string& two_cmd, const std::string& args,
               const std::string& eval_key, const std::function<void(const std::string&, const std::string&)>& more,
-              const std::string& two_says = "") {
+              const std::string& two_says = "", int rows = 4) {
   test::TempDir dir("dist_same");
   auto one = run_command(one_cmd + args + " --out " + dir.file("p1"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   auto two = run_command(two_cmd + args + " --out " + dir.file("p2"));
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_TRUE(contains(two.output, two_says)) << two.output;
-  EXPECT_TRUE(contains(two.output, "2 ranks, 4 rows of each batch per rank")) << two.output;
+  EXPECT_TRUE(contains(two.output, "2 ranks, " + std::to_string(rows) + " rows of each batch per rank")) << two.output;
   // Rank 0 alone reports: one summary line, one run directory with the same files.
   size_t summaries = 0;
   for (size_t at = two.output.find("finished after"); at != std::string::npos; at = two.output.find("finished after", at + 1))
@@ -168,18 +170,18 @@ TEST(Distributed, TwoRanksOnTheCudaEmulatorSumOverNcclToTheOneProcessRun) {
            "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
 }
 
-// A GPU rank draws the whole vision batch, as every rank does, but sends up only its own
-// rows of it, beside the step before (src/train/batch_ahead.h).
 // The device's loss over soft targets (label smoothing, mixed rows), and a byte set's
 // mixup batches sent as floats: the CPU's run.
 TEST(Distributed, AMixedVisionRunOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) {
   test::TempDir data("dist_vision_mixed_emu");
   test::write_vision_set(data.file("set"));
   same_run(single() + " train --device cpu", launch_on_emulator(2),
-           " --task vision --data " + data.file("set") + kMixedVision, "val_acc", {},
+           " --task vision --data " + data.file("set") + kMixedVision + " --batch-size 8", "val_acc", {},
            "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
 }
 
+// A GPU rank draws the whole vision batch, as every rank does, but sends up only its own
+// rows of it, beside the step before (src/train/batch_ahead.h).
 TEST(Distributed, VisionOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) {
   test::TempDir data("dist_vision_emu");
   test::write_vision_set(data.file("set"));
@@ -231,14 +233,16 @@ TEST(Distributed, VisionOnTwoRanksIsTheOneProcessRun) {
 }
 
 // Mixed rows (mixup or CutMix each batch) and smoothed targets: every rank draws the
-// batch's mixing, mixes its rows' pairs and takes its rows' second targets and weights,
-// here in two pieces each: the one process's run.
+// batch's mixing, mixes its rows' pairs and takes its rows' second targets and weights.
+// Batch 6: rank 0's rows 0-2 and rank 1's 3-5, so the pair of rows 2 and 3 spans the
+// ranks (each makes the other's row), and pieces of one row split every pair: the one
+// process's run.
 TEST(Distributed, AMixedVisionRunOnTwoRanksIsTheOneProcessRun) {
   test::TempDir data("dist_vision_mixed");
   test::write_vision_set(data.file("set"));
-  same_run(single() + " train", launch(2) + " train --grad-accum 2",
-           " --task vision --data " + data.file("set") + kMixedVision, "val_acc", {},
-           "mixup (alpha 0.8) or CutMix (alpha 1) in pairs");
+  same_run(single() + " train", launch(2) + " train --grad-accum 3",
+           " --task vision --data " + data.file("set") + kMixedVision + " --batch-size 6", "val_acc", {},
+           "mixup (alpha 0.8) or CutMix (alpha 1) in pairs", 3);
 }
 
 // Streamed, each rank decodes (and crops and mirrors) only its own rows' images

@@ -614,20 +614,27 @@ TEST(ImageFolder, AHeldSetLargerThanTheFreeMemoryIsRefusedBeforeDecoding) {
 // 1 / (4 (2 alpha + 1)), below 1 and above), and a CutMix box lies in the image, its
 // weight the share outside it; with both alphas a batch takes either at even odds.
 TEST(ImageFile, MixDrawsAreBetaWeightsAndBoxesInTheImage) {
-  for (const double alpha : {0.2, 0.8, 1.0, 4.0}) {
+  // A tiny alpha puts nearly all its draws at 0 or 1, none at 1/2 (its Gamma draws
+  // underflow a double: taken as logarithms).
+  for (const double alpha : {0.001, 0.2, 0.8, 1.0, 4.0}) {
     SCOPED_TRACE(alpha);
     Rng rng(17);
     const int n = 40000;
     double sum = 0, sq = 0;
+    int middle = 0;
     for (int i = 0; i < n; ++i) {
       const double w = rng.beta(alpha, alpha);
       ASSERT_TRUE(w >= 0.0 && w <= 1.0) << w;
       sum += w;
       sq += w * w;
+      middle += std::abs(w - 0.5) < 0.01;
     }
     const double mean = sum / n, var = sq / n - mean * mean, want = 1.0 / (4.0 * (2.0 * alpha + 1.0));
     EXPECT_NEAR(mean, 0.5, 0.01);
     EXPECT_NEAR(var, want, 0.05 * want);
+    if (alpha < 0.01) {
+      EXPECT_LT(middle, 10);
+    }
   }
   Rng rng(3);
   int cuts = 0;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmlp/checkpoint.h"
@@ -336,10 +337,14 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
       return make_task(rc, in);
     };
     RunConfig rc, plain_rc;
-    auto mixed = task_of(c.mixup, c.cutmix, rc), plain = task_of(0, 0, plain_rc), part = task_of(c.mixup, c.cutmix, rc);
+    auto mixed = task_of(c.mixup, c.cutmix, rc), plain = task_of(0, 0, plain_rc);
+    // Two ranks' shares: rows 3-5 (3's partner 2 another rank's) and 5-6 (5's partner 4
+    // another's; 6, the last, its own).
+    auto part = task_of(c.mixup, c.cutmix, rc), last = task_of(c.mixup, c.cutmix, rc);
     part->fill_rows(3, 3);
+    last->fill_rows(5, 2);
     const std::vector<float> table = byte_table(Normalization::from_json(rc.model.normalization, "norm"), C);
-    Rng drawn(5), stepwise(5), parted(5);
+    Rng drawn(5), stepwise(5), parted(5), lasted(5);
     int cuts = 0;
     for (int round = 0; round < 6; ++round) {
       SCOPED_TRACE(round);
@@ -377,13 +382,16 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
           }
         }
       }
-      const Batch& q = part->next_batch(parted);
-      EXPECT_EQ(parted.state(), drawn.state());
-      if (sends_bytes)
-        EXPECT_TRUE(std::equal(m.image_bytes + 3 * sz, m.image_bytes + 6 * sz, q.image_bytes + 3 * sz));
-      else
-        EXPECT_TRUE(std::equal(m.images + 3 * sz, m.images + 6 * sz, q.images + 3 * sz));
-      EXPECT_TRUE(std::equal(m.mix_targets, m.mix_targets + B, q.mix_targets));
+      for (auto [task, rng, first, count] : {std::tuple{part.get(), &parted, 3, 3}, std::tuple{last.get(), &lasted, 5, 2}}) {
+        const Batch& q = task->next_batch(*rng);
+        EXPECT_EQ(rng->state(), drawn.state());
+        const size_t from = size_t(first) * sz, to = size_t(first + count) * sz;
+        if (sends_bytes)
+          EXPECT_TRUE(std::equal(m.image_bytes + from, m.image_bytes + to, q.image_bytes + from)) << first;
+        else
+          EXPECT_TRUE(std::equal(m.images + from, m.images + to, q.images + from)) << first;
+        EXPECT_TRUE(std::equal(m.mix_targets, m.mix_targets + B, q.mix_targets));
+      }
     }
     if (c.mixup > 0 && c.cutmix > 0) {
       EXPECT_GT(cuts, 0);

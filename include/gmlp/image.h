@@ -236,9 +236,10 @@ struct MixDraw {
   int y0 = 0, y1 = 0, x0 = 0, x1 = 0;
 };
 // With both alphas > 0, CutMix at even odds (one rng.below(2), 1: CutMix); then the
-// weight from Beta(alpha, alpha) (Rng::beta); for CutMix the box: sides of
-// floor(side * sqrt(1 - weight)) centred on a pixel drawn down, then across, cut to the
-// image, and the weight made the area outside it (timm's Mixup in its batch mode).
+// weight from Beta(alpha, alpha) (Rng::beta); for CutMix the box: [c - k/2, c + k/2)
+// each way for k = floor(side * sqrt(1 - weight)) (integer halves: an odd k loses a
+// pixel) about a pixel c drawn down, then across, cut to the image, and the weight made
+// the area outside it (timm's Mixup in its batch mode, its rand_bbox).
 MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng);
 // read_image, then convert_channels and resize_bilinear to the wanted shape.
 Image load_image(const std::string& path, int channels, int height, int width);

@@ -43,12 +43,13 @@ class Rng {
     double u2 = double(next_u32()) / 4294967296.0;
     return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
-  // Gamma(shape, 1) by Marsaglia and Tsang's method (a shape below 1 boosted to shape + 1
-  // and scaled back by a uniform's power), in double: the draws of a Beta.
-  double gamma(double shape) {
+  // The logarithm of a Gamma(shape, 1) draw, by Marsaglia and Tsang's method in double (a
+  // shape below 1 boosted to shape + 1 and scaled back by a uniform's power, added as
+  // logarithms: a tiny shape's draws underflow a double, their logarithms do not).
+  double log_gamma_draw(double shape) {
     if (shape < 1.0) {
       const double u = (double(next_u32()) + 1.0) / 4294967296.0;  // (0, 1]
-      return gamma(shape + 1.0) * std::pow(u, 1.0 / shape);
+      return log_gamma_draw(shape + 1.0) + std::log(u) / shape;
     }
     const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
     for (;;) {
@@ -59,13 +60,13 @@ class Rng {
       } while (v <= 0.0);
       v = v * v * v;
       const double u = (double(next_u32()) + 1.0) / 4294967296.0;
-      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
+      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return std::log(d * v);
     }
   }
-  // Beta(a, b) as X / (X + Y) of two Gammas; 0.5 should both underflow to 0.
+  // Beta(a, b): X / (X + Y) of two Gamma draws, taken from their logarithms.
   double beta(double a, double b) {
-    const double x = gamma(a), y = gamma(b);
-    return x + y > 0.0 ? x / (x + y) : 0.5;
+    const double lx = log_gamma_draw(a), ly = log_gamma_draw(b);
+    return 1.0 / (1.0 + std::exp(ly - lx));
   }
   uint64_t state() const { return state_; }
   uint64_t inc() const { return inc_; }

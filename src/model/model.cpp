@@ -656,10 +656,6 @@ void Model::targets_forward(const Batch& in) {
     });
     const int off = first_bad(in.mix_weights, B, [](float w) { return !(w >= 0.f && w <= 1.f); });
     require(off < 0, [&] { return "forward: mix weight " + std::to_string(in.mix_weights[off]) + " outside [0, 1]"; });
-    std::copy(in.mix_targets, in.mix_targets + B, a.mix_targets_h.data());
-    std::copy(in.mix_weights, in.mix_weights + B, a.mix_weights_h.data());
-    be_->upload_queued(a.mix_targets.data(), a.mix_targets_h.data(), sizeof(int32_t) * size_t(B));
-    be_->upload_queued(a.mix_weights.data(), a.mix_weights_h.data(), sizeof(float) * size_t(B));
   }
   if (last_sparse_) {
     // Only the chosen positions have targets: the head (V columns per row, the largest
@@ -696,6 +692,12 @@ void Model::targets_forward(const Batch& in) {
            (cfg_.per_token_output() ? " tokens" : " classes");
   });
   be_->upload_queued(a.targets.data(), a.targets_h.data(), sizeof(int32_t) * size_t(rows));
+  if (in.mix_targets) {  // checked above, uploaded once everything is checked
+    std::copy(in.mix_targets, in.mix_targets + B, a.mix_targets_h.data());
+    std::copy(in.mix_weights, in.mix_weights + B, a.mix_weights_h.data());
+    be_->upload_queued(a.mix_targets.data(), a.mix_targets_h.data(), sizeof(int32_t) * size_t(B));
+    be_->upload_queued(a.mix_weights.data(), a.mix_weights_h.data(), sizeof(float) * size_t(B));
+  }
 }
 
 // The final LayerNorm of xL [M, d] into h, then the task's head and, with targets, the
