@@ -252,21 +252,22 @@ TEST(Distributed, AMixedVisionRunOnTwoRanksIsTheOneProcessRun) {
 TEST(Distributed, AStreamedImageFolderOnTwoRanksIsTheOneProcessHeldRun) {
   test::TempDir data("dist_vision_stream");
   test::write_vision_folder(data.file("set"), {"a", "b", "c"});
-  same_run(single() + " train", launch(2) + " train --set train.stream_images=true",
-           " --task vision --data " + data.file("set") +
-               " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
-               " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
-               " --set train.augment_crop=0.3 --set train.augment_flip=true"
-               " --no-progress --steps 12 --log-every 1 --eval-every 6",
-           "val_acc",
-           [](const std::string& p1, const std::string& p2) {
-             auto norm = [](const std::string& run) {
-               return parse_json(read_file((fs::path(run) / "config.json").string()), "config")["model"]["normalization"];
-             };
-             ASSERT_TRUE(norm(p1).is_object());
-             EXPECT_EQ(norm(p1), norm(p2));
-           },
-           "streamed from their files");
+  same_run(
+      single() + " train", launch(2) + " train --set train.stream_images=true",
+      " --task vision --data " + data.file("set") +
+          " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --batch-size 8"
+          " --set model.survival_prob=0.6 --set train.augment_shift=1 --lr 1e-2 --set train.warmup=2"
+          " --set train.augment_crop=0.3 --set train.augment_flip=true"
+          " --no-progress --steps 12 --log-every 1 --eval-every 6",
+      "val_acc",
+      [](const std::string& p1, const std::string& p2) {
+        auto norm = [](const std::string& run) {
+          return parse_json(read_file((fs::path(run) / "config.json").string()), "config")["model"]["normalization"];
+        };
+        ASSERT_TRUE(norm(p1).is_object());
+        EXPECT_EQ(norm(p1), norm(p2));
+      },
+      "streamed from their files");
 }
 
 TEST(Distributed, ClassifierWithDropoutAndValidationOnTwoRanksIsTheOneProcessRun) {

@@ -382,7 +382,8 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
           }
         }
       }
-      for (auto [task, rng, first, count] : {std::tuple{part.get(), &parted, 3, 3}, std::tuple{last.get(), &lasted, 5, 2}}) {
+      for (auto [task, rng, first, count] :
+           {std::tuple{part.get(), &parted, 3, 3}, std::tuple{last.get(), &lasted, 5, 2}}) {
         const Batch& q = task->next_batch(*rng);
         EXPECT_EQ(rng->state(), drawn.state());
         const size_t from = size_t(first) * sz, to = size_t(first + count) * sz;
