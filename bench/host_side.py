@@ -29,9 +29,10 @@ queued for it, over runs of S and 2S steps, differenced); and the median of thos
 stretches (a run's few set-up waits aside, a step's), which is what a GPU that had
 finished its step loses to the host before the next. The emulator with these counts
 came in session 44: an older build is measured with the new emulator's files copied in.
-`vision-files-deit` is the same run with DeiT's augmentation: mirror images, mixup
-(alpha 0.8) or CutMix (alpha 1) each batch, label smoothing 0.1 (train.mixup and the
-rest, docs/vision.md); its mixup batches go up as floats, four times the bytes.
+`vision-files-deit` is the same run with DeiT's augmentation: mirror images, random
+erasing of a quarter of the images, mixup (alpha 0.8) or CutMix (alpha 1) each batch,
+label smoothing 0.1 (train.mixup and the rest, docs/vision.md); its batches go up as
+floats, four times the bytes.
 """
 from __future__ import annotations
 
@@ -116,11 +117,12 @@ def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: 
 
 
 # The vision-files runs: as they were, and with DeiT's augmentation and mixing (mirror
-# images, mixup or CutMix each batch, smoothed targets; docs/vision.md), whose mixup sends
-# each batch up as floats.
+# images, random erasing, mixup or CutMix each batch, smoothed targets; docs/vision.md),
+# whose erasing and mixup send each batch up as floats.
 VISION_RECIPES = {
     "vision-files": [],
-    "vision-files-deit": ["train.augment_flip=true", "train.mixup=0.8", "train.cutmix=1", "train.label_smoothing=0.1"],
+    "vision-files-deit": ["train.augment_flip=true", "train.random_erase=0.25", "train.mixup=0.8", "train.cutmix=1",
+                          "train.label_smoothing=0.1"],
 }
 
 

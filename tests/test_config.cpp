@@ -102,6 +102,10 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(train_err({{"label_smoothing", -0.1}}).find("'label_smoothing'"), std::string::npos);
   EXPECT_NE(train_err({{"mixup", -0.5}}).find("'mixup' (the Beta distribution's alpha"), std::string::npos);
   EXPECT_NE(train_err({{"cutmix", 1000}}).find("'cutmix' (the Beta distribution's alpha"), std::string::npos);
+  EXPECT_NE(train_err({{"random_erase", 1.5}})
+                .find("'random_erase' (the share of images erased in part) must be in "
+                      "[0, 1], got 1.5"),
+            std::string::npos);
   EXPECT_NE(train_err({{"batch_size", -2}}).find("'batch_size'"), std::string::npos);
   EXPECT_NE(train_err({{"val_fraction", 1.0}}).find("'val_fraction'"), std::string::npos);
   // Every message says where the config came from.

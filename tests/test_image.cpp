@@ -654,6 +654,61 @@ TEST(ImageFile, MixDrawsAreBetaWeightsAndBoxesInTheImage) {
   EXPECT_TRUE(cut.cut);
 }
 
+// Random erasing: a box drawn (probability 1) is narrower and shorter than the image, its
+// area share in [0.02, 1/3] but for the rounding of its sides; probability 0 takes one
+// uniform and erases nothing. The noise is standard normal, the same for the same seed
+// and row and another for another row, and nothing outside the box changes.
+TEST(ImageFile, ErasingDrawsABoxAndFillsItWithNoise) {
+  constexpr int C = 3, H = 20, W = 16;
+  Rng rng(9);
+  for (int i = 0; i < 500; ++i) {
+    const EraseDraw e = draw_erase(1.f, H, W, rng);
+    if (!e.on) continue;
+    ASSERT_TRUE(e.h >= 1 && e.w >= 1 && e.h < H && e.w < W && e.y0 >= 0 && e.x0 >= 0 && e.y0 + e.h <= H &&
+                e.x0 + e.w <= W);
+    const double share = double(e.h) * e.w / (H * W);
+    EXPECT_GT(share, 0.005);
+    EXPECT_LT(share, 0.45);
+  }
+  Rng none(4), one(4);
+  EXPECT_FALSE(draw_erase(0.f, H, W, none).on);
+  one.uniform();
+  EXPECT_EQ(none.state(), one.state());
+  // The noise over one large box, many times.
+  EraseDraw big;
+  big.on = true;
+  big.y0 = 2, big.x0 = 3, big.h = 15, big.w = 11;
+  double sum = 0, sq = 0;
+  size_t n = 0;
+  std::vector<float> first;
+  for (int row = 0; row < 40; ++row) {
+    std::vector<float> img(size_t(C) * H * W, 7.f);
+    erase_image(img.data(), C, H, W, big, 1234, row);
+    for (int c = 0; c < C; ++c)
+      for (int y = 0; y < H; ++y)
+        for (int x = 0; x < W; ++x) {
+          const float v = img[(size_t(c) * H + y) * W + x];
+          const bool in = y >= big.y0 && y < big.y0 + big.h && x >= big.x0 && x < big.x0 + big.w;
+          if (!in) {
+            ASSERT_EQ(v, 7.f);
+            continue;
+          }
+          sum += v;
+          sq += double(v) * v;
+          ++n;
+        }
+    if (row == 0) first = img;
+    if (row == 1) {
+      EXPECT_NE(img, first);
+    }
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.03);
+  EXPECT_NEAR(sq / n, 1.0, 0.05);
+  std::vector<float> again(size_t(C) * H * W, 7.f);
+  erase_image(again.data(), C, H, W, big, 1234, 0);
+  EXPECT_EQ(again, first);
+}
+
 // A random-resized crop: resize_box of the whole image is resize_bilinear, to the bit; a
 // box inside one half of a two-tone image sees only that half; crop_box's boxes lie in the
 // image, with the area share and aspect ratio drawn (where no side is cut to the image's);

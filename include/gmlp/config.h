@@ -111,6 +111,9 @@ struct TrainConfig {
   float label_smoothing = 0.0f;
   float mixup = 0.0f;
   float cutmix = 0.0f;
+  // vision: the share of training images a box of which is replaced by noise (random
+  // erasing, before the mixing; 0: none; DeiT: 0.25)
+  float random_erase = 0.0f;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)
 

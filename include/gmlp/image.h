@@ -241,6 +241,23 @@ struct MixDraw {
 // pixel) about a pixel c drawn down, then across, cut to the image, and the weight made
 // the area outside it (timm's Mixup in its batch mode, its rand_bbox).
 MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng);
+// Random erasing (train.random_erase; timm's RandomErasing in its 'pixel' mode, DeiT's):
+// with probability p a box of a training image is replaced by standard normal noise in
+// the model's (normalised) values, before the batch is mixed. Drawn after the row's
+// mirroring: one uniform (below p: erased), then up to 10 tries of an area share
+// uniform in [0.02, 1/3] and an aspect ratio (height / width) log-uniform in
+// [0.3, 1/0.3], the sides rounded; the first box narrower and shorter than the image is
+// placed by two below()s, top then left (none fits: nothing erased).
+struct EraseDraw {
+  bool on = false;
+  int y0 = 0, x0 = 0, h = 0, w = 0;
+};
+EraseDraw draw_erase(float probability, int height, int width, Rng& rng);
+// Fills the box of a [C, H, W] image with its noise: value k of the box (channel by
+// channel, row by row) of global batch row `row`, from the batch's seed, by Box-Muller
+// over a counter hash (values 2j and 2j + 1 a pair's cosine and sine), so the same on
+// any number of ranks and threads.
+void erase_image(float* img, int channels, int height, int width, const EraseDraw& e, uint64_t seed, int64_t row);
 // read_image, then convert_channels and resize_bilinear to the wanted shape.
 Image load_image(const std::string& path, int channels, int height, int width);
 

@@ -1,6 +1,11 @@
 // Single image files into float [C, H, W]: PGM/PPM by our own parser, JPEG by libjpeg-turbo,
 // everything else (PNG, BMP, GIF; CMYK JPEGs) by stb_image; channel conversion and
 // bilinear resizing.
+#include "gmlp/image.h"
+
+#include <jerror.h>  // after jpeglib.h, which it needs
+#include <jpeglib.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -9,12 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <jpeglib.h>
-#include <jerror.h>  // after jpeglib.h, which it needs
-
 #include "gmlp/error.h"
 #include "gmlp/files.h"
-#include "gmlp/image.h"
+#include "ops/dropout_mask.h"  // mix64: random erasing's noise by counter
 
 // stb_image's implementation lives here, with internal linkage (STB_IMAGE_STATIC), so it
 // cannot clash with another copy (Debian's libstb, say) in the same program.
@@ -455,6 +457,44 @@ MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng) {
   m.x1 = std::clamp(cx + cw / 2, 0, width);
   m.weight = float(1.0 - double(m.y1 - m.y0) * double(m.x1 - m.x0) / (double(height) * width));
   return m;
+}
+
+EraseDraw draw_erase(float probability, int height, int width, Rng& rng) {
+  EraseDraw e;
+  if (!(rng.uniform() < probability)) return e;
+  const double area = double(height) * width, lo = std::log(0.3), hi = std::log(1.0 / 0.3);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = (0.02 + (1.0 / 3.0 - 0.02) * rng.uniform()) * area;
+    const double ratio = std::exp(lo + (hi - lo) * rng.uniform());
+    const int h = int(std::lround(std::sqrt(target * ratio))), w = int(std::lround(std::sqrt(target / ratio)));
+    if (w < width && h < height) {
+      e.on = true;
+      e.h = h;
+      e.w = w;
+      e.y0 = int(rng.below(uint64_t(height - h + 1)));
+      e.x0 = int(rng.below(uint64_t(width - w + 1)));
+      return e;
+    }
+  }
+  return e;
+}
+
+void erase_image(float* img, int channels, int height, int width, const EraseDraw& e, uint64_t seed, int64_t row) {
+  if (!e.on) return;
+  const uint64_t key = ops::mix64(seed ^ ops::mix64(uint64_t(row) + 1));
+  const size_t n = size_t(channels) * e.h * e.w;
+  auto at = [&](size_t k) -> float& {
+    const size_t c = k / (size_t(e.h) * e.w), r = k / e.w % e.h, x = k % e.w;
+    return img[(c * height + e.y0 + r) * width + e.x0 + x];
+  };
+  for (size_t j = 0; j < (n + 1) / 2; ++j) {
+    const uint64_t bits = ops::mix64(key + (j + 1) * ops::kGolden);
+    const float u1 = float((bits >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
+    const float u2 = float((bits >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
+    const float radius = std::sqrt(-2.0f * std::log(u1)), angle = 6.2831853f * u2;
+    at(2 * j) = radius * std::cos(angle);
+    if (2 * j + 1 < n) at(2 * j + 1) = radius * std::sin(angle);
+  }
 }
 
 void flip_image(uint8_t* img, int channels, int height, int width) {

@@ -179,6 +179,7 @@ void train_fields(C& c, F&& f) {
   f("label_smoothing", c.label_smoothing, Write::always);
   f("mixup", c.mixup, Write::always);
   f("cutmix", c.cutmix, Write::always);
+  f("random_erase", c.random_erase, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
 }
@@ -406,6 +407,9 @@ void TrainConfig::validate() const {
     require(std::isfinite(alpha) && alpha >= 0 && alpha <= 100,
             std::string("config: '") + key + "' (the Beta distribution's alpha of its mixing weight) must be in " +
                 "(0, 100], or 0 for none, got " + std::to_string(alpha));
+  require(std::isfinite(random_erase) && random_erase >= 0 && random_erase <= 1,
+          "config: 'random_erase' (the share of images erased in part) must be in [0, 1], got " +
+              std::to_string(random_erase));
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));
   require(std::isfinite(epochs) && epochs >= 0 && epochs <= 1e6,
           "config: 'epochs' must be in [0, 1e6] (0 = use 'steps'), got " + std::to_string(epochs));

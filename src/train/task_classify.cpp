@@ -165,6 +165,7 @@ class VisionTask : public TrainTask {
         flip_(tc.augment_flip),
         mixup_(tc.mixup),
         cutmix_(tc.cutmix),
+        erase_(tc.random_erase),
         table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
@@ -188,7 +189,8 @@ class VisionTask : public TrainTask {
            ", " + std::to_string(cfg_.seq_len) + " patches, " + std::to_string(cfg_.n_classes) + " classes" +
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
-           (flip_ ? ", mirrored half the time" : "") + mixing() +
+           (flip_ ? ", mirrored half the time" : "") +
+           (erase_ > 0 ? ", " + std::to_string(int(std::lround(erase_ * 100))) + "% erased in part" : "") + mixing() +
            (train_.streamed() ? ", streamed from their files" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
@@ -201,15 +203,17 @@ class VisionTask : public TrainTask {
   }
   const Batch& next_batch(Rng& rng) override {
     // The draws first, each row's in turn: an image, its shift (random_shift's order),
-    // its crop and its mirroring (each only when asked for, so a run without them draws
-    // as it did before them); then the batch's mixing, when asked for; then the images,
-    // nearly all of a batch's time (gMLP-S/16's 64 images: 12.8 MB of copies), on the team.
+    // its crop, its mirroring and its erasing (each only when asked for, so a run without
+    // them draws as it did before them); then the batch's mixing and the erasing noise's
+    // seed, when asked for; then the images, nearly all of a batch's time (gMLP-S/16's 64
+    // images: 12.8 MB of copies), on the team.
     for (int b = 0; b < B_; ++b) {
       Pick& p = picks_[size_t(b)];
       p.image = int(rng.below(uint64_t(train_.n)));
       p.shift = draw_shift(shift_, rng);
       if (crop_ > 0) p.crop = draw_crop(rng);
       p.flip = flip_ && rng.below(2) == 1;
+      if (erase_ > 0) p.erase = draw_erase(erase_, train_.height, train_.width, rng);
       labels_[size_t(b)] = train_.labels[size_t(p.image)];
     }
     if (mixes()) {
@@ -219,6 +223,7 @@ class VisionTask : public TrainTask {
         mix_weights_[size_t(b)] = mix_.weight;
       }
     }
+    if (erase_ > 0) erase_seed_ = rng.next_u64();
     // Only the rows this rank takes are made (fill_rows), and a mixed batch's partners of
     // them; the others' images are not read, nor decoded, nor cropped. A row streamed or
     // cropped is made into decoded_ first (its crop's part of the image, resized), then
@@ -269,6 +274,19 @@ class VisionTask : public TrainTask {
         }
       }
     });
+    // Sent as floats (floats_out), the rows made are the model's values from here on:
+    // erased, then mixed.
+    if (floats_out() || erase_ > 0)
+      ops::parallel_for_if(make_count_, int64_t(make_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
+        const int b = make_first_ + r;
+        float* row = images_.data() + size_t(b) * sz;
+        if (floats_out()) {
+          const uint8_t* x = bytes_.data() + size_t(b) * sz;
+          const size_t hw = size_t(H) * W;
+          for (size_t k = 0; k < sz; ++k) row[k] = table_[k / hw * 256 + x[k]];
+        }
+        erase_image(row, C, H, W, picks_[size_t(b)].erase, erase_seed_, b);
+      });
     if (mixes()) mix_rows();
     if (batch_.keep) draw_keep(cfg_, B_, rng, keep_.data());
     return batch_;
@@ -304,8 +322,9 @@ class VisionTask : public TrainTask {
       bytes_ = HostBuffer<uint8_t>(be, n);
       batch_.image_bytes = bytes_.data();
     }
-    // Blended bytes are no longer bytes: mixup sends a byte set's batches as floats.
-    if (!train_.as_bytes || mixup_ > 0) {
+    // Blended or erased bytes are no longer bytes: mixup and random erasing send a byte
+    // set's batches as floats.
+    if (!train_.as_bytes || floats_out()) {
       images_ = HostBuffer<float>(be, n);
       batch_.images = images_.data();
       batch_.image_bytes = nullptr;
@@ -314,6 +333,8 @@ class VisionTask : public TrainTask {
 
  private:
   bool mixes() const { return mixup_ > 0 || cutmix_ > 0; }
+  // A byte set whose batches go to the model as floats.
+  bool floats_out() const { return train_.as_bytes && (mixup_ > 0 || erase_ > 0); }
   // The rows' partners (MixDraw): 2i and 2i + 1, an odd batch's last row itself.
   int partner(int b) const { return (b ^ 1) < B_ ? b ^ 1 : b; }
   std::string mixing() const {
@@ -327,11 +348,10 @@ class VisionTask : public TrainTask {
                     double(mixup_ > 0 ? mixup_ : cutmix_));
     return buf;
   }
-  // Mixes the pairs that the rank's rows are in, once they are made: in place where the
-  // batch stays of the set's kind (a float set; a byte set's CutMix, a swap of the box),
-  // else (a byte set's mixup) into the floats the batch sends, the rank's rows alone.
-  // Either way row r becomes weight * r + (1 - weight) * partner(r), or r with its
-  // partner's box, as the model sees them.
+  // Mixes the pairs that the rank's rows are in, once they are made, in place: a byte
+  // batch's (CutMix alone: a swap of the box) or a float one's (a float set's, or a byte
+  // set's sent as floats): row r becomes weight * r + (1 - weight) * partner(r), or r with
+  // its partner's box, as the model sees them.
   void mix_rows() {
     const int C = train_.channels, H = train_.height, W = train_.width;
     const size_t sz = train_.image_size(), hw = size_t(H) * W;
@@ -344,44 +364,22 @@ class VisionTask : public TrainTask {
           std::swap_ranges(x + at + m.x0, x + at + m.x1, y + at + m.x0);
         }
     };
+    const bool floats = !train_.as_bytes || floats_out();
     const int pairs = (make_count_ + 1) / 2;
     ops::parallel_for_if(pairs, int64_t(make_count_) * int64_t(sz), ops::kParallelValues, [&](int i) {
       const int a = make_first_ + 2 * i, b = partner(a);
-      if (!(train_.as_bytes && mixup_ > 0)) {
-        if (b == a) return;  // mixed with itself: as it is
-        if (train_.as_bytes) return swap_box(bytes_.data() + size_t(a) * sz, bytes_.data() + size_t(b) * sz);
-        float *x = images_.data() + size_t(a) * sz, *y = images_.data() + size_t(b) * sz;
-        if (m.cut) return swap_box(x, y);
-        for (size_t k = 0; k < sz; ++k) {
-          const float xa = x[k], yb = y[k];
-          x[k] = own * xa + other * yb;
-          y[k] = own * yb + other * xa;
-        }
-        return;
-      }
-      const int rows[2] = {a, b};
-      for (int j = 0; j < (b == a ? 1 : 2); ++j) {
-        const int r = rows[j];
-        if (r < fill_first_ || r >= fill_first_ + fill_count_) continue;
-        const uint8_t *x = bytes_.data() + size_t(r) * sz, *y = bytes_.data() + size_t(partner(r)) * sz;
-        float* out = images_.data() + size_t(r) * sz;
-        for (int c = 0; c < C; ++c) {
-          const float* t = table_.data() + size_t(c) * 256;
-          const size_t at = size_t(c) * hw;
-          if (m.cut || x == y) {  // a box of the partner's, or a row mixed with itself: as it is
-            for (int yy = 0; yy < H; ++yy)
-              for (int xx = 0; xx < W; ++xx) {
-                const size_t k = at + size_t(yy) * W + xx;
-                const bool in = yy >= m.y0 && yy < m.y1 && xx >= m.x0 && xx < m.x1;
-                out[k] = t[(in ? y : x)[k]];
-              }
-          } else {
-            for (size_t k = at; k < at + hw; ++k) out[k] = own * t[x[k]] + other * t[y[k]];
-          }
-        }
+      if (b == a) return;  // mixed with itself: as it is
+      if (!floats) return swap_box(bytes_.data() + size_t(a) * sz, bytes_.data() + size_t(b) * sz);
+      float *x = images_.data() + size_t(a) * sz, *y = images_.data() + size_t(b) * sz;
+      if (m.cut) return swap_box(x, y);
+      for (size_t k = 0; k < sz; ++k) {
+        const float xa = x[k], yb = y[k];
+        x[k] = own * xa + other * yb;
+        y[k] = own * yb + other * xa;
       }
     });
   }
+
   uint64_t fingerprint(const ImageSet& set, uint64_t h) const {
     if (set.streamed()) {
       h = fnv1a("streamed", 8, h);
@@ -406,17 +404,20 @@ class VisionTask : public TrainTask {
 
   ModelConfig cfg_;
   ImageSet train_, test_;
-  // A row's draws: its image, shift, crop (augment_crop > 0) and whether it is mirrored.
+  // A row's draws: its image, shift, crop (augment_crop > 0), whether it is mirrored, and its erasing.
   struct Pick {
     int image = 0;
     std::pair<int, int> shift;
     CropDraw crop;
     bool flip = false;
+    EraseDraw erase;
   };
   int B_, shift_;
   float crop_;
   bool flip_;
   float mixup_, cutmix_;                 // Beta's alphas (0: off)
+  float erase_;                          // random erasing's probability (0: off)
+  uint64_t erase_seed_ = 0;              // this batch's erasing noise's
   MixDraw mix_;                          // this batch's mixing
   std::vector<int32_t> mix_labels_;      // each row's partner's label
   std::vector<float> mix_weights_;       // and its own label's weight

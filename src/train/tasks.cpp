@@ -45,8 +45,9 @@ std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
   require(m.task == Task::classify || (in.val_path.empty() && !(in.memory && in.memory->val_texts.size())),
           "validation texts (--val) are for text classification; a \"" + name_of(m.task) + "\" run holds out " +
               (m.task == Task::vision ? "its test images" : "train.val_fraction of its corpus"));
-  require(m.task == Task::vision || (rc.train.mixup == 0 && rc.train.cutmix == 0),
-          "'train.mixup' and 'train.cutmix' mix images and their labels; the task is \"" + name_of(m.task) + "\"");
+  require(m.task == Task::vision || (rc.train.mixup == 0 && rc.train.cutmix == 0 && rc.train.random_erase == 0),
+          "'train.mixup', 'train.cutmix' and 'train.random_erase' are augmentations of images; the task is \"" +
+              name_of(m.task) + "\"");
   if (m.task == Task::vision) {
     auto task = make_vision_task(rc, in);
     m.validate();
