@@ -14,6 +14,7 @@ PKGS=(
   libsentencepiece-dev sentencepiece           # subword tokenizers (gmlp tokenizer train)
   libstb-dev zlib1g-dev                        # PNG read/write (stb_image), gzipped IDX (vision data)
   libjpeg-dev python3-pil                      # JPEG decoding (libjpeg-turbo); PIL, its reference in the tests
+  python3-torchvision                          # RandomResizedCrop: the reference of the crops' distribution
   libopenmpi-dev openmpi-bin                   # data-parallel training across processes (mpirun)
   libdnnl-dev                                  # oneDNN: bf16 products where the CPU has them; AVX-512 fp32
   libjemalloc-dev                              # the executable's malloc: less resident memory (docs/bench.md)

@@ -709,6 +709,49 @@ TEST(ImageFile, ErasingDrawsABoxAndFillsItWithNoise) {
   EXPECT_EQ(again, first);
 }
 
+// Random-resized crops are distributed as torchvision's RandomResizedCrop.get_params (the
+// reference draws 20,000 boxes with torch's generator, here 20,000 with ours): for a wide,
+// a tall (where most tries fail and the central crop is taken), a tiny and a very wide
+// image, each side's and place's mean within 4.5 standard errors of torchvision's, the
+// spread within 5%, and the share of central crops within 4.5 standard errors.
+TEST(ImageFile, CropsAreDistributedAsTorchvisions) {
+  TempDir dir("crops");
+  constexpr int n = 20000;
+  const auto r =
+      test::run_command("/usr/bin/python3 " + test::source_dir() + "/tests/reference/crop_reference.py " +
+                        dir.file("ref.json") + " " + std::to_string(n) + " 0.08 500x375 50x400 8x8 333x100 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << "torchvision (python3-torchvision) draws the reference crops:\n" << r.output;
+  const auto ref = nlohmann::json::parse(read_file(dir.file("ref.json")));
+  Rng rng(11);
+  for (const auto& [W, H] : {std::pair{500, 375}, std::pair{50, 400}, std::pair{8, 8}, std::pair{333, 100}}) {
+    const std::string size = std::to_string(W) + "x" + std::to_string(H);
+    SCOPED_TRACE(size);
+    const auto& want = ref.at(size);
+    CropDraw none;  // the whole area at ratio 3/4 fits none of these: the central crop
+    for (CropDraw::Try& u : none.tries) u = {1.f, 0.f, 0.f, 0.f};
+    const CropBox c = crop_box(none, 1.f, W, H);
+    double sum[4] = {}, sq[4] = {};
+    int central = 0;
+    for (int t = 0; t < n; ++t) {
+      const CropBox b = crop_box(draw_crop(rng), 0.08f, W, H);
+      const double v[4] = {b.y, b.x, b.h, b.w};
+      for (int k = 0; k < 4; ++k) {
+        sum[k] += v[k];
+        sq[k] += v[k] * v[k];
+      }
+      central += b.x == c.x && b.y == c.y && b.w == c.w && b.h == c.h;
+    }
+    for (int k = 0; k < 4; ++k) {
+      const double mean = sum[k] / n, sd = std::sqrt(std::max(0.0, sq[k] / n - mean * mean));
+      const double ref_mean = want["mean"][k].get<double>(), ref_sd = want["sd"][k].get<double>();
+      EXPECT_NEAR(mean, ref_mean, 4.5 * std::sqrt(2.0 / n) * std::max(ref_sd, 1e-3)) << "value " << k;
+      EXPECT_NEAR(sd, ref_sd, 0.05 * ref_sd + 1e-3) << "value " << k;
+    }
+    const double share = double(central) / n, ref_share = want["fallback"].get<double>();
+    EXPECT_NEAR(share, ref_share, 4.5 * std::sqrt(std::max(ref_share * (1 - ref_share), 1e-4) * 2.0 / n));
+  }
+}
+
 // A random-resized crop: resize_box of the whole image is resize_bilinear, to the bit; a
 // box inside one half of a two-tone image sees only that half; crop_box's boxes lie in the
 // image, with the area share and aspect ratio drawn (where no side is cut to the image's);
@@ -785,27 +828,37 @@ TEST(ImageFile, CropsResizeTheirBoxAndMirror) {
     for (int t = 0; t < 2000; ++t) {
       Rng copy = rng;
       const CropDraw d = draw_crop(rng);
-      EXPECT_EQ(d.area, copy.uniform());
-      copy.uniform();
-      copy.uniform();
-      EXPECT_EQ(d.y, copy.uniform());
+      for (const CropDraw::Try& u : d.tries) {  // 40 uniforms, each try's in order
+        EXPECT_EQ(u.area, copy.uniform());
+        EXPECT_EQ(u.ratio, copy.uniform());
+        EXPECT_EQ(u.y, copy.uniform());
+        EXPECT_EQ(u.x, copy.uniform());
+      }
       ASSERT_EQ(rng.state(), copy.state());
       const CropBox b = crop_box(d, 0.08f, W, H);
-      ASSERT_TRUE(b.w > 0 && b.h > 0 && b.x >= 0 && b.y >= 0 && b.x + b.w <= W + 1e-9 && b.y + b.h <= H + 1e-9);
-      if (b.w < W && b.h < H) {
-        const double share = b.w * b.h / (double(W) * H);
-        ASSERT_NEAR(share, double(0.08f) + (1 - double(0.08f)) * d.area, 1e-12);
-        ASSERT_GE(b.w / b.h, 0.75 - 1e-9);
-        ASSERT_LE(b.w / b.h, 4.0 / 3.0 + 1e-9);
-      }
+      ASSERT_TRUE(b.w > 0 && b.h > 0 && b.x >= 0 && b.y >= 0 && b.x + b.w <= W && b.y + b.h <= H);
+      ASSERT_TRUE(b.x == std::floor(b.x) && b.y == std::floor(b.y) && b.w == std::floor(b.w) && b.h == std::floor(b.h));
     }
-  // An even ratio draw is a square; the place is the share of the room left.
-  const CropBox sq = crop_box({0.0f, 0.5f, 0.0f, 1.0f}, 0.25f, 40, 10);
-  EXPECT_NEAR(sq.w, 10.0, 1e-9);
-  EXPECT_NEAR(sq.h, 10.0, 1e-9);
-  EXPECT_EQ(sq.x, 0.0);
-  EXPECT_NEAR(sq.y, 0.0, 1e-9);
-  EXPECT_NEAR(crop_box({0.0f, 0.5f, 0.5f, 0.0f}, 0.25f, 40, 10).x, 15.0, 1e-9);
+  // A try that does not fit is passed over; the first that fits is taken, its sides the
+  // roundings (half to even) of sqrt(area * ratio) and sqrt(area / ratio), its place the
+  // share of the room left, in whole pixels.
+  CropDraw d;
+  d.tries[0] = {1.0f, 1.0f, 0.f, 0.f};      // the whole area at ratio 4/3: 23 x 17, taller than 40x10
+  d.tries[1] = {0.0f, 0.5f, 0.5f, 0.999f};  // a quarter of 40x10 at ratio 1: 10x10, placed at (30, 0)
+  const CropBox sq = crop_box(d, 0.25f, 40, 10);
+  EXPECT_EQ(sq.w, 10.0);
+  EXPECT_EQ(sq.h, 10.0);
+  EXPECT_EQ(sq.x, 30.0);
+  EXPECT_EQ(sq.y, 0.0);
+  // No try fits (every one the whole area at ratio 4/3 in a tall 10x40): the central crop
+  // at ratio 3/4, 10 x round(13.33) = 13 rows from row (40 - 13) / 2 = 13.
+  CropDraw none;
+  for (CropDraw::Try& u : none.tries) u = {0.99999f, 0.99999f, 0.5f, 0.5f};
+  const CropBox fb = crop_box(none, 0.9f, 10, 40);
+  EXPECT_EQ(fb.w, 10.0);
+  EXPECT_EQ(fb.h, 13.0);
+  EXPECT_EQ(fb.x, 0.0);
+  EXPECT_EQ(fb.y, 13.0);
 
   Bytes m = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // 2 channels of 2 rows of 3
   flip_image(m.data(), 2, 2, 3);

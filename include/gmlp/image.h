@@ -202,21 +202,30 @@ Image convert_channels(const Image& img, int channels);
 // BILINEAR): when shrinking, the triangle filter widens by the scale (antialiasing,
 // as PIL does) so thin strokes survive. Same size returns a copy.
 Image resize_bilinear(const Image& img, int height, int width);
-// A random-resized crop (train.augment_crop), drawn before the image it crops is read:
-// four uniforms in [0, 1), in this order: the crop's share of the image's area, its aspect
-// ratio, and its place across and down the room the image leaves it.
+// A random-resized crop (train.augment_crop) as torchvision's RandomResizedCrop draws it,
+// drawn before the image it crops is read, when its size is not known: its ten tries'
+// uniforms in [0, 1), each try's in this order: the crop's share of the image's area, its
+// aspect ratio, and its place down and across the room the image leaves it. All 40 are
+// drawn; torchvision stops at the first try that fits, and the tries after it are
+// independent of it, so the crops are distributed as torchvision's.
+constexpr int kCropTries = 10;
 struct CropDraw {
-  float area = 0, ratio = 0, x = 0, y = 0;
+  struct Try {
+    float area = 0, ratio = 0, y = 0, x = 0;
+  };
+  Try tries[kCropTries];
 };
 CropDraw draw_crop(Rng& rng);
-// A part of an image, in its pixels (pixel j spans [j, j + 1)), not rounded to them.
+// A part of an image, in its pixels (pixel j spans [j, j + 1)).
 struct CropBox {
   double x = 0, y = 0, w = 0, h = 0;
 };
-// The box a draw makes in an image of width x height: an area share uniform in
-// [min_area, 1], an aspect ratio (width / height) log-uniform in [3/4, 4/3] (torchvision's
-// RandomResizedCrop's ranges), a side longer than the image's cut to it (where torchvision
-// draws again), placed at d.x, d.y of the room left.
+// The box torchvision's RandomResizedCrop.get_params makes of a draw in an image of
+// width x height: the first try whose sides fit in the image, for an area share uniform
+// in [min_area, 1] and an aspect ratio (width / height) log-uniform in [3/4, 4/3], the
+// sides rounded half to even as Python rounds, placed at floor(u * (room + 1)) pixels
+// down and across; when no try fits, the central crop of the ratio bound nearer the
+// image's (or the whole image, if its ratio is within the bounds). Whole pixels.
 CropBox crop_box(const CropDraw& d, float min_area, int width, int height);
 // resize_bilinear of the box's part of img (the whole image's box: resize_bilinear), to
 // height x width: one resampling, no copy of the part first.

@@ -426,19 +426,35 @@ Image resize_box(const Image& img, const CropBox& box, int height, int width) {
 
 CropDraw draw_crop(Rng& rng) {
   CropDraw d;
-  d.area = rng.uniform();
-  d.ratio = rng.uniform();
-  d.x = rng.uniform();
-  d.y = rng.uniform();
+  for (CropDraw::Try& t : d.tries) {
+    t.area = rng.uniform();
+    t.ratio = rng.uniform();
+    t.y = rng.uniform();
+    t.x = rng.uniform();
+  }
   return d;
 }
 
 CropBox crop_box(const CropDraw& d, float min_area, int width, int height) {
-  const double area = (double(min_area) + (1.0 - double(min_area)) * d.area) * width * height;
-  const double ratio = std::exp(std::log(3.0 / 4.0) + d.ratio * std::log(16.0 / 9.0));  // width / height
-  const double w = std::min(double(width), std::sqrt(area * ratio)),
-               h = std::min(double(height), std::sqrt(area / ratio));
-  return {d.x * (width - w), d.y * (height - h), w, h};
+  const double area = double(width) * height, lo = std::log(3.0 / 4.0), hi = std::log(4.0 / 3.0);
+  for (const CropDraw::Try& t : d.tries) {
+    const double target = area * (double(min_area) + (1.0 - double(min_area)) * t.area);
+    const double ratio = std::exp(lo + (hi - lo) * t.ratio);  // width / height
+    // Python's round: half to even, as nearbyint rounds in the default mode.
+    const int w = int(std::nearbyint(std::sqrt(target * ratio))), h = int(std::nearbyint(std::sqrt(target / ratio)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int y = std::min(height - h, int(double(t.y) * (height - h + 1)));
+      const int x = std::min(width - w, int(double(t.x) * (width - w + 1)));
+      return {double(x), double(y), double(w), double(h)};
+    }
+  }
+  const double in_ratio = double(width) / height;
+  int w = width, h = height;
+  if (in_ratio < 3.0 / 4.0)
+    h = int(std::nearbyint(w / (3.0 / 4.0)));
+  else if (in_ratio > 4.0 / 3.0)
+    w = int(std::nearbyint(h * (4.0 / 3.0)));
+  return {double((width - w) / 2), double((height - h) / 2), double(w), double(h)};
 }
 
 MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng) {
