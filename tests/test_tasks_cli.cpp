@@ -272,6 +272,14 @@ TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   // file replaced by a readable one of the same name, the run resumes from its last
   // checkpoint to its end.
   std::ofstream(data + "/train/b/zz.png") << "not a png";
+  // Without the normalisation given, the pass over the set before training finds it,
+  // and says what the pass is and how to skip it.
+  r = run_command(gmlp() + " train --data " + data + kVisionTiny + stream + " --steps 2 --out " + dir.file("norm") +
+                  " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "zz.png")) << r.output;
+  EXPECT_TRUE(contains(r.output, "computes their normalisation")) << r.output;
+  EXPECT_TRUE(contains(r.output, "give 'model.normalization' to skip the pass")) << r.output;
   r = run_command(gmlp() + " train --data " + data + kVisionTiny + stream +
                   " --steps 40 --log-every 1 --ckpt-every 1 --eval-every 1000 --seed 2"  // draws zz.png at step 8
                   " --set 'model.normalization={\"mean\":[0.4],\"std\":[0.3]}' --out " +

@@ -433,55 +433,63 @@ TEST(TrainMemory, AnErasedVisionBatchIsItsImagesWithNoiseInTheirBoxes) {
   for (auto& v : bytes) v = uint8_t(gen());
   std::vector<int32_t> labels(n);
   for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 3;
-  TrainData d;
-  d.images = make_image_set(bytes, labels, C, H, W, 0, "imgs");
-  RunConfig rc;
-  auto task_of = [&] {
-    rc.model =
-        ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
-    rc.train.batch_size = B;
-    rc.train.augment_shift = 1;
-    rc.train.augment_flip = true;
-    rc.train.random_erase = 0.6f;
-    TaskInputs in;
-    in.memory = &d;
-    return make_task(rc, in);
-  };
-  auto task = task_of(), part = task_of();
-  part->fill_rows(3, 3);
-  EXPECT_NE(task->describe().find("60% erased in part"), std::string::npos) << task->describe();
-  const std::vector<float> table = byte_table(Normalization::from_json(rc.model.normalization, "norm"), C);
-  Rng drawn(8), stepwise(8), parted(8);
-  int erased = 0;
-  for (int round = 0; round < 4; ++round) {
-    const Batch& b = task->next_batch(drawn);
-    const Batch& q = part->next_batch(parted);
-    ASSERT_TRUE(b.images && !b.image_bytes);
-    std::vector<std::vector<float>> want(B);
-    std::vector<EraseDraw> erase(B);
-    for (int r = 0; r < B; ++r) {
-      const int i = int(stepwise.below(uint64_t(n)));
-      const auto [dy, dx] = draw_shift(1, stepwise);
-      const bool flip = stepwise.below(2) == 1;
-      erase[size_t(r)] = draw_erase(0.6f, H, W, stepwise);
-      erased += erase[size_t(r)].on;
-      EXPECT_EQ(b.targets[r], labels[size_t(i)]);
-      std::vector<uint8_t> made(bytes.begin() + i * sz, bytes.begin() + (i + 1) * sz), moved(sz);
-      if (flip) flip_image(made.data(), C, H, W);
-      shift_image(made.data(), moved.data(), C, H, W, dy, dx, uint8_t(0));
-      for (size_t k = 0; k < sz; ++k) want[size_t(r)].push_back(table[k / (H * W) * 256 + moved[k]]);
+  std::vector<float> pixels(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) pixels[k] = byte_pixel(bytes[k]);
+  // A byte set, sent as floats, and a float set of the values the bytes stand for: the
+  // same batches.
+  for (const bool floats : {false, true}) {
+    SCOPED_TRACE(floats ? "floats" : "bytes");
+    TrainData d;
+    d.images =
+        floats ? make_image_set(pixels, labels, C, H, W, 0, "imgs") : make_image_set(bytes, labels, C, H, W, 0, "imgs");
+    RunConfig rc;
+    auto task_of = [&] {
+      rc.model =
+          ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+      rc.train.batch_size = B;
+      rc.train.augment_shift = 1;
+      rc.train.augment_flip = true;
+      rc.train.random_erase = 0.6f;
+      TaskInputs in;
+      in.memory = &d;
+      return make_task(rc, in);
+    };
+    auto task = task_of(), part = task_of();
+    part->fill_rows(3, 3);
+    EXPECT_NE(task->describe().find("60% erased in part"), std::string::npos) << task->describe();
+    const std::vector<float> table = byte_table(Normalization::from_json(rc.model.normalization, "norm"), C);
+    Rng drawn(8), stepwise(8), parted(8);
+    int erased = 0;
+    for (int round = 0; round < 4; ++round) {
+      const Batch& b = task->next_batch(drawn);
+      const Batch& q = part->next_batch(parted);
+      ASSERT_TRUE(b.images && !b.image_bytes);
+      std::vector<std::vector<float>> want(B);
+      std::vector<EraseDraw> erase(B);
+      for (int r = 0; r < B; ++r) {
+        const int i = int(stepwise.below(uint64_t(n)));
+        const auto [dy, dx] = draw_shift(1, stepwise);
+        const bool flip = stepwise.below(2) == 1;
+        erase[size_t(r)] = draw_erase(0.6f, H, W, stepwise);
+        erased += erase[size_t(r)].on;
+        EXPECT_EQ(b.targets[r], labels[size_t(i)]);
+        std::vector<uint8_t> made(bytes.begin() + i * sz, bytes.begin() + (i + 1) * sz), moved(sz);
+        if (flip) flip_image(made.data(), C, H, W);
+        shift_image(made.data(), moved.data(), C, H, W, dy, dx, uint8_t(0));
+        for (size_t k = 0; k < sz; ++k) want[size_t(r)].push_back(table[k / (H * W) * 256 + moved[k]]);
+      }
+      const uint64_t seed = stepwise.next_u64();
+      EXPECT_EQ(drawn.state(), stepwise.state());
+      for (int r = 0; r < B; ++r) {
+        erase_image(want[size_t(r)].data(), C, H, W, erase[size_t(r)], seed, r);
+        ASSERT_TRUE(std::equal(want[size_t(r)].begin(), want[size_t(r)].end(), b.images + size_t(r) * sz))
+            << "round " << round << " row " << r;
+      }
+      EXPECT_TRUE(std::equal(b.images + 3 * sz, b.images + 6 * sz, q.images + 3 * sz)) << round;
     }
-    const uint64_t seed = stepwise.next_u64();
-    EXPECT_EQ(drawn.state(), stepwise.state());
-    for (int r = 0; r < B; ++r) {
-      erase_image(want[size_t(r)].data(), C, H, W, erase[size_t(r)], seed, r);
-      ASSERT_TRUE(std::equal(want[size_t(r)].begin(), want[size_t(r)].end(), b.images + size_t(r) * sz))
-          << "round " << round << " row " << r;
-    }
-    EXPECT_TRUE(std::equal(b.images + 3 * sz, b.images + 6 * sz, q.images + 3 * sz)) << round;
+    EXPECT_GT(erased, 6);
+    EXPECT_LT(erased, 22);
   }
-  EXPECT_GT(erased, 6);
-  EXPECT_LT(erased, 22);
 }
 
 // A rank's share of a batch (TrainTask::fill_rows): every row is drawn, so the labels and

@@ -482,7 +482,8 @@ EraseDraw draw_erase(float probability, int height, int width, Rng& rng) {
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target = (0.02 + (1.0 / 3.0 - 0.02) * rng.uniform()) * area;
     const double ratio = std::exp(lo + (hi - lo) * rng.uniform());
-    const int h = int(std::lround(std::sqrt(target * ratio))), w = int(std::lround(std::sqrt(target / ratio)));
+    // Python's round (timm's): half to even, as nearbyint rounds in the default mode.
+    const int h = int(std::nearbyint(std::sqrt(target * ratio))), w = int(std::nearbyint(std::sqrt(target / ratio)));
     if (w < width && h < height) {
       e.on = true;
       e.h = h;
@@ -499,18 +500,20 @@ void erase_image(float* img, int channels, int height, int width, const EraseDra
   if (!e.on) return;
   const uint64_t key = ops::mix64(seed ^ ops::mix64(uint64_t(row) + 1));
   const size_t n = size_t(channels) * e.h * e.w;
-  auto at = [&](size_t k) -> float& {
-    const size_t c = k / (size_t(e.h) * e.w), r = k / e.w % e.h, x = k % e.w;
-    return img[(c * height + e.y0 + r) * width + e.x0 + x];
-  };
-  for (size_t j = 0; j < (n + 1) / 2; ++j) {
+  // The box's values in order, a pair at a time, then copied into its rows.
+  std::vector<float> noise((n + 1) / 2 * 2);
+  for (size_t j = 0; j < noise.size() / 2; ++j) {
     const uint64_t bits = ops::mix64(key + (j + 1) * ops::kGolden);
     const float u1 = float((bits >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
     const float u2 = float((bits >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
     const float radius = std::sqrt(-2.0f * std::log(u1)), angle = 6.2831853f * u2;
-    at(2 * j) = radius * std::cos(angle);
-    if (2 * j + 1 < n) at(2 * j + 1) = radius * std::sin(angle);
+    noise[2 * j] = radius * std::cos(angle);
+    noise[2 * j + 1] = radius * std::sin(angle);
   }
+  const float* from = noise.data();
+  for (int c = 0; c < channels; ++c)
+    for (int r = 0; r < e.h; ++r, from += e.w)
+      std::copy(from, from + e.w, img + (size_t(c) * height + e.y0 + r) * width + e.x0);
 }
 
 void flip_image(uint8_t* img, int channels, int height, int width) {

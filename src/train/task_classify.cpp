@@ -189,8 +189,7 @@ class VisionTask : public TrainTask {
            ", " + std::to_string(cfg_.seq_len) + " patches, " + std::to_string(cfg_.n_classes) + " classes" +
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
-           (flip_ ? ", mirrored half the time" : "") +
-           (erase_ > 0 ? ", " + std::to_string(int(std::lround(erase_ * 100))) + "% erased in part" : "") + mixing() +
+           (flip_ ? ", mirrored half the time" : "") + erasing() + mixing() +
            (train_.streamed() ? ", streamed from their files" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
@@ -283,7 +282,10 @@ class VisionTask : public TrainTask {
         if (floats_out()) {
           const uint8_t* x = bytes_.data() + size_t(b) * sz;
           const size_t hw = size_t(H) * W;
-          for (size_t k = 0; k < sz; ++k) row[k] = table_[k / hw * 256 + x[k]];
+          for (int c = 0; c < C; ++c) {
+            const float* t = table_.data() + size_t(c) * 256;
+            for (size_t k = size_t(c) * hw; k < size_t(c + 1) * hw; ++k) row[k] = t[x[k]];
+          }
         }
         erase_image(row, C, H, W, picks_[size_t(b)].erase, erase_seed_, b);
       });
@@ -337,6 +339,12 @@ class VisionTask : public TrainTask {
   bool floats_out() const { return train_.as_bytes && (mixup_ > 0 || erase_ > 0); }
   // The rows' partners (MixDraw): 2i and 2i + 1, an odd batch's last row itself.
   int partner(int b) const { return (b ^ 1) < B_ ? b ^ 1 : b; }
+  std::string erasing() const {
+    if (erase_ <= 0) return "";
+    char buf[48];
+    std::snprintf(buf, sizeof buf, ", %g%% erased in part", double(erase_) * 100);
+    return buf;
+  }
   std::string mixing() const {
     if (!mixes()) return "";
     char buf[96];
@@ -442,12 +450,19 @@ class VisionTask : public TrainTask {
 // give every rank the one process's statistics, to the bit. A held set's pass only reads
 // memory, and each rank takes it whole.
 Normalization training_normalization(const ImageSet& set, Communicator* comm) {
-  if (!set.streamed() || !comm || comm->size() == 1) return compute_normalization(set);
+  if (!set.streamed()) return compute_normalization(set);
+  const int P = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
   const size_t per = size_t(set.channels) * 2;
   std::vector<double> sums(size_t(set.n) * per, 0.0);
-  const Block mine = block_of(size_t(set.n), comm->rank(), comm->size());
-  image_sums(set, int(mine.begin), int(mine.size()), sums.data() + mine.begin * per);
-  comm->allreduce_sum(sums.data(), sums.size());
+  const Block mine = block_of(size_t(set.n), rank, P);
+  try {
+    image_sums(set, int(mine.begin), int(mine.size()), sums.data() + mine.begin * per);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) +
+                " (the pass over the training images that computes their normalisation: replace the file with a "
+                "readable image, or give 'model.normalization' to skip the pass)");
+  }
+  if (P > 1) comm->allreduce_sum(sums.data(), sums.size());
   return normalization_of_sums(sums.data(), set.n, set.channels, size_t(set.height) * set.width);
 }
 
