@@ -295,6 +295,33 @@ TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   EXPECT_EQ(train_losses(dir.file("broken")).size(), 40u);
 }
 
+// In epochs (train.shuffle): a run stopped and resumed mid-epoch takes the rest of the
+// epoch and the next as the straight run does (the order goes by the steps taken, which
+// the state saves), and a language model refuses it.
+TEST(TasksCli, AShuffledRunResumesItsEpochWhereItStopped) {
+  test::TempDir dir("tasks_shuffle");
+  const std::string data = dir.file("data");
+  write_vision_set(data);
+  const std::string common = " train --data " + data + kVisionTiny +
+                             " --steps 14 --log-every 1 --eval-every 7 --ckpt-every 5 --set train.shuffle=true"
+                             " --set train.augment_shift=1";
+  auto r = run_command(gmlp() + common + " --out " + dir.file("straight"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "shuffled each epoch")) << r.output;
+  r = run_command(gmlp() + common + " --out " + dir.file("split") + " --stop-after 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto losses = train_losses(dir.file("straight"));
+  EXPECT_EQ(losses.size(), 14u);
+  EXPECT_EQ(losses, train_losses(dir.file("split")));
+  EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))));
+  r = run_command(gmlp() + " train --data " + test::kGplText + " --steps 1 --set train.shuffle=true --out " +
+                  dir.file("lm") + " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "'train.shuffle' takes a data set's examples in epochs")) << r.output;
+}
+
 TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {
   test::TempDir dir("tasks_vision");
   const std::string data = dir.file("data"), out = dir.file("run");

@@ -3,6 +3,7 @@
 // checks every in-memory source shares with its file form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -489,6 +490,77 @@ TEST(TrainMemory, AnErasedVisionBatchIsItsImagesWithNoiseInTheirBoxes) {
     }
     EXPECT_GT(erased, 6);
     EXPECT_LT(erased, 22);
+  }
+}
+
+// In epochs (train.shuffle), each epoch takes every image (or text window) once, in an
+// order of its own; no image is drawn from the run's RNG (which the other draws go on
+// taking); and a task that seeks to where a run is draws on as the straight one.
+TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
+  constexpr int n = 12, B = 4;
+  std::vector<uint8_t> bytes(size_t(n) * 64);
+  for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = uint8_t(k / 64);  // image i: all i
+  std::vector<int32_t> labels(n);
+  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 2;
+  TrainData d;
+  d.images = make_image_set(bytes, labels, 1, 8, 8, 0, "imgs");
+  TrainData t;
+  for (int i = 0; i < n; ++i) {
+    t.texts.texts.push_back(std::string(size_t(i + 1), 'a'));  // 1 to 12 bytes: the window holds each
+    t.texts.labels.push_back(i % 2);
+  }
+  t.texts.class_names = {"x", "y"};
+  t.val_texts = t.texts;  // given: no split of the training texts
+  auto task_of = [&](const TrainData& data, Task kind) {
+    RunConfig rc;
+    nlohmann::json m = {{"task", name_of(kind)}, {"d_model", 8}, {"d_ffn", 16}, {"n_layers", 1}};
+    if (kind == Task::classify) m["seq_len"] = 16;
+    rc.model = ModelConfig::from_json(m, "test", true);
+    rc.train.batch_size = B;
+    rc.train.shuffle = true;
+    TaskInputs in;
+    in.memory = &data;
+    return make_task(rc, in);
+  };
+  // Which example a row is: a vision row's pixels say; a text row's length does.
+  auto picks = [&](TrainTask& task, Task kind, Rng& rng) {
+    const Batch& b = task.next_batch(rng);
+    std::vector<int> got;
+    for (int r = 0; r < B; ++r) {
+      if (kind == Task::vision) {
+        got.push_back(int(b.image_bytes[size_t(r) * 64]));
+      } else {
+        got.push_back(b.lengths[r]);
+      }
+    }
+    return got;
+  };
+  for (const Task kind : {Task::vision, Task::classify}) {
+    SCOPED_TRACE(name_of(kind));
+    auto task = task_of(kind == Task::vision ? d : t, kind);
+    Rng rng(1);
+    std::vector<std::vector<int>> epochs(3);
+    std::vector<int> all;
+    for (int step = 0; step < 3 * n / B; ++step) {
+      const auto got = picks(*task, kind, rng);
+      epochs[size_t(step * B / n)].insert(epochs[size_t(step * B / n)].end(), got.begin(), got.end());
+      all.insert(all.end(), got.begin(), got.end());
+    }
+    EXPECT_EQ(rng.state(), Rng(1).state()) << "no draw of the run's RNG";
+    for (auto& e : epochs) {
+      std::vector<int> sorted = e;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "an example twice in an epoch";
+      EXPECT_EQ(sorted.size(), size_t(n));
+    }
+    EXPECT_NE(epochs[0], epochs[1]);
+    auto resumed = task_of(kind == Task::vision ? d : t, kind);
+    resumed->seek(int64_t(5) * B);  // step 5: two steps into the second epoch
+    Rng r2(1);
+    for (int step = 5; step < 3 * n / B; ++step) {
+      const auto got = picks(*resumed, kind, r2);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + step * B)) << "step " << step;
+    }
   }
 }
 

@@ -114,6 +114,10 @@ struct TrainConfig {
   // vision: the share of training images a box of which is replaced by noise (random
   // erasing, before the mixing; 0: none; DeiT: 0.25)
   float random_erase = 0.0f;
+  // classify, vision: take the training examples in epochs, each a fresh permutation of
+  // them (PyTorch's DataLoader(shuffle=True)); false: each example drawn at random, with
+  // replacement
+  bool shuffle = false;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)
 

@@ -180,6 +180,7 @@ void train_fields(C& c, F&& f) {
   f("mixup", c.mixup, Write::always);
   f("cutmix", c.cutmix, Write::always);
   f("random_erase", c.random_erase, Write::always);
+  f("shuffle", c.shuffle, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "backend/backend.h"
 #include "gmlp/classify.h"
@@ -86,11 +87,17 @@ void split_validation(LabelledSet& train, LabelledSet& val, float fraction) {
 class TextClassifyTask : public TrainTask {
  public:
   TextClassifyTask(std::unique_ptr<Tokenizer> tok, LabelledSet train, LabelledSet val, LabelledSet test,
-                   const ModelConfig& cfg, int B)
-      : tok_(std::move(tok)), train_(std::move(train)), val_(std::move(val)), test_(std::move(test)), B_(B),
-        idx_(size_t(B)), labels_(size_t(B)) {
+                   const ModelConfig& cfg, int B, const TrainConfig& tc)
+      : tok_(std::move(tok)),
+        train_(std::move(train)),
+        val_(std::move(val)),
+        test_(std::move(test)),
+        B_(B),
+        idx_(size_t(B)),
+        labels_(size_t(B)) {
     // Chunked long texts train on every window, each with its text's label.
     batcher_.p = encode_padded(train_.texts, *tok_, cfg.window(), cfg.long_text);
+    if (tc.shuffle) order_.emplace(batcher_.p.rows, tc.seed);
   }
   std::string describe() const override {
     const auto& p = batcher_.p;
@@ -102,7 +109,7 @@ class TextClassifyTask : public TrainTask {
       if (p.rows > int(train_.size())) d += ", " + std::to_string(p.rows) + " windows";
       d += ")";
     }
-    return d;
+    return d + (order_ ? ", shuffled each epoch" : "");
   }
   int64_t data_signature() const override {
     return int64_t(train_.size()) * 1000003 + int64_t(test_.size()) + int64_t(val_.size()) * 7919;
@@ -115,12 +122,15 @@ class TextClassifyTask : public TrainTask {
   }
   const Batch& next_batch(Rng& rng) override {
     for (int b = 0; b < B_; ++b) {
-      idx_[size_t(b)] = size_t(rng.below(uint64_t(batcher_.p.rows)));
+      idx_[size_t(b)] = order_ ? size_t(order_->next()) : size_t(rng.below(uint64_t(batcher_.p.rows)));
       labels_[size_t(b)] = train_.labels[size_t(batcher_.p.owner[idx_[size_t(b)]])];
     }
     batch_ = batcher_.make(idx_.data(), B_);
     batch_.targets = labels_.data();
     return batch_;
+  }
+  void seek(int64_t drawn) override {
+    if (order_) order_->seek(drawn);
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "sentences"; }
@@ -143,6 +153,7 @@ class TextClassifyTask : public TrainTask {
   LabelledSet train_, val_, test_;
   int B_;
   PaddedBatcher batcher_;
+  std::optional<EpochOrder> order_;  // train.shuffle: the windows in epochs
   std::vector<size_t> idx_;
   std::vector<int32_t> labels_;
   Batch batch_;
@@ -170,6 +181,7 @@ class VisionTask : public TrainTask {
         picks_(size_t(B)),
         labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
+    if (tc.shuffle) order_.emplace(train_.n, tc.seed);
     place_batches(cpu_backend());
     fill_rows(0, B);
     batch_.B = B;
@@ -190,7 +202,7 @@ class VisionTask : public TrainTask {
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
            (flip_ ? ", mirrored half the time" : "") + erasing() + mixing() +
-           (train_.streamed() ? ", streamed from their files" : "");
+           (train_.streamed() ? ", streamed from their files" : "") + (order_ ? ", shuffled each epoch" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
@@ -208,7 +220,7 @@ class VisionTask : public TrainTask {
     // images: 12.8 MB of copies), on the team.
     for (int b = 0; b < B_; ++b) {
       Pick& p = picks_[size_t(b)];
-      p.image = int(rng.below(uint64_t(train_.n)));
+      p.image = order_ ? int(order_->next()) : int(rng.below(uint64_t(train_.n)));
       p.shift = draw_shift(shift_, rng);
       if (crop_ > 0) p.crop = draw_crop(rng);
       p.flip = flip_ && rng.below(2) == 1;
@@ -306,6 +318,9 @@ class VisionTask : public TrainTask {
     if (train_.as_bytes && (train_.streamed() || crop_ > 0 || flip_))
       decoded_.resize(size_t(make_count_) * train_.image_size());
     if (!train_.as_bytes && flip_) flipped_.resize(size_t(make_count_) * train_.image_size());
+  }
+  void seek(int64_t drawn) override {
+    if (order_) order_->seek(drawn);
   }
   int64_t units_per_batch() const override { return B_; }
   const char* unit() const override { return "images"; }
@@ -433,6 +448,7 @@ class VisionTask : public TrainTask {
   HostBuffer<float> images_;             // a batch of a float set's images
   HostBuffer<uint8_t> bytes_;            // or of a byte set's
   std::vector<Pick> picks_;              // each row's draws
+  std::optional<EpochOrder> order_;      // train.shuffle: the images in epochs
   int fill_first_ = 0, fill_count_ = 0;  // the rows next_batch makes, for the batch
   int make_first_ = 0, make_count_ = 0;  // and with their partners, for the mixing
   std::vector<int> which_;               // streamed or cropped: those rows' images
@@ -508,8 +524,8 @@ std::unique_ptr<TrainTask> make_classify_task(RunConfig& rc, const TaskInputs& i
           std::string("'") + in.data_name() + "' has " + std::to_string(train.class_names.size()) + " classes, but the model has " +
               "'n_classes' = " + std::to_string(rc.model.n_classes));
   rc.model.class_names = train.class_names;
-  return std::make_unique<TextClassifyTask>(std::move(tok), std::move(train), std::move(val), std::move(test),
-                                            rc.model, rc.train.batch_size);
+  return std::make_unique<TextClassifyTask>(std::move(tok), std::move(train), std::move(val), std::move(test), rc.model,
+                                            rc.train.batch_size, rc.train);
 }
 
 std::unique_ptr<TrainTask> make_vision_task(RunConfig& rc, const TaskInputs& in) {

@@ -48,6 +48,10 @@ std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
   require(m.task == Task::vision || (rc.train.mixup == 0 && rc.train.cutmix == 0 && rc.train.random_erase == 0),
           "'train.mixup', 'train.cutmix' and 'train.random_erase' are augmentations of images; the task is \"" +
               name_of(m.task) + "\"");
+  require(!rc.train.shuffle || m.task == Task::vision || m.task == Task::classify,
+          "'train.shuffle' takes a data set's examples in epochs (a classifier's texts, a vision model's images); a "
+          "\"" +
+              name_of(m.task) + "\" run draws its windows at random");
   if (m.task == Task::vision) {
     auto task = make_vision_task(rc, in);
     m.validate();

@@ -5,10 +5,10 @@
 // lines, image classification on an IDX data set.
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gmlp/comm.h"
 #include "gmlp/config.h"
@@ -44,6 +44,10 @@ class TrainTask {
   // says so once): next_batch still draws every row, so that every rank draws alike, but
   // may leave the others' large arrays unmade (a streamed image set decodes only these).
   virtual void fill_rows(int /*first*/, int /*count*/) {}
+  // Where the run is, in examples its steps have drawn (steps x batch size): a task that
+  // takes its examples in epochs (train.shuffle) goes on from there, so a resumed run
+  // draws what it would have drawn uninterrupted. Called once, before the first batch.
+  virtual void seek(int64_t /*examples_drawn*/) {}
   // Units of work per batch for throughput: tokens (text) or images.
   virtual int64_t units_per_batch() const = 0;
   virtual const char* unit() const = 0;
@@ -62,6 +66,34 @@ class TrainTask {
   // The final report on the test set, scored once with the selected model, or null when
   // the task has no test set.
   virtual nlohmann::json test_report(Model& model, int batch) { return nullptr; }
+};
+
+// The order in which a task takes its n examples under train.shuffle: epoch e is a
+// permutation of them (Fisher-Yates, drawn from Rng(seed, e)), taken in turn, as
+// PyTorch's DataLoader(shuffle=True) takes them; the examples drawn so far say where the
+// order is, so nothing but a run's step need be saved.
+class EpochOrder {
+ public:
+  // seed: the run's (train.seed), kept apart from its other streams.
+  EpochOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed ^ 0x73687566666c65ull) {}
+  int64_t next() {
+    const int64_t e = drawn_ / n_;
+    if (e != epoch_) shuffle(e);
+    return perm_[size_t(drawn_++ % n_)];
+  }
+  void seek(int64_t drawn) { drawn_ = drawn; }
+
+ private:
+  void shuffle(int64_t e) {
+    perm_.resize(size_t(n_));
+    for (int64_t i = 0; i < n_; ++i) perm_[size_t(i)] = i;
+    Rng rng(seed_, uint64_t(e));
+    for (int64_t i = n_; i > 1; --i) std::swap(perm_[size_t(i - 1)], perm_[size_t(rng.below(uint64_t(i)))]);
+    epoch_ = e;
+  }
+  int64_t n_, drawn_ = 0, epoch_ = -1;
+  uint64_t seed_;
+  std::vector<int64_t> perm_;
 };
 
 // BERT masking of `rows` windows of n ids (raw) into inputs and targets; returns how

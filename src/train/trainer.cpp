@@ -268,6 +268,7 @@ TrainSummary train(const TrainOptions& opts) {
     const DataParallel::Rows mine = dp.rows(rc.train.batch_size);
     task->fill_rows(mine.first, mine.count);
   }
+  task->seek(st.step * int64_t(rc.train.batch_size));
   BatchAhead ahead(*task, rc.model, dp, model.backend());
 
   int64_t saved_step = -1;
