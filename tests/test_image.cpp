@@ -753,9 +753,9 @@ TEST(ImageFile, CropsAreDistributedAsTorchvisions) {
 }
 
 // A random-resized crop: resize_box of the whole image is resize_bilinear, to the bit; a
-// box inside one half of a two-tone image sees only that half; crop_box's boxes lie in the
-// image, with the area share and aspect ratio drawn (where no side is cut to the image's);
-// draw_crop takes four uniforms; flip_image mirrors each row.
+// box inside one half of a two-tone image sees only that half; draw_crop takes its ten
+// tries' 40 uniforms in order; crop_box's boxes lie in the image in whole pixels, the
+// first try that fits taken, else the central crop; flip_image mirrors each row.
 TEST(ImageFile, CropsResizeTheirBoxAndMirror) {
   // The naive reference: each output value's taps weighed one by one (the triangle's
   // weights, normalised, in float), rows first, then columns, each sum from 0 in tap order,

@@ -70,8 +70,9 @@ class TrainTask {
 
 // The order in which a task takes its n examples under train.shuffle: epoch e is a
 // permutation of them (Fisher-Yates, drawn from Rng(seed, e)), taken in turn, as
-// PyTorch's DataLoader(shuffle=True) takes them; the examples drawn so far say where the
-// order is, so nothing but a run's step need be saved.
+// PyTorch's DataLoader(shuffle=True) takes them (but for a batch that straddles two
+// epochs, where a DataLoader ends one on a short batch); the examples drawn so far say
+// where the order is, so nothing but a run's step need be saved.
 class EpochOrder {
  public:
   // seed: the run's (train.seed), kept apart from its other streams.
