@@ -127,29 +127,45 @@ TEST(TasksCli, MaskedLmResumesExactly) {
 
 // ---- vision
 
+// Shifts and stochastic depth draw from the run's RNG: resumption must restore it. So do
+// DeiT's mixing, erasing and mirror images, and train.shuffle's epochs go by the step: a
+// run stopped mid-epoch (4 steps an epoch) resumes as the straight run.
 TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
   test::TempDir dir("tasks_vision_resume");
   write_vision_set(dir.file("data"));
-  // Shifts and stochastic depth draw from the run's RNG: resumption must restore it.
-  const std::string common = " train --data " + dir.file("data") + kVisionTiny +
-                             " --steps 14 --log-every 1 --eval-every 5 --ckpt-every 4"
-                             " --set model.survival_prob=0.7 --set train.augment_shift=1";
-  auto r = run_command(gmlp() + common + " --out " + dir.file("straight"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(gmlp() + common + " --out " + dir.file("split") + " --stop-after 6");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto a = train_losses(dir.file("straight"));
-  EXPECT_EQ(a.size(), 14u);
-  EXPECT_EQ(a, train_losses(dir.file("split")));
-  EXPECT_TRUE(same_weights(model_file(dir.file("straight")), model_file(dir.file("split"))));
-  EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))))
-      << "the checkpoints (config metadata included) differ";
-  // A different seed gives a different run (so the equality above is not vacuous).
-  r = run_command(gmlp() + common + " --out " + dir.file("other") + " --seed 9");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(a, train_losses(dir.file("other")));
+  for (const std::string extra :
+       {"",
+        " --set train.shuffle=true --set train.augment_flip=true --set train.mixup=0.8 --set train.cutmix=1"
+        " --set train.random_erase=0.25 --set train.label_smoothing=0.1"}) {
+    SCOPED_TRACE(extra);
+    const std::string common = " train --data " + dir.file("data") + kVisionTiny +
+                               " --steps 14 --log-every 1 --eval-every 5 --ckpt-every 4"
+                               " --set model.survival_prob=0.7 --set train.augment_shift=1" +
+                               extra;
+    auto r = run_command(gmlp() + common + " --out " + dir.file("straight"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(contains(r.output, "shuffled each epoch"), !extra.empty()) << r.output;
+    r = run_command(gmlp() + common + " --out " + dir.file("split") + " --stop-after 6");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto a = train_losses(dir.file("straight"));
+    EXPECT_EQ(a.size(), 14u);
+    EXPECT_EQ(a, train_losses(dir.file("split")));
+    EXPECT_TRUE(same_weights(model_file(dir.file("straight")), model_file(dir.file("split"))));
+    EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))))
+        << "the checkpoints (config metadata included) differ";
+    // A different seed gives a different run (so the equality above is not vacuous).
+    r = run_command(gmlp() + common + " --out " + dir.file("other") + " --seed 9");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(a, train_losses(dir.file("other")));
+    for (const char* run : {"straight", "split", "other"}) std::filesystem::remove_all(dir.file(run));
+  }
+  // Epochs are a data set's examples: a language model, which draws windows, refuses them.
+  const auto r = run_command(gmlp() + " train --data " + test::kGplText + " --steps 1 --set train.shuffle=true --out " +
+                             dir.file("lm") + " 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "'train.shuffle' takes a data set's examples in epochs")) << r.output;
 }
 
 // The same task from an image folder (train/<class>/*.pgm, test/<class>/*.pgm): the
@@ -293,33 +309,6 @@ TEST(TasksCli, AStreamedImageFolderTrainsAsItWouldHeld) {
   r = run_command(gmlp() + " train --out " + dir.file("broken") + " --resume --no-progress 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(train_losses(dir.file("broken")).size(), 40u);
-}
-
-// In epochs (train.shuffle): a run stopped and resumed mid-epoch takes the rest of the
-// epoch and the next as the straight run does (the order goes by the steps taken, which
-// the state saves), and a language model refuses it.
-TEST(TasksCli, AShuffledRunResumesItsEpochWhereItStopped) {
-  test::TempDir dir("tasks_shuffle");
-  const std::string data = dir.file("data");
-  write_vision_set(data);
-  const std::string common = " train --data " + data + kVisionTiny +
-                             " --steps 14 --log-every 1 --eval-every 7 --ckpt-every 5 --set train.shuffle=true"
-                             " --set train.augment_shift=1";
-  auto r = run_command(gmlp() + common + " --out " + dir.file("straight"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "shuffled each epoch")) << r.output;
-  r = run_command(gmlp() + common + " --out " + dir.file("split") + " --stop-after 5");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_command(gmlp() + " train --out " + dir.file("split") + " --resume --no-progress");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto losses = train_losses(dir.file("straight"));
-  EXPECT_EQ(losses.size(), 14u);
-  EXPECT_EQ(losses, train_losses(dir.file("split")));
-  EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("split"))));
-  r = run_command(gmlp() + " train --data " + test::kGplText + " --steps 1 --set train.shuffle=true --out " +
-                  dir.file("lm") + " 2>&1");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_TRUE(contains(r.output, "'train.shuffle' takes a data set's examples in epochs")) << r.output;
 }
 
 TEST(TasksCli, VisionLearnsQuadrantsEvalsAndClassifiesAnImage) {
