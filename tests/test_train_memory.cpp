@@ -25,6 +25,28 @@
 namespace gmlp {
 namespace {
 
+// A one-layer vision model of width 16, its image shape and classes left to the data.
+ModelConfig tiny_vision() {
+  return ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+}
+
+// n random images of sz bytes (each byte the next of mt19937(seed)), image i of class
+// i % classes, and the floats the bytes stand for (byte_pixel).
+struct RandomImages {
+  std::vector<uint8_t> bytes;
+  std::vector<float> pixels;
+  std::vector<int32_t> labels;
+};
+RandomImages random_images(int n, size_t sz, int classes, unsigned seed) {
+  RandomImages r;
+  std::mt19937 gen(seed);
+  r.bytes.resize(size_t(n) * sz);
+  for (auto& v : r.bytes) v = uint8_t(gen());
+  for (uint8_t v : r.bytes) r.pixels.push_back(byte_pixel(v));
+  for (int i = 0; i < n; ++i) r.labels.push_back(i % classes);
+  return r;
+}
+
 TrainOptions tiny_lm(const std::string& out) {
   TrainOptions o;
   o.run.model.d_model = 8;
@@ -174,8 +196,7 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
       d.images.pixels.clear();
     }
     RunConfig rc;
-    rc.model =
-        ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+    rc.model = tiny_vision();
     rc.train.batch_size = B;
     rc.train.augment_shift = shift;
     TaskInputs in;
@@ -221,16 +242,11 @@ TEST(TrainMemory, AVisionBatchIsRandomShiftsOfTheImagesItDraws) {
 TEST(TrainMemory, AVisionBatchIsTheCropsAndMirrorImagesItDraws) {
   constexpr int n = 11, C = 3, H = 12, W = 10, B = 24, shift = 1;
   constexpr float min_area = 0.3f;
-  std::mt19937 gen(8);
-  std::vector<uint8_t> bytes(size_t(n) * C * H * W);
-  for (auto& v : bytes) v = uint8_t(gen());
-  std::vector<int32_t> labels(n);
-  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 4;
+  const auto [bytes, pixels, labels] = random_images(n, size_t(C) * H * W, 4, 8);
   TrainData d;
   d.images = make_image_set(bytes, labels, C, H, W, 0, "imgs");
   RunConfig rc;
-  rc.model =
-      ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+  rc.model = tiny_vision();
   rc.train.batch_size = B;
   rc.train.augment_shift = shift;
   rc.train.augment_crop = min_area;
@@ -272,8 +288,6 @@ TEST(TrainMemory, AVisionBatchIsTheCropsAndMirrorImagesItDraws) {
   EXPECT_LT(flipped, 52);
   // Floats: mirrored, never cropped.
   TrainData f;
-  std::vector<float> pixels(bytes.size());
-  for (size_t k = 0; k < bytes.size(); ++k) pixels[k] = byte_pixel(bytes[k]);
   f.images = make_image_set(pixels, labels, C, H, W, 0, "floats");
   in.memory = &f;
   RunConfig crop = rc;
@@ -307,13 +321,7 @@ TEST(TrainMemory, AVisionBatchIsTheCropsAndMirrorImagesItDraws) {
 TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
   constexpr int n = 9, C = 3, H = 12, W = 10, B = 7;
   constexpr size_t sz = size_t(C) * H * W, hw = size_t(H) * W;
-  std::mt19937 gen(31);
-  std::vector<uint8_t> bytes(size_t(n) * sz);
-  for (auto& v : bytes) v = uint8_t(gen());
-  std::vector<int32_t> labels(n);
-  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 4;
-  std::vector<float> pixels(bytes.size());
-  for (size_t k = 0; k < bytes.size(); ++k) pixels[k] = byte_pixel(bytes[k]);
+  const auto [bytes, pixels, labels] = random_images(n, sz, 4, 31);
   struct Case {
     const char* name;
     float mixup, cutmix;
@@ -326,8 +334,7 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
     d.images = c.floats ? make_image_set(pixels, labels, C, H, W, 0, "imgs")
                         : make_image_set(bytes, labels, C, H, W, 0, "imgs");
     auto task_of = [&](float mixup, float cutmix, RunConfig& rc) {
-      rc.model =
-          ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+      rc.model = tiny_vision();
       rc.train.batch_size = B;
       rc.train.augment_shift = 1;
       rc.train.augment_flip = true;
@@ -429,13 +436,7 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
 TEST(TrainMemory, AnErasedVisionBatchIsItsImagesWithNoiseInTheirBoxes) {
   constexpr int n = 7, C = 2, H = 10, W = 12, B = 6;
   constexpr size_t sz = size_t(C) * H * W;
-  std::mt19937 gen(2);
-  std::vector<uint8_t> bytes(size_t(n) * sz);
-  for (auto& v : bytes) v = uint8_t(gen());
-  std::vector<int32_t> labels(n);
-  for (int i = 0; i < n; ++i) labels[size_t(i)] = i % 3;
-  std::vector<float> pixels(bytes.size());
-  for (size_t k = 0; k < bytes.size(); ++k) pixels[k] = byte_pixel(bytes[k]);
+  const auto [bytes, pixels, labels] = random_images(n, sz, 3, 2);
   // A byte set, sent as floats, and a float set of the values the bytes stand for: the
   // same batches.
   for (const bool floats : {false, true}) {
@@ -445,8 +446,7 @@ TEST(TrainMemory, AnErasedVisionBatchIsItsImagesWithNoiseInTheirBoxes) {
         floats ? make_image_set(pixels, labels, C, H, W, 0, "imgs") : make_image_set(bytes, labels, C, H, W, 0, "imgs");
     RunConfig rc;
     auto task_of = [&] {
-      rc.model =
-          ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+      rc.model = tiny_vision();
       rc.train.batch_size = B;
       rc.train.augment_shift = 1;
       rc.train.augment_flip = true;
@@ -573,8 +573,7 @@ TEST(TrainMemory, AStreamedVisionTaskMakesOnlyTheRowsItIsGiven) {
   constexpr int B = 16, first = 4, count = 8;
   auto task_of = [&](bool stream) {
     RunConfig rc;
-    rc.model =
-        ModelConfig::from_json({{"task", "vision"}, {"d_model", 16}, {"d_ffn", 32}, {"n_layers", 1}}, "test", true);
+    rc.model = tiny_vision();
     rc.train.batch_size = B;
     rc.train.augment_shift = 2;
     rc.train.stream_images = stream;

@@ -291,14 +291,7 @@ class VisionTask : public TrainTask {
       ops::parallel_for_if(make_count_, int64_t(make_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
         const int b = make_first_ + r;
         float* row = images_.data() + size_t(b) * sz;
-        if (floats_out()) {
-          const uint8_t* x = bytes_.data() + size_t(b) * sz;
-          const size_t hw = size_t(H) * W;
-          for (int c = 0; c < C; ++c) {
-            const float* t = table_.data() + size_t(c) * 256;
-            for (size_t k = size_t(c) * hw; k < size_t(c + 1) * hw; ++k) row[k] = t[x[k]];
-          }
-        }
+        if (floats_out()) to_values(bytes_.data() + size_t(b) * sz, row);
         erase_image(row, C, H, W, picks_[size_t(b)].erase, erase_seed_, b);
       });
     if (mixes()) mix_rows();
@@ -307,8 +300,6 @@ class VisionTask : public TrainTask {
   }
   void fill_rows(int first, int count) override {
     require(first >= 0 && count >= 0 && first + count <= B_, "VisionTask::fill_rows: rows outside the batch");
-    fill_first_ = first;
-    fill_count_ = count;
     // A mixed row needs its partner made too: the pairs the rows touch.
     make_first_ = mixes() ? first & ~1 : first;
     const int end = mixes() && count > 0 ? std::min(B_, (first + count + 1) & ~1) : first + count;
@@ -415,14 +406,20 @@ class VisionTask : public TrainTask {
       return h;
     }
     if (!set.as_bytes) return fnv1a(set.pixels, h);
-    const size_t hw = size_t(set.height) * set.width;
     std::vector<float> image(set.image_size());
     for (int i = 0; i < set.n; ++i) {
-      const uint8_t* b = set.image_bytes(i);
-      for (size_t k = 0; k < image.size(); ++k) image[k] = table_[k / hw * 256 + b[k]];
+      to_values(set.image_bytes(i), image.data());
       h = fnv1a(image, h);
     }
     return h;
+  }
+  // An image's bytes as the values the model makes of them (table_), channel by channel.
+  void to_values(const uint8_t* bytes, float* values) const {
+    const size_t hw = size_t(train_.height) * train_.width;
+    for (int c = 0; c < train_.channels; ++c) {
+      const float* t = table_.data() + size_t(c) * 256;
+      for (size_t k = size_t(c) * hw; k < size_t(c + 1) * hw; ++k) values[k] = t[bytes[k]];
+    }
   }
 
   ModelConfig cfg_;
@@ -449,8 +446,7 @@ class VisionTask : public TrainTask {
   HostBuffer<uint8_t> bytes_;            // or of a byte set's
   std::vector<Pick> picks_;              // each row's draws
   std::optional<EpochOrder> order_;      // train.shuffle: the images in epochs
-  int fill_first_ = 0, fill_count_ = 0;  // the rows next_batch makes, for the batch
-  int make_first_ = 0, make_count_ = 0;  // and with their partners, for the mixing
+  int make_first_ = 0, make_count_ = 0;  // the rows next_batch makes (fill_rows'), with their partners
   std::vector<int> which_;               // streamed or cropped: those rows' images
   std::vector<CropDraw> crops_;          // and crops
   std::vector<uint8_t> decoded_;         // the rows made (and mirrored), unshifted

@@ -5,10 +5,11 @@
 // lines, image classification on an IDX data set.
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "gmlp/comm.h"
 #include "gmlp/config.h"
