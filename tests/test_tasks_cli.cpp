@@ -128,7 +128,7 @@ TEST(TasksCli, MaskedLmResumesExactly) {
 // ---- vision
 
 // Shifts and stochastic depth draw from the run's RNG: resumption must restore it. So do
-// DeiT's mixing, erasing and mirror images, and train.shuffle's epochs go by the step: a
+// DeiT's mixing, erasing, RandAugment and mirror images, and train.shuffle's epochs go by the step: a
 // run stopped mid-epoch (4 steps an epoch) resumes as the straight run.
 TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
   test::TempDir dir("tasks_vision_resume");
@@ -136,7 +136,8 @@ TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
   for (const std::string extra :
        {"",
         " --set train.shuffle=true --set train.augment_flip=true --set train.mixup=0.8 --set train.cutmix=1"
-        " --set train.random_erase=0.25 --set train.label_smoothing=0.1"}) {
+        " --set train.random_erase=0.25 --set train.label_smoothing=0.1 --set train.auto_augment=v0r"
+        " --set train.auto_augment_interpolation=random"}) {
     SCOPED_TRACE(extra);
     const std::string common = " train --data " + dir.file("data") + kVisionTiny +
                                " --steps 14 --log-every 1 --eval-every 5 --ckpt-every 4"

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gmlp/augment.h"
 #include "gmlp/checkpoint.h"
 #include "gmlp/error.h"
 #include "gmlp/files.h"
@@ -423,9 +424,9 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
   text.text = "some text to model, long enough for a window or two of it";
   TaskInputs in;
   in.memory = &text;
-  EXPECT_NE(test::error_of([&] {
-              make_task(lm, in);
-            }).find("'train.mixup', 'train.cutmix' and 'train.random_erase' are augmentations of images"),
+  EXPECT_NE(test::error_of([&] { make_task(lm, in); })
+                .find("'train.mixup', 'train.cutmix', 'train.random_erase' and 'train.auto_augment' are augmentations "
+                      "of images"),
             std::string::npos);
 }
 
@@ -491,6 +492,88 @@ TEST(TrainMemory, AnErasedVisionBatchIsItsImagesWithNoiseInTheirBoxes) {
     EXPECT_GT(erased, 6);
     EXPECT_LT(erased, 22);
   }
+}
+
+// RandAugment and AutoAugment (train.auto_augment): each row's draws are its image,
+// shift, mirroring and draw_augment's operations; each row is its image mirrored and
+// shifted as a batch without them makes it, then augment_image's operations applied
+// with the normalisation's mean bytes brought in; the batch stays bytes; and a rank's
+// rows (fill_rows) are the whole batch's. A float set, or one of neither 1 nor 3
+// channels, is refused.
+TEST(TrainMemory, AnAugmentedVisionBatchIsItsImagesWithTheirOperationsApplied) {
+  constexpr int n = 7, C = 3, H = 10, W = 12, B = 6;
+  constexpr size_t sz = size_t(C) * H * W;
+  const auto [bytes, pixels, labels] = random_images(n, sz, 3, 5);
+  TrainData d;
+  d.images = make_image_set(bytes, labels, C, H, W, 0, "imgs");
+  for (const char* spec : {"rand-m9-mstd0.5-inc1", "original"}) {
+    SCOPED_TRACE(spec);
+    RunConfig rc;
+    auto task_of = [&] {
+      rc.model = tiny_vision();
+      rc.train.batch_size = B;
+      rc.train.augment_shift = 1;
+      rc.train.augment_flip = true;
+      rc.train.auto_augment = spec;
+      rc.train.auto_augment_interpolation = "random";
+      TaskInputs in;
+      in.memory = &d;
+      return make_task(rc, in);
+    };
+    auto task = task_of(), part = task_of();
+    part->fill_rows(3, 3);
+    EXPECT_NE(task->describe().find(std::string(spec[0] == 'r' ? "RandAugment" : "AutoAugment") + " \"" + spec + "\""),
+              std::string::npos)
+        << task->describe();
+    const Normalization norm = Normalization::from_json(rc.model.normalization, "norm");
+    ASSERT_FALSE(norm.empty());
+    uint8_t fill[C];
+    for (int c = 0; c < C; ++c) fill[c] = uint8_t(std::nearbyint(norm.mean[size_t(c)] * 255));
+    const AugmentPolicy policy = parse_augment_policy(spec, AugInterpolation::random);
+    Rng drawn(8), stepwise(8), parted(8);
+    int operations = 0, changed = 0;
+    for (int round = 0; round < 4; ++round) {
+      const Batch& b = task->next_batch(drawn);
+      const Batch& q = part->next_batch(parted);
+      ASSERT_TRUE(b.image_bytes && !b.images);
+      for (int r = 0; r < B; ++r) {
+        const int i = int(stepwise.below(uint64_t(n)));
+        const auto [dy, dx] = draw_shift(1, stepwise);
+        const bool flip = stepwise.below(2) == 1;
+        const AugmentDraw ops = draw_augment(policy, stepwise);
+        operations += ops.count;
+        std::vector<uint8_t> made(bytes.begin() + i * sz, bytes.begin() + (i + 1) * sz), want(sz);
+        if (flip) flip_image(made.data(), C, H, W);
+        shift_image(made.data(), want.data(), C, H, W, dy, dx, uint8_t(0));
+        const std::vector<uint8_t> plain = want;
+        augment_image(want.data(), C, H, W, ops, fill);
+        changed += want != plain;
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), b.image_bytes + size_t(r) * sz))
+            << "round " << round << " row " << r;
+      }
+      EXPECT_EQ(drawn.state(), stepwise.state());
+      EXPECT_EQ(parted.state(), drawn.state());
+      EXPECT_TRUE(std::equal(b.image_bytes + 3 * sz, b.image_bytes + 6 * sz, q.image_bytes + 3 * sz)) << round;
+    }
+    EXPECT_GT(operations, 6);
+    EXPECT_GT(changed, 4);
+  }
+  // Pillow's operations are of bytes, in gray or RGB.
+  auto refused = [&](TrainData& data) {
+    RunConfig rc;
+    rc.model = tiny_vision();
+    rc.train.auto_augment = "rand-m9";
+    TaskInputs in;
+    in.memory = &data;
+    return test::error_of([&] { make_task(rc, in); });
+  };
+  TrainData floats, two;
+  floats.images = make_image_set(pixels, labels, C, H, W, 0, "imgs");
+  EXPECT_NE(refused(floats).find("'train.auto_augment' works on images held as bytes"), std::string::npos);
+  two.images =
+      make_image_set(std::vector<uint8_t>(bytes.begin(), bytes.begin() + n * 2 * H * W), labels, 2, H, W, 0, "imgs");
+  EXPECT_NE(refused(two).find("'train.auto_augment' works on gray or RGB images (Pillow's); these have 2 channels"),
+            std::string::npos);
 }
 
 // In epochs (train.shuffle), each epoch takes every image (or text window) once, in an

@@ -114,6 +114,13 @@ struct TrainConfig {
   // vision: the share of training images a box of which is replaced by noise (random
   // erasing, before the mixing; 0: none; DeiT: 0.25)
   float random_erase = 0.0f;
+  // vision: RandAugment or AutoAugment on each training image's bytes after its crop,
+  // mirroring and shift, given as timm's config string ("rand-m9-mstd0.5-inc1", DeiT's;
+  // "original" or "v0" for AutoAugment's ImageNet policies; "": none), each operation as
+  // Pillow computes it; the geometric ones resampled "bicubic" (DeiT's), "bilinear" or at
+  // "random" (timm's default)
+  std::string auto_augment;
+  std::string auto_augment_interpolation = "bicubic";
   // classify, vision: take the training examples in epochs, each a fresh permutation of
   // them (PyTorch's DataLoader(shuffle=True)); false: each example drawn at random, with
   // replacement

@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 
+#include "gmlp/augment.h"
 #include "gmlp/error.h"
 #include "gmlp/files.h"
 #include "gmlp/image.h"
@@ -39,6 +40,9 @@ void get(const json& j, const char* key, T& out, const std::string& where) {
       const auto v = enum_from_name<T>(it->get<std::string>());
       require(v.has_value(), where + ": '" + key + "' must be one of " + enum_choices<T>() + ", got " + it->dump());
       out = *v;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      require(it->is_string(), where + ": '" + key + "' must be a string, got " + it->dump());
+      out = it->get<std::string>();
     } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
       require(it->is_array(), where + ": '" + key + "' must be an array of strings");
       out.clear();
@@ -180,6 +184,8 @@ void train_fields(C& c, F&& f) {
   f("mixup", c.mixup, Write::always);
   f("cutmix", c.cutmix, Write::always);
   f("random_erase", c.random_erase, Write::always);
+  f("auto_augment", c.auto_augment, Write::always);
+  f("auto_augment_interpolation", c.auto_augment_interpolation, Write::always);
   f("shuffle", c.shuffle, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
@@ -411,6 +417,7 @@ void TrainConfig::validate() const {
   require(std::isfinite(random_erase) && random_erase >= 0 && random_erase <= 1,
           "config: 'random_erase' (the share of images erased in part) must be in [0, 1], got " +
               std::to_string(random_erase));
+  parse_augment_policy(auto_augment, parse_augment_interpolation(auto_augment_interpolation));
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));
   require(std::isfinite(epochs) && epochs >= 0 && epochs <= 1e6,
           "config: 'epochs' must be in [0, 1e6] (0 = use 'steps'), got " + std::to_string(epochs));

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "gmlp/augment.h"
 #include "gmlp/classify.h"
 #include "gmlp/error.h"
 #include "gmlp/evaluate.h"
@@ -177,11 +178,26 @@ class VisionTask : public TrainTask {
         mixup_(tc.mixup),
         cutmix_(tc.cutmix),
         erase_(tc.random_erase),
+        policy_(parse_augment_policy(tc.auto_augment, parse_augment_interpolation(tc.auto_augment_interpolation))),
+        auto_augment_(tc.auto_augment),
         table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
     if (tc.shuffle) order_.emplace(train_.n, tc.seed);
+    if (!policy_.empty()) {
+      require(train_.as_bytes,
+              "'train.auto_augment' works on images held as bytes (an IDX set, an image folder); this "
+              "set is of floats");
+      require(train_.channels == 1 || train_.channels == 3,
+              "'train.auto_augment' works on gray or RGB images (Pillow's); these have " +
+                  std::to_string(train_.channels) + " channels");
+      // What the geometric operations bring in: the mean image's bytes, as timm's
+      // img_mean is the normalisation's mean (Python's round), or its gray 128 where there
+      // is none.
+      for (int c = 0; c < train_.channels; ++c)
+        fill_[c] = norm.empty() ? 128 : uint8_t(std::clamp(std::nearbyint(norm.mean[size_t(c)] * 255.0), 0.0, 255.0));
+    }
     place_batches(cpu_backend());
     fill_rows(0, B);
     batch_.B = B;
@@ -201,7 +217,7 @@ class VisionTask : public TrainTask {
            ", " + std::to_string(cfg_.seq_len) + " patches, " + std::to_string(cfg_.n_classes) + " classes" +
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
-           (flip_ ? ", mirrored half the time" : "") + erasing() + mixing() +
+           (flip_ ? ", mirrored half the time" : "") + augmenting() + erasing() + mixing() +
            (train_.streamed() ? ", streamed from their files" : "") + (order_ ? ", shuffled each epoch" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
@@ -214,8 +230,9 @@ class VisionTask : public TrainTask {
   }
   const Batch& next_batch(Rng& rng) override {
     // The draws first, each row's in turn: an image, its shift (random_shift's order),
-    // its crop, its mirroring and its erasing (each only when asked for, so a run without
-    // them draws as it did before them); then the batch's mixing and the erasing noise's
+    // its crop, its mirroring, its RandAugment or AutoAugment and its erasing (each only
+    // when asked for, so a run without them draws as it did before them); then the
+    // batch's mixing and the erasing noise's
     // seed, when asked for; then the images, nearly all of a batch's time (gMLP-S/16's 64
     // images: 12.8 MB of copies), on the team.
     for (int b = 0; b < B_; ++b) {
@@ -224,6 +241,7 @@ class VisionTask : public TrainTask {
       p.shift = draw_shift(shift_, rng);
       if (crop_ > 0) p.crop = draw_crop(rng);
       p.flip = flip_ && rng.below(2) == 1;
+      if (!policy_.empty()) p.augment = draw_augment(policy_, rng);
       if (erase_ > 0) p.erase = draw_erase(erase_, train_.height, train_.width, rng);
       labels_[size_t(b)] = train_.labels[size_t(p.image)];
     }
@@ -270,7 +288,9 @@ class VisionTask : public TrainTask {
           flip_image(row, C, H, W);
           src = row;
         }
-        shift_image(src, bytes_.data() + size_t(b) * sz, C, H, W, dy, dx, uint8_t(0));
+        uint8_t* out = bytes_.data() + size_t(b) * sz;
+        shift_image(src, out, C, H, W, dy, dx, uint8_t(0));
+        augment_image(out, C, H, W, p.augment, fill_);
       } else {
         const float* src = train_.image(p.image);
         if (p.flip) {
@@ -345,6 +365,10 @@ class VisionTask : public TrainTask {
   bool floats_out() const { return train_.as_bytes && (mixup_ > 0 || erase_ > 0); }
   // The rows' partners (MixDraw): 2i and 2i + 1, an odd batch's last row itself.
   int partner(int b) const { return (b ^ 1) < B_ ? b ^ 1 : b; }
+  std::string augmenting() const {
+    if (policy_.empty()) return "";
+    return std::string(", ") + (policy_.rand ? "RandAugment" : "AutoAugment") + " \"" + auto_augment_ + "\"";
+  }
   std::string erasing() const {
     if (erase_ <= 0) return "";
     char buf[48];
@@ -424,12 +448,14 @@ class VisionTask : public TrainTask {
 
   ModelConfig cfg_;
   ImageSet train_, test_;
-  // A row's draws: its image, shift, crop (augment_crop > 0), whether it is mirrored, and its erasing.
+  // A row's draws: its image, shift, crop (augment_crop > 0), whether it is mirrored, its
+  // RandAugment or AutoAugment operations, and its erasing.
   struct Pick {
     int image = 0;
     std::pair<int, int> shift;
     CropDraw crop;
     bool flip = false;
+    AugmentDraw augment;
     EraseDraw erase;
   };
   int B_, shift_;
@@ -437,6 +463,9 @@ class VisionTask : public TrainTask {
   bool flip_;
   float mixup_, cutmix_;                 // Beta's alphas (0: off)
   float erase_;                          // random erasing's probability (0: off)
+  AugmentPolicy policy_;                 // train.auto_augment's (empty: none)
+  std::string auto_augment_;             // as given
+  uint8_t fill_[3] = {128, 128, 128};    // what its geometric operations bring in
   uint64_t erase_seed_ = 0;              // this batch's erasing noise's
   MixDraw mix_;                          // this batch's mixing
   std::vector<int32_t> mix_labels_;      // each row's partner's label
