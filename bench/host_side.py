@@ -31,7 +31,8 @@ finished its step loses to the host before the next. The emulator with these cou
 came in session 44: an older build is measured with the new emulator's files copied in.
 `vision-files-mix` is the same run with DeiT's mixing: mirror images, mixup (alpha 0.8)
 or CutMix (alpha 1) each batch, label smoothing 0.1 (train.mixup and the rest,
-docs/vision.md); `vision-files-deit` adds its random erasing of a quarter of the images.
+docs/vision.md); `vision-files-deit` adds its RandAugment (rand-m9-mstd0.5-inc1, bicubic) and
+its random erasing of a quarter of the images.
 Both send their batches up as floats, four times the bytes.
 """
 from __future__ import annotations
@@ -117,13 +118,13 @@ def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: 
 
 
 # The vision-files runs: as they were, with DeiT's mixing (mirror images, mixup or CutMix
-# each batch, smoothed targets; docs/vision.md), and with its random erasing too; mixup
-# and erasing send each batch up as floats.
+# each batch, smoothed targets; docs/vision.md), and with its RandAugment and random
+# erasing too; mixup and erasing send each batch up as floats.
 VISION_RECIPES = {
     "vision-files": [],
     "vision-files-mix": ["train.augment_flip=true", "train.mixup=0.8", "train.cutmix=1", "train.label_smoothing=0.1"],
-    "vision-files-deit": ["train.augment_flip=true", "train.random_erase=0.25", "train.mixup=0.8", "train.cutmix=1",
-                          "train.label_smoothing=0.1"],
+    "vision-files-deit": ["train.augment_flip=true", "train.auto_augment=rand-m9-mstd0.5-inc1",
+                          "train.random_erase=0.25", "train.mixup=0.8", "train.cutmix=1", "train.label_smoothing=0.1"],
 }
 
 

@@ -253,7 +253,7 @@ MixDraw draw_mix(float mixup, float cutmix, int height, int width, Rng& rng);
 // Random erasing (train.random_erase; timm's RandomErasing in its 'pixel' mode, DeiT's):
 // with probability p a box of a training image is replaced by standard normal noise in
 // the model's (normalised) values, before the batch is mixed. Drawn after the row's
-// mirroring: one uniform (below p: erased), then up to 10 tries of an area share
+// mirroring (and its RandAugment): one uniform (below p: erased), then up to 10 tries of an area share
 // uniform in [0.02, 1/3] and an aspect ratio (height / width) log-uniform in
 // [0.3, 1/0.3], the sides rounded; the first box narrower and shorter than the image is
 // placed by two below()s, top then left (none fits: nothing erased).

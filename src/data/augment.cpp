@@ -259,6 +259,11 @@ void affine(uint8_t* img, int channels, int H, int W, const double m[6], bool bi
   const size_t hw = size_t(H) * W;
   auto xclip = [W](int x) { return x < 0 ? 0 : x < W ? x : W - 1; };
   auto yclip = [H](int y) { return y < 0 ? 0 : y < H ? y : H - 1; };
+  // Pillow's cubic: a = -1 in Keys' family, as its BICUBIC macro writes it.
+  auto cubic = [](double v1, double v2, double v3, double v4, double d) {
+    const double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+    return p1 + d * (p2 + d * (p3 + d * p4));
+  };
   for (int y = 0; y < H; ++y)
     for (int x = 0; x < W; ++x) {
       const double xo = x + 0.5, yo = y + 0.5;
@@ -272,31 +277,30 @@ void affine(uint8_t* img, int channels, int H, int W, const double m[6], bool bi
       yin -= 0.5;
       const int xi = int(std::floor(xin)), yi = int(std::floor(yin));
       const double dx = xin - xi, dy = yin - yi;
+      // The taps, once for every channel: columns clipped to the image; a row below it
+      // repeats the one above (Pillow takes the row's value over, the same).
+      if (!bicubic) {
+        const size_t x0 = size_t(xclip(xi)), x1 = size_t(xclip(xi + 1));
+        const size_t r0 = size_t(yclip(yi)) * W, r1 = yi + 1 >= 0 && yi + 1 < H ? size_t(yi + 1) * W : r0;
+        for (int c = 0; c < channels; ++c) {
+          const uint8_t *a = src.data() + size_t(c) * hw + r0, *b = src.data() + size_t(c) * hw + r1;
+          const double v1 = a[x0] + (a[x1] - a[x0]) * dx, v2 = b[x0] + (b[x1] - b[x0]) * dx;
+          img[size_t(c) * hw + at] = uint8_t(v1 + (v2 - v1) * dy);
+        }
+        continue;
+      }
+      const int bx = xi - 1, by = yi - 1;
+      const size_t xs[4] = {size_t(xclip(bx)), size_t(xclip(bx + 1)), size_t(xclip(bx + 2)), size_t(xclip(bx + 3))};
+      size_t rows[4];
+      rows[0] = size_t(yclip(by)) * W;
+      for (int j = 1; j < 4; ++j) rows[j] = by + j >= 0 && by + j < H ? size_t(by + j) * W : rows[j - 1];
       for (int c = 0; c < channels; ++c) {
         const uint8_t* s = src.data() + size_t(c) * hw;
-        auto row = [&](int yy) { return s + size_t(yy) * W; };
-        if (!bicubic) {
-          const int x0 = xclip(xi), x1 = xclip(xi + 1);
-          const uint8_t* in = row(yclip(yi));
-          double v1 = in[x0] + (in[x1] - in[x0]) * dx, v2 = v1;
-          if (yi + 1 >= 0 && yi + 1 < H) {
-            in = row(yi + 1);
-            v2 = in[x0] + (in[x1] - in[x0]) * dx;
-          }
-          img[size_t(c) * hw + at] = uint8_t(v1 + (v2 - v1) * dy);
-          continue;
-        }
-        // Pillow's cubic: a = -1 in Keys' family, as its BICUBIC macro writes it.
-        auto cubic = [](double v1, double v2, double v3, double v4, double d) {
-          const double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
-          return p1 + d * (p2 + d * (p3 + d * p4));
-        };
-        const int bx = xi - 1, by = yi - 1;
-        const int x0 = xclip(bx), x1 = xclip(bx + 1), x2 = xclip(bx + 2), x3 = xclip(bx + 3);
-        auto across = [&](const uint8_t* in) { return cubic(in[x0], in[x1], in[x2], in[x3], dx); };
         double v[4];
-        v[0] = across(row(yclip(by)));
-        for (int j = 1; j < 4; ++j) v[j] = by + j >= 0 && by + j < H ? across(row(by + j)) : v[j - 1];
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t* in = s + rows[j];
+          v[j] = cubic(in[xs[0]], in[xs[1]], in[xs[2]], in[xs[3]], dx);
+        }
         const double r = cubic(v[0], v[1], v[2], v[3], dy);
         img[size_t(c) * hw + at] = r <= 0.0 ? 0 : r >= 255.0 ? 255 : uint8_t(r);
       }
