@@ -46,12 +46,13 @@ const std::string kRunSettings = " --set train.warmup=2 --set train.eval_batches
 const std::string kTiny = " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=2 --set model.seq_len=16"
                           " --set train.batch_size=8" + kRunSettings;
 
-// A vision run with RandAugment, whose batches mix rows in pairs and whose targets are
-// smoothed (its batch size given apart).
+// A vision run with RandAugment and repeated augmentation, whose batches mix rows in
+// pairs and whose targets are smoothed (its batch size given apart).
 const std::string kMixedVision =
     " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --set train.augment_flip=true"
     " --set train.augment_shift=1 --set train.mixup=0.8 --set train.cutmix=1 --set train.label_smoothing=0.1"
     " --set train.random_erase=0.5 --set train.shuffle=true --set train.auto_augment=rand-m9-mstd0.5-inc1"
+    " --set train.repeated_aug=3"
     " --lr 1e-2 --set train.warmup=2 --no-progress --steps 12 --log-every 1 --eval-every 6";
 
 // The losses of two runs agree to float tolerance (the ranks' sums round differently).

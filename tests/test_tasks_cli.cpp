@@ -137,7 +137,7 @@ TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
        {"",
         " --set train.shuffle=true --set train.augment_flip=true --set train.mixup=0.8 --set train.cutmix=1"
         " --set train.random_erase=0.25 --set train.label_smoothing=0.1 --set train.auto_augment=v0r"
-        " --set train.auto_augment_interpolation=random"}) {
+        " --set train.auto_augment_interpolation=random --set train.repeated_aug=3"}) {
     SCOPED_TRACE(extra);
     const std::string common = " train --data " + dir.file("data") + kVisionTiny +
                                " --steps 14 --log-every 1 --eval-every 5 --ckpt-every 4"

@@ -425,8 +425,8 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
   TaskInputs in;
   in.memory = &text;
   EXPECT_NE(test::error_of([&] { make_task(lm, in); })
-                .find("'train.mixup', 'train.cutmix', 'train.random_erase' and 'train.auto_augment' are augmentations "
-                      "of images"),
+                .find("'train.mixup', 'train.cutmix', 'train.random_erase', 'train.auto_augment' and "
+                      "'train.repeated_aug' are augmentations of images"),
             std::string::npos);
 }
 
@@ -578,7 +578,8 @@ TEST(TrainMemory, AnAugmentedVisionBatchIsItsImagesWithTheirOperationsApplied) {
 
 // In epochs (train.shuffle), each epoch takes every image (or text window) once, in an
 // order of its own; no image is drawn from the run's RNG (which the other draws go on
-// taking); and a task that seeks to where a run is draws on as the straight one.
+// taking); and a task that seeks to where a run is draws on as the straight one. With
+// train.repeated_aug, an epoch takes the first of its images, each as often in a row.
 TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
   constexpr int n = 12, B = 4;
   std::vector<uint8_t> bytes(size_t(n) * 64);
@@ -594,13 +595,14 @@ TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
   }
   t.texts.class_names = {"x", "y"};
   t.val_texts = t.texts;  // given: no split of the training texts
-  auto task_of = [&](const TrainData& data, Task kind) {
+  auto task_of = [&](const TrainData& data, Task kind, int repeats = 1) {
     RunConfig rc;
     nlohmann::json m = {{"task", name_of(kind)}, {"d_model", 8}, {"d_ffn", 16}, {"n_layers", 1}};
     if (kind == Task::classify) m["seq_len"] = 16;
     rc.model = ModelConfig::from_json(m, "test", true);
     rc.train.batch_size = B;
     rc.train.shuffle = true;
+    rc.train.repeated_aug = repeats;
     TaskInputs in;
     in.memory = &data;
     return make_task(rc, in);
@@ -644,7 +646,34 @@ TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
       const auto got = picks(*resumed, kind, r2);
       EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + step * B)) << "step " << step;
     }
+    if (kind != Task::vision) continue;
+    // Repeated augmentation (train.repeated_aug = 3): an epoch's n rows are the first n / 3
+    // images of its permutation, each 3 times in a row; from the middle of an epoch too.
+    for (const int from : {0, 5}) {
+      auto repeated = task_of(d, kind, 3);
+      repeated->seek(int64_t(from) * B);
+      EXPECT_NE(repeated->describe().find("each image 3 times in a row"), std::string::npos) << repeated->describe();
+      Rng r3(1);
+      for (int step = from; step < 3 * n / B; ++step) {
+        const auto got = picks(*repeated, kind, r3);
+        for (int r = 0; r < B; ++r) {
+          const int row = step * B + r, epoch = row / n;
+          EXPECT_EQ(got[size_t(r)], all[size_t(epoch * n + row % n / 3)]) << "row " << row;
+        }
+      }
+    }
   }
+  // Repetition is of a shuffled epoch's images: refused alone, or past 16.
+  RunConfig rc;
+  rc.train.repeated_aug = 3;
+  EXPECT_NE(test::error_of([&] { rc.train.validate(); }).find("'repeated_aug' repeats the images of train.shuffle's"),
+            std::string::npos);
+  rc.train.shuffle = true;
+  rc.train.repeated_aug = 17;
+  EXPECT_NE(test::error_of([&] { rc.train.validate(); })
+                .find("'repeated_aug' (the times each image is taken in a row) "
+                      "must be in [1, 16], got 17"),
+            std::string::npos);
 }
 
 // A rank's share of a batch (TrainTask::fill_rows): every row is drawn, so the labels and

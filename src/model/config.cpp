@@ -187,6 +187,7 @@ void train_fields(C& c, F&& f) {
   f("auto_augment", c.auto_augment, Write::always);
   f("auto_augment_interpolation", c.auto_augment_interpolation, Write::always);
   f("shuffle", c.shuffle, Write::always);
+  f("repeated_aug", c.repeated_aug, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
 }
@@ -418,6 +419,11 @@ void TrainConfig::validate() const {
           "config: 'random_erase' (the share of images erased in part) must be in [0, 1], got " +
               std::to_string(random_erase));
   parse_augment_policy(auto_augment, parse_augment_interpolation(auto_augment_interpolation));
+  require(repeated_aug >= 1 && repeated_aug <= 16,
+          "config: 'repeated_aug' (the times each image is taken in a row) must be in [1, 16], got " +
+              std::to_string(repeated_aug));
+  require(repeated_aug == 1 || shuffle,
+          "config: 'repeated_aug' repeats the images of train.shuffle's epochs: set 'shuffle' to true too");
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));
   require(std::isfinite(epochs) && epochs >= 0 && epochs <= 1e6,
           "config: 'epochs' must be in [0, 1e6] (0 = use 'steps'), got " + std::to_string(epochs));

@@ -180,11 +180,12 @@ class VisionTask : public TrainTask {
         erase_(tc.random_erase),
         policy_(parse_augment_policy(tc.auto_augment, parse_augment_interpolation(tc.auto_augment_interpolation))),
         auto_augment_(tc.auto_augment),
+        repeats_(tc.repeated_aug),
         table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
         keep_(size_t(cfg.n_layers) * B) {
-    if (tc.shuffle) order_.emplace(train_.n, tc.seed);
+    if (tc.shuffle) order_.emplace(train_.n, tc.seed, tc.repeated_aug);
     if (!policy_.empty()) {
       require(train_.as_bytes,
               "'train.auto_augment' works on images held as bytes (an IDX set, an image folder); this "
@@ -218,7 +219,8 @@ class VisionTask : public TrainTask {
            (shift_ ? ", shifts up to " + std::to_string(shift_) + " px" : "") +
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
            (flip_ ? ", mirrored half the time" : "") + augmenting() + erasing() + mixing() +
-           (train_.streamed() ? ", streamed from their files" : "") + (order_ ? ", shuffled each epoch" : "");
+           (train_.streamed() ? ", streamed from their files" : "") + (order_ ? ", shuffled each epoch" : "") +
+           (repeats_ > 1 ? ", each image " + std::to_string(repeats_) + " times in a row" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
@@ -465,6 +467,7 @@ class VisionTask : public TrainTask {
   float erase_;                          // random erasing's probability (0: off)
   AugmentPolicy policy_;                 // train.auto_augment's (empty: none)
   std::string auto_augment_;             // as given
+  int repeats_;                          // train.repeated_aug
   uint8_t fill_[3] = {128, 128, 128};    // what its geometric operations bring in
   uint64_t erase_seed_ = 0;              // this batch's erasing noise's
   MixDraw mix_;                          // this batch's mixing

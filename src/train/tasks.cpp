@@ -46,9 +46,9 @@ std::unique_ptr<TrainTask> make_task(RunConfig& rc, const TaskInputs& in) {
           "validation texts (--val) are for text classification; a \"" + name_of(m.task) + "\" run holds out " +
               (m.task == Task::vision ? "its test images" : "train.val_fraction of its corpus"));
   require(m.task == Task::vision || (rc.train.mixup == 0 && rc.train.cutmix == 0 && rc.train.random_erase == 0 &&
-                                     rc.train.auto_augment.empty()),
-          "'train.mixup', 'train.cutmix', 'train.random_erase' and 'train.auto_augment' are augmentations of images; "
-          "the task is \"" +
+                                     rc.train.auto_augment.empty() && rc.train.repeated_aug == 1),
+          "'train.mixup', 'train.cutmix', 'train.random_erase', 'train.auto_augment' and 'train.repeated_aug' are "
+          "augmentations of images; the task is \"" +
               name_of(m.task) + "\"");
   require(!rc.train.shuffle || m.task == Task::vision || m.task == Task::classify,
           "'train.shuffle' takes a data set's examples in epochs (a classifier's texts, a vision model's images); a "

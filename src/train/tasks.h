@@ -76,12 +76,15 @@ class TrainTask {
 // where the order is, so nothing but a run's step need be saved.
 class EpochOrder {
  public:
-  // seed: the run's (train.seed), kept apart from its other streams.
-  EpochOrder(int64_t n, uint64_t seed) : n_(n), seed_(seed ^ 0x73687566666c65ull) {}
+  // seed: the run's (train.seed), kept apart from its other streams. repeats > 1: each
+  // example of the epoch's permutation taken that many times in a row, an epoch still n
+  // rows, so the first ceil(n / repeats) of the permutation (repeated augmentation:
+  // DeiT's RASampler, whose ranks' shares of a step are together these rows).
+  EpochOrder(int64_t n, uint64_t seed, int repeats = 1) : n_(n), repeats_(repeats), seed_(seed ^ 0x73687566666c65ull) {}
   int64_t next() {
     const int64_t e = drawn_ / n_;
     if (e != epoch_) shuffle(e);
-    return perm_[size_t(drawn_++ % n_)];
+    return perm_[size_t(drawn_++ % n_ / repeats_)];
   }
   void seek(int64_t drawn) { drawn_ = drawn; }
 
@@ -93,7 +96,7 @@ class EpochOrder {
     for (int64_t i = n_; i > 1; --i) std::swap(perm_[size_t(i - 1)], perm_[size_t(rng.below(uint64_t(i)))]);
     epoch_ = e;
   }
-  int64_t n_, drawn_ = 0, epoch_ = -1;
+  int64_t n_, repeats_, drawn_ = 0, epoch_ = -1;
   uint64_t seed_;
   std::vector<int64_t> perm_;
 };
