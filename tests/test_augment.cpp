@@ -274,5 +274,39 @@ TEST(ImageAugment, DrawsAreDistributedAsTimms) {
   }
 }
 
+// The bicubic map's vectorised form (AVX2) gives the plain per-pixel form's bytes, which
+// EachOperationIsPillows holds to Pillow's: rotations, shears, shifts, scalings and a
+// general map, on gray and RGB images of odd sizes (borders, clipped taps, points
+// outside the image among the pixels).
+TEST(ImageAugment, TheVectorisedBicubicMapIsThePlainOne) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU: the plain form is the one used";
+#else
+  GTEST_SKIP() << "the vectorised form is x86-64's";
+#endif
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  int compared = 0;
+  for (const auto& [c, h, w] :
+       {std::tuple{1, 3, 5}, std::tuple{3, 7, 4}, std::tuple{1, 33, 29}, std::tuple{3, 40, 56}}) {
+    Bytes img(size_t(c) * h * w);
+    for (auto& v : img) v = uint8_t(gen());
+    const uint8_t fill[3] = {124, 116, 104};
+    for (int t = 0; t < 40; ++t) {
+      const double a = u(gen) * 0.6, ca = std::cos(a), sa = std::sin(a);
+      double m[6] = {ca, sa, u(gen) * w, -sa, ca, u(gen) * h};            // a rotation and a shift
+      if (t % 4 == 1) m[0] = 1, m[1] = u(gen) * 0.3, m[3] = 0, m[4] = 1;  // a shear
+      if (t % 4 == 2) m[0] = 0.5 + std::fabs(u(gen)), m[1] = 0, m[3] = 0, m[4] = 0.5 + std::fabs(u(gen));
+      if (t % 4 == 3) m[1] = u(gen), m[3] = u(gen);
+      Bytes fast = img, plain = img;
+      affine_transform(fast.data(), c, h, w, m, true, fill);
+      affine_transform(plain.data(), c, h, w, m, true, fill, /*reference=*/true);
+      ASSERT_EQ(fast, plain) << c << "x" << h << "x" << w << ", map " << t;
+      compared += fast != img;
+    }
+  }
+  EXPECT_GT(compared, 150);
+}
+
 }  // namespace
 }  // namespace gmlp

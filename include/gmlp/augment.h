@@ -42,6 +42,14 @@ void apply_augment(uint8_t* img, int channels, int height, int width, const AugO
 
 // The resampling of the geometric operations: timm's hparams["interpolation"], or a draw
 // of either for each operation (timm's default, "random").
+// Pillow's Image.transform(AFFINE, m) with its bilinear or bicubic filter, which the
+// geometric operations are: output pixel (x, y) samples the input at
+// (m0 x' + m1 y' + m2, m3 x' + m4 y' + m5), x' = x + 0.5, y' = y + 0.5. The bicubic map
+// is vectorised where the CPU has AVX2; reference: the plain per-pixel form, which the
+// vectorised one must match to the byte.
+void affine_transform(uint8_t* img, int channels, int height, int width, const double m[6], bool bicubic,
+                      const uint8_t* fill, bool reference = false);
+
 enum class AugInterpolation { bicubic, bilinear, random };
 
 // A parsed train.auto_augment. RandAugment ("rand-..."): `layers` operations of

@@ -7,6 +7,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "gmlp/error.h"
 
 // Built without fused multiply-adds (CMakeLists.txt): Pillow's sums, products and blends
@@ -250,62 +254,126 @@ void equalize(uint8_t* img, int channels, size_t hw) {
   }
 }
 
-// Image.transform(AFFINE, (a, b, c, d, e, f)) with Pillow's bilinear or bicubic filter:
-// output pixel (x, y) samples the input at (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5,
-// y' = y + 0.5; a point outside the input is the fill, one inside is interpolated among
-// the pixels about it (edges repeated), truncated to a byte.
-void affine(uint8_t* img, int channels, int H, int W, const double m[6], bool bicubic, const uint8_t* fill) {
-  std::vector<uint8_t> src(img, img + size_t(channels) * H * W);
+// Pillow's cubic: a = -1 in Keys' family, as its BICUBIC macro writes it.
+inline double cubic(double v1, double v2, double v3, double v4, double d) {
+  const double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+  return p1 + d * (p2 + d * (p3 + d * p4));
+}
+inline uint8_t cubic_byte(double r) { return r <= 0.0 ? 0 : r >= 255.0 ? 255 : uint8_t(r); }
+
+// Where output pixel (x, y) samples the input (Pillow's affine_transform).
+struct Sample {
+  bool inside;
+  int xi, yi;  // the pixel at or left of / above the point, less half a pixel
+  double dx, dy;
+};
+inline Sample sample_of(const double m[6], int x, int y, int H, int W) {
+  const double xo = x + 0.5, yo = y + 0.5;
+  double xin = m[0] * xo + m[1] * yo + m[2], yin = m[3] * xo + m[4] * yo + m[5];
+  if (xin < 0.0 || xin >= W || yin < 0.0 || yin >= H) return {false, 0, 0, 0, 0};
+  xin -= 0.5;
+  yin -= 0.5;
+  const int xi = int(std::floor(xin)), yi = int(std::floor(yin));
+  return {true, xi, yi, xin - xi, yin - yi};
+}
+
+// One output pixel, every channel, as Pillow's filters compute it: a point outside the
+// input is the fill; one inside is interpolated among the pixels about it, columns
+// clipped to the image and a row below it repeating the one above (Pillow takes the
+// row's value over, the same), truncated to a byte.
+inline void one_pixel(const uint8_t* src, uint8_t* img, int channels, int H, int W, const Sample& p, size_t at,
+                      bool bicubic, const uint8_t* fill) {
   const size_t hw = size_t(H) * W;
-  auto xclip = [W](int x) { return x < 0 ? 0 : x < W ? x : W - 1; };
-  auto yclip = [H](int y) { return y < 0 ? 0 : y < H ? y : H - 1; };
-  // Pillow's cubic: a = -1 in Keys' family, as its BICUBIC macro writes it.
-  auto cubic = [](double v1, double v2, double v3, double v4, double d) {
-    const double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
-    return p1 + d * (p2 + d * (p3 + d * p4));
-  };
+  if (!p.inside) {
+    for (int c = 0; c < channels; ++c) img[size_t(c) * hw + at] = fill[c];
+    return;
+  }
+  auto xclip = [W](int x) { return size_t(x < 0 ? 0 : x < W ? x : W - 1); };
+  auto row_at = [H, W](int y) { return size_t(y < 0 ? 0 : y < H ? y : H - 1) * W; };
+  if (!bicubic) {
+    const size_t x0 = xclip(p.xi), x1 = xclip(p.xi + 1);
+    const size_t r0 = row_at(p.yi), r1 = p.yi + 1 >= 0 && p.yi + 1 < H ? size_t(p.yi + 1) * W : r0;
+    for (int c = 0; c < channels; ++c) {
+      const uint8_t *a = src + size_t(c) * hw + r0, *b = src + size_t(c) * hw + r1;
+      const double v1 = a[x0] + (a[x1] - a[x0]) * p.dx, v2 = b[x0] + (b[x1] - b[x0]) * p.dx;
+      img[size_t(c) * hw + at] = uint8_t(v1 + (v2 - v1) * p.dy);
+    }
+    return;
+  }
+  const int bx = p.xi - 1, by = p.yi - 1;
+  const size_t xs[4] = {xclip(bx), xclip(bx + 1), xclip(bx + 2), xclip(bx + 3)};
+  size_t rows[4];
+  rows[0] = row_at(by);
+  for (int j = 1; j < 4; ++j) rows[j] = by + j >= 0 && by + j < H ? size_t(by + j) * W : rows[j - 1];
+  for (int c = 0; c < channels; ++c) {
+    const uint8_t* s = src + size_t(c) * hw;
+    double v[4];
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t* in = s + rows[j];
+      v[j] = cubic(in[xs[0]], in[xs[1]], in[xs[2]], in[xs[3]], p.dx);
+    }
+    img[size_t(c) * hw + at] = cubic_byte(cubic(v[0], v[1], v[2], v[3], p.dy));
+  }
+}
+
+void affine_plain(const uint8_t* src, uint8_t* img, int channels, int H, int W, const double m[6], bool bicubic,
+                  const uint8_t* fill) {
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x)
+      one_pixel(src, img, channels, H, W, sample_of(m, x, y, H, W), size_t(y) * W + x, bicubic, fill);
+}
+
+#if defined(__x86_64__)
+// The bicubic map with a pixel's four rows in the four lanes of a vector: each row's
+// four taps are one 32-bit load, the 4x4 bytes transposed by one shuffle into the taps'
+// columns, and the cubic across evaluated for the four rows at once, lane by lane the
+// same operations in the same order as cubic(), so the same doubles; the cubic down the
+// four results is cubic() itself. Pixels whose taps leave the image (clipped, repeated
+// rows) and points outside it go by one_pixel. About 1.5 times one_pixel's speed on a
+// 224x224 image here: the two cubics' chains of products still bound it.
+__attribute__((target("avx2"))) void affine_bicubic_avx2(const uint8_t* src, uint8_t* img, int channels, int H, int W,
+                                                         const double m[6], const uint8_t* fill) {
+  const size_t hw = size_t(H) * W;
+  // Byte k of row j (loads j at bytes 4j..4j+3) to place 4k + j: column k's four rows.
+  const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256d two = _mm256_set1_pd(2.0);
   for (int y = 0; y < H; ++y)
     for (int x = 0; x < W; ++x) {
-      const double xo = x + 0.5, yo = y + 0.5;
-      double xin = m[0] * xo + m[1] * yo + m[2], yin = m[3] * xo + m[4] * yo + m[5];
+      const Sample p = sample_of(m, x, y, H, W);
       const size_t at = size_t(y) * W + x;
-      if (xin < 0.0 || xin >= W || yin < 0.0 || yin >= H) {
-        for (int c = 0; c < channels; ++c) img[size_t(c) * hw + at] = fill[c];
+      const int bx = p.xi - 1, by = p.yi - 1;
+      if (!p.inside || bx < 0 || bx + 3 >= W || by < 0 || by + 3 >= H) {
+        one_pixel(src, img, channels, H, W, p, at, true, fill);
         continue;
       }
-      xin -= 0.5;
-      yin -= 0.5;
-      const int xi = int(std::floor(xin)), yi = int(std::floor(yin));
-      const double dx = xin - xi, dy = yin - yi;
-      // The taps, once for every channel: columns clipped to the image; a row below it
-      // repeats the one above (Pillow takes the row's value over, the same).
-      if (!bicubic) {
-        const size_t x0 = size_t(xclip(xi)), x1 = size_t(xclip(xi + 1));
-        const size_t r0 = size_t(yclip(yi)) * W, r1 = yi + 1 >= 0 && yi + 1 < H ? size_t(yi + 1) * W : r0;
-        for (int c = 0; c < channels; ++c) {
-          const uint8_t *a = src.data() + size_t(c) * hw + r0, *b = src.data() + size_t(c) * hw + r1;
-          const double v1 = a[x0] + (a[x1] - a[x0]) * dx, v2 = b[x0] + (b[x1] - b[x0]) * dx;
-          img[size_t(c) * hw + at] = uint8_t(v1 + (v2 - v1) * dy);
-        }
-        continue;
-      }
-      const int bx = xi - 1, by = yi - 1;
-      const size_t xs[4] = {size_t(xclip(bx)), size_t(xclip(bx + 1)), size_t(xclip(bx + 2)), size_t(xclip(bx + 3))};
-      size_t rows[4];
-      rows[0] = size_t(yclip(by)) * W;
-      for (int j = 1; j < 4; ++j) rows[j] = by + j >= 0 && by + j < H ? size_t(by + j) * W : rows[j - 1];
+      const __m256d d = _mm256_set1_pd(p.dx);
       for (int c = 0; c < channels; ++c) {
-        const uint8_t* s = src.data() + size_t(c) * hw;
-        double v[4];
-        for (int j = 0; j < 4; ++j) {
-          const uint8_t* in = s + rows[j];
-          v[j] = cubic(in[xs[0]], in[xs[1]], in[xs[2]], in[xs[3]], dx);
-        }
-        const double r = cubic(v[0], v[1], v[2], v[3], dy);
-        img[size_t(c) * hw + at] = r <= 0.0 ? 0 : r >= 255.0 ? 255 : uint8_t(r);
+        const uint8_t* s = src + size_t(c) * hw + size_t(by) * W + bx;
+        int32_t w[4];
+        for (int j = 0; j < 4; ++j) std::memcpy(&w[j], s + size_t(j) * W, 4);
+        const __m128i cols = _mm_shuffle_epi8(_mm_setr_epi32(w[0], w[1], w[2], w[3]), transpose);
+        const __m256d v1 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(cols));
+        const __m256d v2 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 4)));
+        const __m256d v3 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 8)));
+        const __m256d v4 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 12)));
+        const __m256d neg1 = _mm256_xor_pd(v1, _mm256_set1_pd(-0.0));  // -v1, exactly
+        const __m256d p2 = _mm256_add_pd(neg1, v3);
+        const __m256d p3 = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(two, _mm256_sub_pd(v1, v2)), v3), v4);
+        const __m256d p4 = _mm256_add_pd(_mm256_sub_pd(_mm256_add_pd(neg1, v2), v3), v4);
+        const __m256d r = _mm256_add_pd(
+            v2, _mm256_mul_pd(d, _mm256_add_pd(p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
+        alignas(32) double v[4];
+        _mm256_store_pd(v, r);
+        img[size_t(c) * hw + at] = cubic_byte(cubic(v[0], v[1], v[2], v[3], p.dy));
       }
     }
 }
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
 
 // Image.rotate(degrees, resample, fillcolor): 0 a copy, 180 (and 90 and 270 of a
 // square) a transposition, any other the affine map about the centre whose matrix
@@ -332,7 +400,7 @@ void rotate(uint8_t* img, int channels, int H, int W, double degrees, bool bicub
   m[5] = m[3] * -cx + m[4] * -cy + m[5];
   m[2] += cx;
   m[5] += cy;
-  affine(img, channels, H, W, m, bicubic, fill);
+  affine_transform(img, channels, H, W, m, bicubic, fill);
 }
 
 bool geometric(AugKind k) {
@@ -341,6 +409,16 @@ bool geometric(AugKind k) {
 }
 
 }  // namespace
+
+void affine_transform(uint8_t* img, int channels, int height, int width, const double m[6], bool bicubic,
+                      const uint8_t* fill, bool reference) {
+  const std::vector<uint8_t> src(img, img + size_t(channels) * height * width);
+#if defined(__x86_64__)
+  if (bicubic && !reference && have_avx2())
+    return affine_bicubic_avx2(src.data(), img, channels, height, width, m, fill);
+#endif
+  affine_plain(src.data(), img, channels, height, width, m, bicubic, fill);
+}
 
 void apply_augment(uint8_t* img, int channels, int height, int width, const AugOp& op, const uint8_t* fill) {
   require(channels == 1 || channels == 3, "augment: images of 1 or 3 channels, got " + std::to_string(channels));
@@ -400,19 +478,19 @@ void apply_augment(uint8_t* img, int channels, int height, int width, const AugO
       return rotate(img, channels, H, W, op.arg, op.bicubic, fill);
     case AugKind::shear_x: {
       const double m[6] = {1, op.arg, 0, 0, 1, 0};
-      return affine(img, channels, H, W, m, op.bicubic, fill);
+      return affine_transform(img, channels, H, W, m, op.bicubic, fill);
     }
     case AugKind::shear_y: {
       const double m[6] = {1, 0, 0, op.arg, 1, 0};
-      return affine(img, channels, H, W, m, op.bicubic, fill);
+      return affine_transform(img, channels, H, W, m, op.bicubic, fill);
     }
     case AugKind::translate_x: {
       const double m[6] = {1, 0, op.arg * W, 0, 1, 0};
-      return affine(img, channels, H, W, m, op.bicubic, fill);
+      return affine_transform(img, channels, H, W, m, op.bicubic, fill);
     }
     case AugKind::translate_y: {
       const double m[6] = {1, 0, 0, 0, 1, op.arg * H};
-      return affine(img, channels, H, W, m, op.bicubic, fill);
+      return affine_transform(img, channels, H, W, m, op.bicubic, fill);
     }
   }
 }
