@@ -174,6 +174,27 @@ TEST(ImageAugment, PoliciesAreTimmsConfigStrings) {
   EXPECT_EQ(wide.entries[0].magnitude, 15);
   EXPECT_EQ(wide.magnitude_max, 20);
   EXPECT_TRUE(std::isinf(wide.magnitude_std));  // over 100: uniform, as timm
+  EXPECT_EQ(parse_augment_policy("v0-mstd101", bicubic).magnitude_std, 101);  // AutoAugment's: a number
+  // timm keeps the first mstd and mmax (hparams.setdefault), the last of the others.
+  const AugmentPolicy twice = parse_augment_policy("rand-mstd0.5-mstd1-mmax12-mmax15-m3-m5-p0.25", bicubic);
+  EXPECT_EQ(twice.magnitude_std, 0.5);
+  EXPECT_EQ(twice.magnitude_max, 12);
+  EXPECT_EQ(twice.entries[0].magnitude, 5);
+  EXPECT_EQ(twice.entries[0].prob, 0.25);
+  // Current timm's caps: SolarizeAdd adds at most 128, whatever the magnitude.
+  const AugmentPolicy strong = parse_augment_policy("rand-m30-mmax30-p1", bicubic);
+  Rng rng(1);
+  int adds = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const AugmentDraw d = draw_augment(strong, rng);
+    ASSERT_EQ(d.count, 2);  // p 1: every operation chosen is applied
+    for (int k = 0; k < d.count; ++k)
+      if (d.ops[k].kind == AugKind::solarize_add) {
+        EXPECT_EQ(d.ops[k].arg, 128);
+        ++adds;
+      }
+  }
+  EXPECT_GT(adds, 100);
   for (const char* name : {"original", "originalr", "v0", "v0r", "v0-mstd0.5"}) {
     const AugmentPolicy p = parse_augment_policy(name, bicubic);
     EXPECT_FALSE(p.rand) << name;
@@ -184,9 +205,13 @@ TEST(ImageAugment, PoliciesAreTimmsConfigStrings) {
            {"rand-m", "section 'm' needs a whole number"},
            {"rand-m9.5", "section 'm9.5' needs a whole number"},
            {"rand-n17", "'n' (operations an image) must be in [0, 16]"},
+           {"rand-m99999999999", "section 'm99999999999' is out of range (at most 1000)"},
            {"rand-mstd-1", "section 'mstd' needs a number after its key"},
            {"rand-w0", "timm's experimental weighted choice of operations ('w') is not implemented"},
            {"augmix-m3", "AugMix is not implemented"},
+           {"3a", "timm's \"3a\" policy is not implemented"},
+           {"rand-m9-tweights", "timm's other sets of operations ('tweights') are not implemented"},
+           {"rand-p1.5", "'p' (each operation's probability) must be in [0, 1]"},
            {"autoaugment", "no policy named \"autoaugment\""},
            {"v0-m9", "unknown section 'm9'"}}) {
     const std::string e = error_of([&] { parse_augment_policy(spec, bicubic); });

@@ -64,7 +64,12 @@ TEST(Config, RoundTripsThroughJson) {
   t.schedule = Schedule::noam;
   t.seed = 99;
   t.stream_images = true;
+  t.auto_augment = "rand-m9-mstd0.5-inc1";
+  t.auto_augment_interpolation = "random";
+  t.shuffle = true;
+  t.repeated_aug = 3;
   EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").to_json(), t.to_json());
+  EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").auto_augment, "rand-m9-mstd0.5-inc1");
   EXPECT_TRUE(TrainConfig::from_json(t.to_json(), "t").stream_images);
   EXPECT_FALSE(TrainConfig::from_json(nlohmann::json::object(), "t").stream_images);
 }
@@ -105,6 +110,13 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(train_err({{"random_erase", 1.5}})
                 .find("'random_erase' (the share of images erased in part) must be in "
                       "[0, 1], got 1.5"),
+            std::string::npos);
+  EXPECT_NE(train_err({{"auto_augment", 5}}).find("'auto_augment' must be a string, got 5"), std::string::npos);
+  EXPECT_NE(train_err({{"auto_augment", "rand-z1"}}).find("'auto_augment' \"rand-z1\": unknown section 'z1'"),
+            std::string::npos);
+  EXPECT_NE(train_err({{"auto_augment_interpolation", "nearest"}}).find("'auto_augment_interpolation' must be"),
+            std::string::npos);
+  EXPECT_NE(train_err({{"repeated_aug", 0}, {"shuffle", true}}).find("'repeated_aug' (the times an epoch takes"),
             std::string::npos);
   EXPECT_NE(train_err({{"batch_size", -2}}).find("'batch_size'"), std::string::npos);
   EXPECT_NE(train_err({{"val_fraction", 1.0}}).find("'val_fraction'"), std::string::npos);

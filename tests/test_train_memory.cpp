@@ -579,7 +579,7 @@ TEST(TrainMemory, AnAugmentedVisionBatchIsItsImagesWithTheirOperationsApplied) {
 // In epochs (train.shuffle), each epoch takes every image (or text window) once, in an
 // order of its own; no image is drawn from the run's RNG (which the other draws go on
 // taking); and a task that seeks to where a run is draws on as the straight one. With
-// train.repeated_aug, an epoch takes the first of its images, each as often in a row.
+// train.repeated_aug, an epoch takes the first of its images, each as often, spread.
 TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
   constexpr int n = 12, B = 4;
   std::vector<uint8_t> bytes(size_t(n) * 64);
@@ -647,18 +647,34 @@ TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
       EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + step * B)) << "step " << step;
     }
     if (kind != Task::vision) continue;
-    // Repeated augmentation (train.repeated_aug = 3): an epoch's n rows are the first n / 3
-    // images of its permutation, each 3 times in a row; from the middle of an epoch too.
+    // Repeated augmentation (train.repeated_aug = 3): an epoch's n rows are the first
+    // images of its permutation (here 5: three in a block of nine rows, two in the last
+    // three), none more than 3 times, and no two neighbouring rows (the pairs mixup and
+    // CutMix mix) one image; from the middle of an epoch too.
     for (const int from : {0, 5}) {
       auto repeated = task_of(d, kind, 3);
       repeated->seek(int64_t(from) * B);
-      EXPECT_NE(repeated->describe().find("each image 3 times in a row"), std::string::npos) << repeated->describe();
+      EXPECT_NE(repeated->describe().find("each image 3 times"), std::string::npos) << repeated->describe();
       Rng r3(1);
+      std::vector<int> rows(size_t(from) * B, -1);
       for (int step = from; step < 3 * n / B; ++step) {
         const auto got = picks(*repeated, kind, r3);
-        for (int r = 0; r < B; ++r) {
-          const int row = step * B + r, epoch = row / n;
-          EXPECT_EQ(got[size_t(r)], all[size_t(epoch * n + row % n / 3)]) << "row " << row;
+        rows.insert(rows.end(), got.begin(), got.end());
+      }
+      for (int e = from * B / n; e < 3; ++e) {
+        const std::vector<int> epoch(rows.begin() + e * n, rows.begin() + (e + 1) * n);
+        const std::vector<int> first(all.begin() + e * n, all.begin() + e * n + 5);
+        for (int r = 0; r < n; ++r) {
+          if (epoch[size_t(r)] < 0) continue;  // before the resumed run's first step
+          EXPECT_NE(std::find(first.begin(), first.end(), epoch[size_t(r)]), first.end())
+              << "epoch " << e << " row " << r;
+          EXPECT_LE(std::count(epoch.begin(), epoch.end(), epoch[size_t(r)]), 3) << "epoch " << e << " row " << r;
+          if (r % 2 == 0 && epoch[size_t(r)] >= 0) {
+            EXPECT_NE(epoch[size_t(r)], epoch[size_t(r) + 1]) << e << " " << r;
+          }
+        }
+        if (from == 0) {
+          for (const int image : first) EXPECT_NE(std::find(epoch.begin(), epoch.end(), image), epoch.end()) << e;
         }
       }
     }
@@ -671,7 +687,7 @@ TEST(TrainMemory, AShuffledTaskTakesEveryExampleOnceAnEpoch) {
   rc.train.shuffle = true;
   rc.train.repeated_aug = 17;
   EXPECT_NE(test::error_of([&] { rc.train.validate(); })
-                .find("'repeated_aug' (the times each image is taken in a row) "
+                .find("'repeated_aug' (the times an epoch takes each of its images) "
                       "must be in [1, 16], got 17"),
             std::string::npos);
 }

@@ -53,20 +53,22 @@ void affine_transform(uint8_t* img, int channels, int height, int width, const d
 enum class AugInterpolation { bicubic, bilinear, random };
 
 // A parsed train.auto_augment. RandAugment ("rand-..."): `layers` operations of
-// `entries` drawn uniformly, with replacement, each applied with its probability 0.5.
+// `entries` drawn uniformly, with replacement, each applied with its probability (0.5,
+// or the section p's).
 // AutoAugment ("original", "originalr", "v0", "v0r", each optionally "-mstdS"): one of
 // its sub-policies (consecutive pairs of entries) drawn uniformly, each of its two
 // operations applied with its own probability at its own magnitude.
 struct AugmentPolicy {
   struct Entry {
     uint8_t op = 0;  // index of the operation's name in timm's table
-    float prob = 0.5f;
+    double prob = 0.5;
     int magnitude = 10;
   };
   bool rand = false;
   int layers = 2;
   std::vector<Entry> entries;
   double magnitude_std = 0;   // > 0: each magnitude drawn normally about its own; infinite: uniformly in [0, m]
+                              // (RandAugment's mstd over 100)
   double magnitude_max = 10;  // magnitudes are clipped to [0, magnitude_max]
   AugInterpolation interpolation = AugInterpolation::bicubic;
 

@@ -125,9 +125,9 @@ struct TrainConfig {
   // them (PyTorch's DataLoader(shuffle=True)); false: each example drawn at random, with
   // replacement
   bool shuffle = false;
-  // vision, with shuffle: each image of an epoch's permutation taken this many times in a
-  // row, each time augmented anew, an epoch's rows as many as the images (repeated
-  // augmentation; DeiT: 3)
+  // vision, with shuffle: each image of an epoch's permutation taken this many times, each
+  // time augmented anew, the copies spread so that no two neighbouring rows are one
+  // image, an epoch's rows as many as the images (repeated augmentation; DeiT: 3)
   int repeated_aug = 1;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)

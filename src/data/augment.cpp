@@ -32,9 +32,9 @@ enum class Level : uint8_t {
   posterize,       // int(m/10 * 4) bits
   posterize_inc,   // 4 - int(m/10 * 4)
   posterize_orig,  // int(m/10 * 4) + 4
-  solarize,        // int(m/10 * 256)
-  solarize_inc,    // 256 - int(m/10 * 256)
-  solarize_add,    // int(m/10 * 110)
+  solarize,        // min(256, int(m/10 * 256))
+  solarize_inc,    // 256 - that
+  solarize_add,    // min(128, int(m/10 * 110))
 };
 struct OpName {
   const char* name;
@@ -99,50 +99,50 @@ constexpr const char* kRandIncreasing[] = {"AutoContrast",
 // does (PosterizeIncreasing).
 struct PolicyOp {
   const char* name;
-  float prob;
+  double prob;
   int magnitude;
 };
 constexpr PolicyOp kOriginal[][2] = {
-    {{"PosterizeOriginal", 0.4f, 8}, {"Rotate", 0.6f, 9}},
-    {{"Solarize", 0.6f, 5}, {"AutoContrast", 0.6f, 5}},
-    {{"Equalize", 0.8f, 8}, {"Equalize", 0.6f, 3}},
-    {{"PosterizeOriginal", 0.6f, 7}, {"PosterizeOriginal", 0.6f, 6}},
-    {{"Equalize", 0.4f, 7}, {"Solarize", 0.2f, 4}},
-    {{"Equalize", 0.4f, 4}, {"Rotate", 0.8f, 8}},
-    {{"Solarize", 0.6f, 3}, {"Equalize", 0.6f, 7}},
-    {{"PosterizeOriginal", 0.8f, 5}, {"Equalize", 1.0f, 2}},
-    {{"Rotate", 0.2f, 3}, {"Solarize", 0.6f, 8}},
-    {{"Equalize", 0.6f, 8}, {"PosterizeOriginal", 0.4f, 6}},
-    {{"Rotate", 0.8f, 8}, {"Color", 0.4f, 0}},
-    {{"Rotate", 0.4f, 9}, {"Equalize", 0.6f, 2}},
-    {{"Equalize", 0.0f, 7}, {"Equalize", 0.8f, 8}},
-    {{"Invert", 0.6f, 4}, {"Equalize", 1.0f, 8}},
-    {{"Color", 0.6f, 4}, {"Contrast", 1.0f, 8}},
-    {{"Rotate", 0.8f, 8}, {"Color", 1.0f, 2}},
-    {{"Color", 0.8f, 8}, {"Solarize", 0.8f, 7}},
-    {{"Sharpness", 0.4f, 7}, {"Invert", 0.6f, 8}},
-    {{"ShearX", 0.6f, 5}, {"Equalize", 1.0f, 9}},
-    {{"Color", 0.4f, 0}, {"Equalize", 0.6f, 3}},
-    {{"Equalize", 0.4f, 7}, {"Solarize", 0.2f, 4}},
-    {{"Solarize", 0.6f, 5}, {"AutoContrast", 0.6f, 5}},
-    {{"Invert", 0.6f, 4}, {"Equalize", 1.0f, 8}},
-    {{"Color", 0.6f, 4}, {"Contrast", 1.0f, 8}},
-    {{"Equalize", 0.8f, 8}, {"Equalize", 0.6f, 3}},
+    {{"PosterizeOriginal", 0.4, 8}, {"Rotate", 0.6, 9}},
+    {{"Solarize", 0.6, 5}, {"AutoContrast", 0.6, 5}},
+    {{"Equalize", 0.8, 8}, {"Equalize", 0.6, 3}},
+    {{"PosterizeOriginal", 0.6, 7}, {"PosterizeOriginal", 0.6, 6}},
+    {{"Equalize", 0.4, 7}, {"Solarize", 0.2, 4}},
+    {{"Equalize", 0.4, 4}, {"Rotate", 0.8, 8}},
+    {{"Solarize", 0.6, 3}, {"Equalize", 0.6, 7}},
+    {{"PosterizeOriginal", 0.8, 5}, {"Equalize", 1.0, 2}},
+    {{"Rotate", 0.2, 3}, {"Solarize", 0.6, 8}},
+    {{"Equalize", 0.6, 8}, {"PosterizeOriginal", 0.4, 6}},
+    {{"Rotate", 0.8, 8}, {"Color", 0.4, 0}},
+    {{"Rotate", 0.4, 9}, {"Equalize", 0.6, 2}},
+    {{"Equalize", 0.0, 7}, {"Equalize", 0.8, 8}},
+    {{"Invert", 0.6, 4}, {"Equalize", 1.0, 8}},
+    {{"Color", 0.6, 4}, {"Contrast", 1.0, 8}},
+    {{"Rotate", 0.8, 8}, {"Color", 1.0, 2}},
+    {{"Color", 0.8, 8}, {"Solarize", 0.8, 7}},
+    {{"Sharpness", 0.4, 7}, {"Invert", 0.6, 8}},
+    {{"ShearX", 0.6, 5}, {"Equalize", 1.0, 9}},
+    {{"Color", 0.4, 0}, {"Equalize", 0.6, 3}},
+    {{"Equalize", 0.4, 7}, {"Solarize", 0.2, 4}},
+    {{"Solarize", 0.6, 5}, {"AutoContrast", 0.6, 5}},
+    {{"Invert", 0.6, 4}, {"Equalize", 1.0, 8}},
+    {{"Color", 0.6, 4}, {"Contrast", 1.0, 8}},
+    {{"Equalize", 0.8, 8}, {"Equalize", 0.6, 3}},
 };
 constexpr PolicyOp kV0[][2] = {
-    {{"Equalize", 0.8f, 1}, {"ShearY", 0.8f, 4}},        {{"Color", 0.4f, 9}, {"Equalize", 0.6f, 3}},
-    {{"Color", 0.4f, 1}, {"Rotate", 0.6f, 8}},           {{"Solarize", 0.8f, 3}, {"Equalize", 0.4f, 7}},
-    {{"Solarize", 0.4f, 2}, {"Solarize", 0.6f, 2}},      {{"Color", 0.2f, 0}, {"Equalize", 0.8f, 8}},
-    {{"Equalize", 0.4f, 8}, {"SolarizeAdd", 0.8f, 3}},   {{"ShearX", 0.2f, 9}, {"Rotate", 0.6f, 8}},
-    {{"Color", 0.6f, 1}, {"Equalize", 1.0f, 2}},         {{"Invert", 0.4f, 9}, {"Rotate", 0.6f, 0}},
-    {{"Equalize", 1.0f, 9}, {"ShearY", 0.6f, 3}},        {{"Color", 0.4f, 7}, {"Equalize", 0.6f, 0}},
-    {{"Posterize", 0.4f, 6}, {"AutoContrast", 0.4f, 7}}, {{"Solarize", 0.6f, 8}, {"Color", 0.6f, 9}},
-    {{"Solarize", 0.2f, 4}, {"Rotate", 0.8f, 9}},        {{"Rotate", 1.0f, 7}, {"TranslateYRel", 0.8f, 9}},
-    {{"ShearX", 0.0f, 0}, {"Solarize", 0.8f, 4}},        {{"ShearY", 0.8f, 0}, {"Color", 0.6f, 4}},
-    {{"Color", 1.0f, 0}, {"Rotate", 0.6f, 2}},           {{"Equalize", 0.8f, 4}, {"Equalize", 0.0f, 8}},
-    {{"Equalize", 1.0f, 4}, {"AutoContrast", 0.6f, 2}},  {{"ShearY", 0.4f, 7}, {"SolarizeAdd", 0.6f, 7}},
-    {{"Posterize", 0.8f, 2}, {"Solarize", 0.6f, 10}},    {{"Solarize", 0.6f, 8}, {"Equalize", 0.6f, 1}},
-    {{"Color", 0.8f, 6}, {"Rotate", 0.4f, 5}},
+    {{"Equalize", 0.8, 1}, {"ShearY", 0.8, 4}},        {{"Color", 0.4, 9}, {"Equalize", 0.6, 3}},
+    {{"Color", 0.4, 1}, {"Rotate", 0.6, 8}},           {{"Solarize", 0.8, 3}, {"Equalize", 0.4, 7}},
+    {{"Solarize", 0.4, 2}, {"Solarize", 0.6, 2}},      {{"Color", 0.2, 0}, {"Equalize", 0.8, 8}},
+    {{"Equalize", 0.4, 8}, {"SolarizeAdd", 0.8, 3}},   {{"ShearX", 0.2, 9}, {"Rotate", 0.6, 8}},
+    {{"Color", 0.6, 1}, {"Equalize", 1.0, 2}},         {{"Invert", 0.4, 9}, {"Rotate", 0.6, 0}},
+    {{"Equalize", 1.0, 9}, {"ShearY", 0.6, 3}},        {{"Color", 0.4, 7}, {"Equalize", 0.6, 0}},
+    {{"Posterize", 0.4, 6}, {"AutoContrast", 0.4, 7}}, {{"Solarize", 0.6, 8}, {"Color", 0.6, 9}},
+    {{"Solarize", 0.2, 4}, {"Rotate", 0.8, 9}},        {{"Rotate", 1.0, 7}, {"TranslateYRel", 0.8, 9}},
+    {{"ShearX", 0.0, 0}, {"Solarize", 0.8, 4}},        {{"ShearY", 0.8, 0}, {"Color", 0.6, 4}},
+    {{"Color", 1.0, 0}, {"Rotate", 0.6, 2}},           {{"Equalize", 0.8, 4}, {"Equalize", 0.0, 8}},
+    {{"Equalize", 1.0, 4}, {"AutoContrast", 0.6, 2}},  {{"ShearY", 0.4, 7}, {"SolarizeAdd", 0.6, 7}},
+    {{"Posterize", 0.8, 2}, {"Solarize", 0.6, 10}},    {{"Solarize", 0.6, 8}, {"Equalize", 0.6, 1}},
+    {{"Color", 0.8, 6}, {"Rotate", 0.4, 5}},
 };
 
 [[noreturn]] void bad_spec(const std::string& spec, const std::string& why) {
@@ -154,9 +154,10 @@ constexpr PolicyOp kV0[][2] = {
 double parse_number(const std::string& spec, const std::string& section, const std::string& text, bool integer) {
   const char* begin = text.c_str();
   char* end = nullptr;
-  const double v = integer ? double(std::strtol(begin, &end, 10)) : std::strtod(begin, &end);
+  const double v = integer ? double(std::strtoll(begin, &end, 10)) : std::strtod(begin, &end);
   if (text.empty() || end != begin + text.size() || !std::isfinite(v))
     bad_spec(spec, "section '" + section + "' needs " + (integer ? "a whole number" : "a number") + " after its key");
+  if (integer && v > 1000) bad_spec(spec, "section '" + section + "' is out of range (at most 1000)");
   return v;
 }
 
@@ -516,19 +517,25 @@ AugmentPolicy parse_augment_policy(const std::string& spec, AugInterpolation int
   }
   const std::string& name = sections[0];
   p.rand = name == "rand";
-  bool increasing = false;
+  bool increasing = false, have_mstd = false, have_mmax = false;
   int magnitude = 10;
+  double prob = 0.5;
   if (!p.rand && name != "original" && name != "originalr" && name != "v0" && name != "v0r")
-    bad_spec(spec, name == "augmix" ? "AugMix is not implemented" : "no policy named \"" + name + "\"");
+    bad_spec(spec, name == "augmix" ? "AugMix is not implemented"
+                   : name == "3a"   ? "timm's \"3a\" policy is not implemented"
+                                    : "no policy named \"" + name + "\"");
   for (size_t i = 1; i < sections.size(); ++i) {
     const std::string& s = sections[i];
     // timm's re.split(r'(\d.*)'): the key is what comes before the first digit.
     const size_t digit = s.find_first_of("0123456789");
     const std::string key = s.substr(0, digit), value = digit == std::string::npos ? "" : s.substr(digit);
+    // mstd and mmax: timm keeps the first (hparams.setdefault); the others the last.
     if (key == "mstd") {
-      p.magnitude_std = parse_number(spec, s, value, false);
-      if (p.magnitude_std < 0) bad_spec(spec, "'mstd' must be >= 0");
-      if (p.magnitude_std > 100) p.magnitude_std = std::numeric_limits<double>::infinity();  // timm: uniform
+      const double mstd = parse_number(spec, s, value, false);
+      if (mstd < 0) bad_spec(spec, "'mstd' must be >= 0");
+      // RandAugment's timm reads over 100 as uniform; AutoAugment's keeps the number.
+      if (!have_mstd) p.magnitude_std = p.rand && mstd > 100 ? std::numeric_limits<double>::infinity() : mstd;
+      have_mstd = true;
     } else if (p.rand && key == "m") {
       magnitude = int(parse_number(spec, s, value, true));
     } else if (p.rand && key == "n") {
@@ -537,18 +544,23 @@ AugmentPolicy parse_augment_policy(const std::string& spec, AugInterpolation int
         bad_spec(spec, "'n' (operations an image) must be in [0, " + std::to_string(kMaxAugOps) + "]");
     } else if (p.rand && key == "mmax") {
       const int mmax = int(parse_number(spec, s, value, true));
-      if (mmax < 0) bad_spec(spec, "'mmax' must be >= 0");
-      p.magnitude_max = mmax == 0 ? 10 : mmax;  // timm's `magnitude_max or 10`
+      if (!have_mmax) p.magnitude_max = mmax == 0 ? 10 : mmax;  // timm's `magnitude_max or 10`
+      have_mmax = true;
+    } else if (p.rand && key == "p") {
+      prob = parse_number(spec, s, value, false);
+      if (prob < 0 || prob > 1) bad_spec(spec, "'p' (each operation's probability) must be in [0, 1]");
     } else if (p.rand && key == "inc") {
       increasing = parse_number(spec, s, value, true) != 0;
     } else if (p.rand && key == "w") {
       bad_spec(spec, "timm's experimental weighted choice of operations ('w') is not implemented");
+    } else if (p.rand && !key.empty() && key[0] == 't') {
+      bad_spec(spec, "timm's other sets of operations ('" + s + "') are not implemented");
     } else {
       bad_spec(spec, "unknown section '" + s + "'");
     }
   }
   if (p.rand) {
-    for (const char* op : increasing ? kRandIncreasing : kRand) p.entries.push_back({op_index(op), 0.5f, magnitude});
+    for (const char* op : increasing ? kRandIncreasing : kRand) p.entries.push_back({op_index(op), prob, magnitude});
     return p;
   }
   const bool research = name.back() == 'r';  // PosterizeIncreasing
@@ -581,7 +593,8 @@ AugmentDraw draw_augment(const AugmentPolicy& p, Rng& rng) {
   }
   for (int i = 0; i < count; ++i) {
     const AugmentPolicy::Entry& e = p.entries[size_t(chosen[i])];
-    if (e.prob < 1.f && rng.uniform() > e.prob) continue;
+    // Python's random() has 53 bits, and timm skips an operation where it is above prob.
+    if (e.prob < 1.0 && double(rng.next_u64() >> 11) * 0x1p-53 > e.prob) continue;
     double m = e.magnitude;
     if (p.magnitude_std > 0)
       m = std::isinf(p.magnitude_std) ? m * double(rng.uniform()) : m + p.magnitude_std * double(rng.normal());
@@ -617,13 +630,13 @@ AugmentDraw draw_augment(const AugmentPolicy& p, Rng& rng) {
         arg = int(m / 10.0 * 4.0) + 4;
         break;
       case Level::solarize:
-        arg = int(m / 10.0 * 256.0);
+        arg = std::min(256, int(m / 10.0 * 256.0));
         break;
       case Level::solarize_inc:
-        arg = 256 - int(m / 10.0 * 256.0);
+        arg = 256 - std::min(256, int(m / 10.0 * 256.0));
         break;
       case Level::solarize_add:
-        arg = int(m / 10.0 * 110.0);
+        arg = std::min(128, int(m / 10.0 * 110.0));
         break;
     }
     AugOp& out = d.ops[d.count++];

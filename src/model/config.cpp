@@ -420,7 +420,7 @@ void TrainConfig::validate() const {
               std::to_string(random_erase));
   parse_augment_policy(auto_augment, parse_augment_interpolation(auto_augment_interpolation));
   require(repeated_aug >= 1 && repeated_aug <= 16,
-          "config: 'repeated_aug' (the times each image is taken in a row) must be in [1, 16], got " +
+          "config: 'repeated_aug' (the times an epoch takes each of its images) must be in [1, 16], got " +
               std::to_string(repeated_aug));
   require(repeated_aug == 1 || shuffle,
           "config: 'repeated_aug' repeats the images of train.shuffle's epochs: set 'shuffle' to true too");

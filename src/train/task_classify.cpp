@@ -1,8 +1,10 @@
 // Classification tasks: sentences (labelled lines, padded batches) and images (IDX
 // sets, shift augmentation, stochastic depth), with top-1 and confusion matrices.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +25,14 @@
 
 namespace gmlp {
 namespace {
+
+// The double a float was written as: its shortest decimal, read as a double (0.3f: 0.3).
+double decimal(float v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf - 1, v).ptr;
+  *end = 0;
+  return std::strtod(buf, nullptr);
+}
 
 nlohmann::json eval_json(const ClassEval& ev) {
   return {{"val_loss", ev.loss}, {"val_acc", ev.accuracy}, {"val_examples", ev.examples},
@@ -194,10 +204,11 @@ class VisionTask : public TrainTask {
               "'train.auto_augment' works on gray or RGB images (Pillow's); these have " +
                   std::to_string(train_.channels) + " channels");
       // What the geometric operations bring in: the mean image's bytes, as timm's
-      // img_mean is the normalisation's mean (Python's round), or its gray 128 where there
-      // is none.
+      // img_mean is the normalisation's mean (Python's round of the double its config
+      // writes: the float's shortest decimal), or its gray 128 where there is none.
       for (int c = 0; c < train_.channels; ++c)
-        fill_[c] = norm.empty() ? 128 : uint8_t(std::clamp(std::nearbyint(norm.mean[size_t(c)] * 255.0), 0.0, 255.0));
+        fill_[c] =
+            norm.empty() ? 128 : uint8_t(std::clamp(std::nearbyint(decimal(norm.mean[size_t(c)]) * 255.0), 0.0, 255.0));
     }
     place_batches(cpu_backend());
     fill_rows(0, B);
@@ -220,7 +231,7 @@ class VisionTask : public TrainTask {
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
            (flip_ ? ", mirrored half the time" : "") + augmenting() + erasing() + mixing() +
            (train_.streamed() ? ", streamed from their files" : "") + (order_ ? ", shuffled each epoch" : "") +
-           (repeats_ > 1 ? ", each image " + std::to_string(repeats_) + " times in a row" : "");
+           (repeats_ > 1 ? ", each image " + std::to_string(repeats_) + " times an epoch" : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
@@ -258,7 +269,7 @@ class VisionTask : public TrainTask {
     // Only the rows this rank takes are made (fill_rows), and a mixed batch's partners of
     // them; the others' images are not read, nor decoded, nor cropped. A row streamed or
     // cropped is made into decoded_ first (its crop's part of the image, resized), then
-    // mirrored and shifted.
+    // mirrored, shifted and augmented (train.auto_augment).
     const size_t sz = train_.image_size();
     const bool made = train_.streamed() || crop_ > 0;
     if (made) {

@@ -76,15 +76,24 @@ class TrainTask {
 // where the order is, so nothing but a run's step need be saved.
 class EpochOrder {
  public:
-  // seed: the run's (train.seed), kept apart from its other streams. repeats > 1: each
-  // example of the epoch's permutation taken that many times in a row, an epoch still n
-  // rows, so the first ceil(n / repeats) of the permutation (repeated augmentation:
-  // DeiT's RASampler, whose ranks' shares of a step are together these rows).
+  // seed: the run's (train.seed), kept apart from its other streams. repeats k > 1
+  // (repeated augmentation, DeiT's RASampler): each example of the epoch's permutation
+  // taken k times, an epoch still n rows, so the first n / k or so of the permutation.
+  // The copies are spread, not in a row: the rows come in blocks of k * kSpread, each
+  // kSpread examples in turn k times (A B C A B C A B C), so that neighbouring rows, which
+  // mixup and CutMix pair, are two examples, not two copies of one; an epoch's last,
+  // shorter block of r rows takes ceil(r / k) examples in turn, or two if that is one
+  // and r is more than one.
+  static constexpr int64_t kSpread = 3;
   EpochOrder(int64_t n, uint64_t seed, int repeats = 1) : n_(n), repeats_(repeats), seed_(seed ^ 0x73687566666c65ull) {}
   int64_t next() {
-    const int64_t e = drawn_ / n_;
+    const int64_t e = drawn_ / n_, j = drawn_++ % n_;
     if (e != epoch_) shuffle(e);
-    return perm_[size_t(drawn_++ % n_ / repeats_)];
+    const int64_t block = repeats_ * kSpread, start = j / block * block;
+    const int64_t rest = n_ - start;
+    const int64_t spread =
+        rest >= block ? kSpread : std::max((rest + repeats_ - 1) / repeats_, std::min<int64_t>(rest, 2));
+    return perm_[size_t(j / block * kSpread + (j - start) % spread)];
   }
   void seek(int64_t drawn) { drawn_ = drawn; }
 
