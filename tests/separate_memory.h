@@ -251,6 +251,10 @@ class SeparateMemoryBackend final : public CpuBackend {
     mine("scale", {x});
     CpuBackend::scale(x, n, c);
   }
+  void ema_update(float* avg, const float* x, size_t n, float decay, float rest) override {
+    mine("ema_update", {avg, x});
+    CpuBackend::ema_update(avg, x, n, decay, rest);
+  }
 
  private:
   // Every non-null pointer must lie inside a live allocation of this backend.

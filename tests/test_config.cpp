@@ -68,6 +68,7 @@ TEST(Config, RoundTripsThroughJson) {
   t.auto_augment_interpolation = "random";
   t.shuffle = true;
   t.repeated_aug = 3;
+  t.model_ema = 0.99996f;
   EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").to_json(), t.to_json());
   EXPECT_EQ(TrainConfig::from_json(t.to_json(), "t").auto_augment, "rand-m9-mstd0.5-inc1");
   EXPECT_TRUE(TrainConfig::from_json(t.to_json(), "t").stream_images);
@@ -117,6 +118,8 @@ TEST(Config, RejectsBadValuesNamingTheKey) {
   EXPECT_NE(train_err({{"auto_augment_interpolation", "nearest"}}).find("'auto_augment_interpolation' must be"),
             std::string::npos);
   EXPECT_NE(train_err({{"repeated_aug", 0}, {"shuffle", true}}).find("'repeated_aug' (the times an epoch takes"),
+            std::string::npos);
+  EXPECT_NE(train_err({{"model_ema", 1.0}}).find("'model_ema' (the weights' average's decay a step) must be in [0, 1)"),
             std::string::npos);
   EXPECT_NE(train_err({{"batch_size", -2}}).find("'batch_size'"), std::string::npos);
   EXPECT_NE(train_err({{"val_fraction", 1.0}}).find("'val_fraction'"), std::string::npos);

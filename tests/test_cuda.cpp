@@ -508,6 +508,51 @@ TEST(SeparateMemoryMirror, HostWritesReachTheDeviceAndCheckpointsRoundTrip) {
   EXPECT_EQ(std::memcmp(back->weights(), cpu->weights(), cpu->num_params() * sizeof(float)), 0);
 }
 
+// The weights' average (ModelEma, train.model_ema) on the CPU and on memory kept apart as
+// a device's: it starts as the weights, each update is fma(1 - decay, w, avg * decay) of
+// the weights the step left, the same bits on both; swapped in, the model evaluates and
+// saves the average (its host mirror follows), and gets its own weights back after, f
+// returning or throwing; a checkpoint's average set back is the average.
+TEST(SeparateMemoryMirror, TheWeightsAverageFollowsTheStepsAndSwapsIn) {
+  const ModelConfig c = tiny(Task::causal_lm);
+  TestBatch tb(c, 2, 8);
+  std::vector<std::vector<float>> averages;
+  for (Backend* be : std::initializer_list<Backend*>{&cpu_backend(), &separate_backend()}) {
+    auto m = make(c, *be);
+    AdamW opt(*m, train_config());
+    ModelEma ema(*m, 0.75f);
+    std::vector<float> want(m->weights(), m->weights() + m->num_params());
+    for (int step = 0; step < 3; ++step) {
+      train_step(*m, opt, tb.batch, 0.5f, 1e-2f, {}, [&] { ema.update(*m); });
+      const float* w = m->weights();
+      for (size_t i = 0; i < want.size(); ++i) want[i] = std::fma(0.25f, w[i], want[i] * 0.75f);
+    }
+    const std::vector<float> avg = ema.weights();
+    EXPECT_EQ(avg, want);
+    const std::vector<float> own(m->weights(), m->weights() + m->num_params());
+    ASSERT_NE(own, avg);
+    const double loss_own = m->forward(tb.batch);
+    double loss_avg = 0;
+    test::TempDir dir("ema");
+    ema.swapped_in(*m, [&] {
+      loss_avg = m->forward(tb.batch);
+      save_model(*m, dir.file("avg.safetensors"));
+    });
+    EXPECT_NE(loss_avg, loss_own);
+    EXPECT_EQ(std::vector<float>(m->weights(), m->weights() + m->num_params()), own);
+    EXPECT_EQ(m->forward(tb.batch), loss_own) << "the model's own weights back on the device";
+    auto saved = load_model(dir.file("avg.safetensors"));
+    EXPECT_EQ(std::vector<float>(saved->weights(), saved->weights() + saved->num_params()), avg);
+    EXPECT_THROW(ema.swapped_in(*m, [] { throw Error("stop"); }), Error);
+    EXPECT_EQ(std::vector<float>(m->weights(), m->weights() + m->num_params()), own);
+    ModelEma again(*m, 0.75f);
+    again.set_weights(avg);
+    EXPECT_EQ(again.weights(), avg);
+    averages.push_back(avg);
+  }
+  EXPECT_EQ(averages[0], averages[1]);
+}
+
 // A step whose loss is not finite (a NaN weight here) updates nothing, though the host
 // learns of it only after the update is queued: the device skips it (ops/step_guard.h).
 // The weights and both moments stay bit for bit those of the last good step, and the
@@ -1410,6 +1455,29 @@ TEST(CudaOps, EmbeddingBackwardSumsEachTokensRowsInRowOrderBitForBit) {
 // AdamW, and global-norm clipping without a read-back: the sum of squares written to
 // device memory, the scaling reading it there, and the update skipped unless the step's
 // loss and sum of squares (its guard) are finite, everything left as it was.
+// The weights' average's step (train.model_ema): the CPU's bits, fmaf(rest, x, avg *
+// decay) with the product rounded on its own on both, over steps that compound.
+TEST(CudaOps, EmaUpdateIsTheCpus) {
+  REQUIRE_GPU();
+  const size_t n = 100003;
+  const Vec a0 = randn(n, 21), x = randn(n, 22);
+  Vec a = a0;
+  OnDevice d;
+  float *dA = d.up(a0), *dX = d.up(x);
+  for (const float decay : {0.9f, 0.99996f, 0.5f}) {
+    const float rest = float(1.0 - double(decay));
+    cpu_backend().ema_update(a.data(), x.data(), n, decay, rest);
+    d.be.ema_update(dA, dX, n, decay, rest);
+  }
+  EXPECT_EQ(d.down(dA, n), a);
+  EXPECT_NE(a, a0);
+  for (size_t i = 0; i < n; i += 9973) {  // the recurrence, step by step
+    float want = a0[i];
+    for (const float decay : {0.9f, 0.99996f, 0.5f}) want = std::fma(float(1.0 - double(decay)), x[i], want * decay);
+    EXPECT_EQ(a[i], want) << i;
+  }
+}
+
 TEST(CudaOps, AdamWClippingAndTheStepGuard) {
   REQUIRE_GPU();
   const size_t n = 100003;

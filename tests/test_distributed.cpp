@@ -47,12 +47,13 @@ const std::string kTiny = " --set model.d_model=16 --set model.d_ffn=32 --set mo
                           " --set train.batch_size=8" + kRunSettings;
 
 // A vision run with RandAugment and repeated augmentation, whose batches mix rows in
-// pairs and whose targets are smoothed (its batch size given apart).
+// pairs and whose targets are smoothed, and which keeps an average of its weights (its
+// batch size given apart); expect_same_average compares two runs' averages.
 const std::string kMixedVision =
     " --set model.d_model=16 --set model.d_ffn=32 --set model.n_layers=3 --set train.augment_flip=true"
     " --set train.augment_shift=1 --set train.mixup=0.8 --set train.cutmix=1 --set train.label_smoothing=0.1"
     " --set train.random_erase=0.5 --set train.shuffle=true --set train.auto_augment=rand-m9-mstd0.5-inc1"
-    " --set train.repeated_aug=3"
+    " --set train.repeated_aug=3 --set train.model_ema=0.9"
     " --lr 1e-2 --set train.warmup=2 --no-progress --steps 12 --log-every 1 --eval-every 6";
 
 // The losses of two runs agree to float tolerance (the ranks' sums round differently).
@@ -84,6 +85,13 @@ void expect_close_evals(const std::string& run_a, const std::string& run_b, cons
   ASSERT_FALSE(a.empty()) << key;
   ASSERT_EQ(a.size(), b.size()) << key;
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * std::abs(a[i]) + 1e-7) << key << " #" << i;
+}
+
+// Two runs' averages of their weights (train.model_ema): the saved files and their
+// evaluations agree to float tolerance.
+void expect_same_average(const std::string& run_a, const std::string& run_b) {
+  expect_close_weights(ema_model_file(run_a), ema_model_file(run_b));
+  expect_close_evals(run_a, run_b, "ema_val_acc");
 }
 
 std::set<std::string> files_in(const std::string& dir) {
@@ -178,8 +186,8 @@ TEST(Distributed, AMixedVisionRunOnTwoRanksOnTheCudaEmulatorIsTheOneProcessRun) 
   test::TempDir data("dist_vision_mixed_emu");
   test::write_vision_set(data.file("set"));
   same_run(single() + " train --device cpu", launch_on_emulator(2),
-           " --task vision --data " + data.file("set") + kMixedVision + " --batch-size 8", "val_acc", {},
-           "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
+           " --task vision --data " + data.file("set") + kMixedVision + " --batch-size 8", "val_acc",
+           expect_same_average, "gradients over NCCL (the CUDA emulator's stand-in), 2 ranks");
 }
 
 // A GPU rank draws the whole vision batch, as every rank does, but sends up only its own
@@ -243,8 +251,8 @@ TEST(Distributed, AMixedVisionRunOnTwoRanksIsTheOneProcessRun) {
   test::TempDir data("dist_vision_mixed");
   test::write_vision_set(data.file("set"));
   same_run(single() + " train", launch(2) + " train --grad-accum 3",
-           " --task vision --data " + data.file("set") + kMixedVision + " --batch-size 6", "val_acc", {},
-           "mixup (alpha 0.8) or CutMix (alpha 1) in pairs", 3);
+           " --task vision --data " + data.file("set") + kMixedVision + " --batch-size 6", "val_acc",
+           expect_same_average, "mixup (alpha 0.8) or CutMix (alpha 1) in pairs", 3);
 }
 
 // Streamed, each rank decodes (and crops and mirrors) only its own rows' images

@@ -128,7 +128,8 @@ TEST(TasksCli, MaskedLmResumesExactly) {
 // ---- vision
 
 // Shifts and stochastic depth draw from the run's RNG: resumption must restore it. So do
-// DeiT's mixing, erasing, RandAugment and mirror images, and train.shuffle's epochs go by the step: a
+// DeiT's mixing, erasing, RandAugment and mirror images, the weights' average resumes with
+// the run, and train.shuffle's epochs go by the step: a
 // run stopped mid-epoch (4 steps an epoch) resumes as the straight run.
 TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
   test::TempDir dir("tasks_vision_resume");
@@ -137,7 +138,7 @@ TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
        {"",
         " --set train.shuffle=true --set train.augment_flip=true --set train.mixup=0.8 --set train.cutmix=1"
         " --set train.random_erase=0.25 --set train.label_smoothing=0.1 --set train.auto_augment=v0r"
-        " --set train.auto_augment_interpolation=random --set train.repeated_aug=3"}) {
+        " --set train.auto_augment_interpolation=random --set train.repeated_aug=3 --set train.model_ema=0.9"}) {
     SCOPED_TRACE(extra);
     const std::string common = " train --data " + dir.file("data") + kVisionTiny +
                                " --steps 14 --log-every 1 --eval-every 5 --ckpt-every 4"
@@ -160,7 +161,23 @@ TEST(TasksCli, VisionResumesExactlyWithAugmentationAndStochasticDepth) {
     r = run_command(gmlp() + common + " --out " + dir.file("other") + " --seed 9");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(a, train_losses(dir.file("other")));
-    for (const char* run : {"straight", "split", "other"}) std::filesystem::remove_all(dir.file(run));
+    if (!extra.empty()) {
+      // The weights' average (train.model_ema) resumes exactly too, is evaluated beside
+      // the weights (a vision run's evaluations are its test split's, so its report has no
+      // score of its own), and leaves the training as it was.
+      EXPECT_TRUE(read_file(ema_model_file(dir.file("straight"))) == read_file(ema_model_file(dir.file("split"))));
+      EXPECT_FALSE(same_weights(model_file(dir.file("straight")), ema_model_file(dir.file("straight"))));
+      EXPECT_TRUE(contains(read_file(metrics_file(dir.file("split"))), "\"ema_val_acc\""));
+      EXPECT_FALSE(nlohmann::json::parse(read_file(report_file(dir.file("straight")))).contains("ema"));
+      r = run_command(gmlp() + common + " --set train.model_ema=0 --out " + dir.file("plain"));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_TRUE(read_file(model_file(dir.file("straight"))) == read_file(model_file(dir.file("plain"))));
+      EXPECT_FALSE(std::filesystem::exists(ema_model_file(dir.file("plain"))));
+      // The average file is a model: gmlp eval scores it.
+      r = run_command(gmlp() + " eval --model " + ema_model_file(dir.file("straight")) + " --data " + dir.file("data"));
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+    }
+    for (const char* run : {"straight", "split", "other", "plain"}) std::filesystem::remove_all(dir.file(run));
   }
   // Epochs are a data set's examples: a language model, which draws windows, refuses them.
   const auto r = run_command(gmlp() + " train --data " + test::kGplText + " --steps 1 --set train.shuffle=true --out " +

@@ -36,14 +36,18 @@ struct TrainState {
   nlohmann::json run;       // the RunConfig JSON and data description of the run
   double elapsed_s = 0.0;   // training wall time so far
 };
-void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path);
+// ema: the weights' average (train.model_ema), in host memory, saved beside them (under
+// "ema."), or null.
+void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path,
+                      const float* ema = nullptr);
 // The same with the moments given whole (all parameters): a sharded optimizer's, gathered.
 void save_train_state(const Model& model, const float* adam_m, const float* adam_v, int64_t adam_steps,
-                      const TrainState& st, const std::string& path);
+                      const TrainState& st, const std::string& path, const float* ema = nullptr);
 // Restores weights, optimizer moments and the state; Error when the file does not match
 // the model (names, shapes) or is corrupt. A sharded optimizer keeps its own part of the
-// moments, whichever way the file was written.
-TrainState load_train_state(Model& model, AdamW& opt, const std::string& path);
+// moments, whichever way the file was written. ema: filled with the saved average (an
+// Error naming the file when it holds none).
+TrainState load_train_state(Model& model, AdamW& opt, const std::string& path, std::vector<float>* ema = nullptr);
 
 // Fine-tuning: copies every tensor of the checkpoint at `path` whose name and shape
 // match `model` (never the head: the new task has its own); the encoder's width, depth

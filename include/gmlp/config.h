@@ -129,6 +129,10 @@ struct TrainConfig {
   // time augmented anew, the copies spread so that no two neighbouring rows are one
   // image, an epoch's rows as many as the images (repeated augmentation; DeiT: 3)
   int repeated_aug = 1;
+  // An exponential moving average of the weights kept beside them, avg = decay * avg +
+  // (1 - decay) * w after every step, evaluated with them and saved as
+  // model_ema.safetensors (timm's ModelEma; 0: none; DeiT: 0.99996)
+  float model_ema = 0.0f;
   int patience = 0;                 // stop after this many evaluations without a better validation score (0 = off)
   float epochs = 0.0f;              // > 0: the budget in passes over the training examples (sets steps)
 

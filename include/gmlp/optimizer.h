@@ -91,6 +91,30 @@ double clip_grad_norm(Model& model, float max_norm);
 struct StepResult {
   double loss, grad_norm;
 };
+// An exponential moving average of a model's weights (train.model_ema; timm's ModelEma,
+// which DeiT's recipe keeps): after every optimizer step, avg = decay * avg + (1 - decay)
+// * w over every parameter (Backend::ema_update), in the model's backend memory, so no
+// host copy inside a step. It starts as the model's weights when made.
+class ModelEma {
+ public:
+  ModelEma(Model& model, float decay);
+  ~ModelEma();
+  // Queued behind the step's update, on the model's device.
+  void update(Model& model);
+  // The average in host memory (on a device, a download), for a checkpoint; and from one.
+  std::vector<float> weights() const;
+  void set_weights(const std::vector<float>& host);
+  // Runs f (which must not write the weights) with the model holding the average in
+  // place of its weights, then gives the model its weights back, f returning or throwing:
+  // to evaluate the average, or write it as a model file.
+  void swapped_in(Model& model, const std::function<void()>& f);
+
+ private:
+  struct Buffers;
+  std::unique_ptr<Buffers> b_;
+  float decay_, rest_;
+};
+
 StepResult train_step(Model& model, AdamW& opt, const Batch& batch, float max_norm, float lr,
                       const std::function<void()>& after_backward = {},
                       const std::function<void()>& after_update = {}, bool local_loss = false);

@@ -89,6 +89,8 @@ std::string metrics_file(const std::string& out_dir);
 // The checkpoint with the best validation score so far, and the finished run's report.
 std::string best_model_file(const std::string& out_dir);
 std::string report_file(const std::string& out_dir);
+// The weights' moving average (train.model_ema) as a model file, at each checkpoint.
+std::string ema_model_file(const std::string& out_dir);
 
 TrainSummary train(const TrainOptions& opts);
 

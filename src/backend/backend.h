@@ -262,6 +262,8 @@ class Backend {
   virtual void sum_squares(const float* x, size_t n, double* sum_squares) = 0;
   virtual void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) = 0;
   virtual void scale(float* x, size_t n, float c) = 0;
+  // An exponential moving average's step (train.model_ema): avg = fma(rest, x, avg * decay).
+  virtual void ema_update(float* avg, const float* x, size_t n, float decay, float rest) = 0;
 
  private:
   [[noreturn]] void no_bf16(const char* op) const {

@@ -183,6 +183,9 @@ class CpuBackend : public Backend {
     ops::clip_scale(x, n, *sum_squares, max_norm);
   }
   void scale(float* x, size_t n, float c) override { ops::scale(x, n, c); }
+  void ema_update(float* avg, const float* x, size_t n, float decay, float rest) override {
+    ops::ema_update(avg, x, n, decay, rest);
+  }
 };
 
 

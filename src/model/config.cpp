@@ -188,6 +188,7 @@ void train_fields(C& c, F&& f) {
   f("auto_augment_interpolation", c.auto_augment_interpolation, Write::always);
   f("shuffle", c.shuffle, Write::always);
   f("repeated_aug", c.repeated_aug, Write::always);
+  f("model_ema", c.model_ema, Write::always);
   f("patience", c.patience, Write::always);
   f("epochs", c.epochs, Write::always);
 }
@@ -422,6 +423,9 @@ void TrainConfig::validate() const {
   require(repeated_aug >= 1 && repeated_aug <= 16,
           "config: 'repeated_aug' (the times an epoch takes each of its images) must be in [1, 16], got " +
               std::to_string(repeated_aug));
+  require(std::isfinite(model_ema) && model_ema >= 0 && model_ema < 1,
+          "config: 'model_ema' (the weights' average's decay a step) must be in [0, 1), 0 for none, got " +
+              std::to_string(model_ema));
   require(repeated_aug == 1 || shuffle,
           "config: 'repeated_aug' repeats the images of train.shuffle's epochs: set 'shuffle' to true too");
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));

@@ -25,6 +25,11 @@ void update_span(float* params, const float* grads, float* m, float* v, size_t i
 }
 }  // namespace
 
+void ema_update(float* avg, const float* x, size_t n, float decay, float rest) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) avg[i] = std::fma(rest, x[i], avg[i] * decay);
+}
+
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWStep& s) {
   if (!step_may_update(s.guard, s.guards)) return;
   const float clip = s.clip_sum_squares ? clip_factor(*s.clip_sum_squares, s.max_norm) : 1.f;

@@ -427,5 +427,9 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 double sum_squares(const float* x, size_t n);
 void scale(float* x, size_t n, float c);
 void clip_scale(float* x, size_t n, double sum_squares, float max_norm);
+// avg = fma(rest, x, avg * decay), elementwise: one rounding for the product and sum, so
+// every backend gives the same bits whatever its compiler fuses (timm's ModelEma computes
+// avg * decay + (1 - decay) * x).
+void ema_update(float* avg, const float* x, size_t n, float decay, float rest);
 
 }  // namespace gmlp::ops

@@ -77,17 +77,18 @@ std::string resolve_model_path(const std::string& path) {
   return path;
 }
 
-void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path) {
+void save_train_state(const Model& model, AdamW& opt, const TrainState& st, const std::string& path, const float* ema) {
   require(!opt.sharded(), "internal: a sharded optimizer's moments must be gathered before they are saved");
-  save_train_state(model, opt.m().data(), opt.v().data(), opt.steps_taken(), st, path);
+  save_train_state(model, opt.m().data(), opt.v().data(), opt.steps_taken(), st, path, ema);
 }
 
 void save_train_state(const Model& model, const float* adam_m, const float* adam_v, int64_t adam_steps,
-                      const TrainState& st, const std::string& path) {
+                      const TrainState& st, const std::string& path, const float* ema) {
   SafeTensorsWriter w;
   add_params(w, model, model.weights(), "model.");
   add_params(w, model, adam_m, "adam_m.");
   add_params(w, model, adam_v, "adam_v.");
+  if (ema) add_params(w, model, ema, "ema.");
   nlohmann::json meta = {{"step", st.step},
                          {"adam_steps", adam_steps},
                          {"rng_state", std::to_string(st.rng.state())},
@@ -99,7 +100,7 @@ void save_train_state(const Model& model, const float* adam_m, const float* adam
   w.write(path);
 }
 
-TrainState load_train_state(Model& model, AdamW& opt, const std::string& path) {
+TrainState load_train_state(Model& model, AdamW& opt, const std::string& path, std::vector<float>* ema) {
   const auto file = SafeTensorsFile::load(path);
   auto it = file.metadata().find(kStateKey);
   require(it != file.metadata().end(), path + ": no '" + std::string(kStateKey) + "' metadata; not a training state");
@@ -119,6 +120,10 @@ TrainState load_train_state(Model& model, AdamW& opt, const std::string& path) {
     throw Error(path + ": malformed '" + std::string(kStateKey) + "' metadata: " + e.what());
   }
   read_params(model, file, "model.", model.weights());
+  if (ema) {
+    ema->resize(model.num_params());
+    read_params(model, file, "ema.", ema->data());
+  }
   if (!opt.sharded()) {
     read_params(model, file, "adam_m.", opt.m().data());
     read_params(model, file, "adam_v.", opt.v().data());

@@ -13,6 +13,55 @@
 
 namespace gmlp {
 
+struct ModelEma::Buffers {
+  Backend* be;
+  DeviceBuffer<float> avg, saved;  // the average; the model's weights while it holds the average
+};
+
+// (1 - decay) in double, then rounded: timm's Python scalar, as PyTorch multiplies a float
+// tensor by it.
+ModelEma::ModelEma(Model& model, float decay)
+    : b_(std::make_unique<Buffers>()), decay_(decay), rest_(float(1.0 - double(decay))) {
+  b_->be = &model.backend();
+  b_->avg = DeviceBuffer<float>(*b_->be, model.num_params());
+  b_->be->copy(b_->avg.data(), model.device_weights(false), model.num_params() * sizeof(float));
+}
+ModelEma::~ModelEma() = default;
+
+void ModelEma::update(Model& model) {
+  b_->be->ema_update(b_->avg.data(), model.device_weights(false), b_->avg.size(), decay_, rest_);
+}
+
+std::vector<float> ModelEma::weights() const {
+  std::vector<float> host(b_->avg.size());
+  b_->be->download(host.data(), b_->avg.data(), host.size() * sizeof(float));
+  return host;
+}
+
+void ModelEma::set_weights(const std::vector<float>& host) {
+  require(host.size() == b_->avg.size(), "internal: an average of " + std::to_string(host.size()) +
+                                             " weights for a model of " + std::to_string(b_->avg.size()));
+  b_->be->upload(b_->avg.data(), host.data(), host.size() * sizeof(float));
+}
+
+void ModelEma::swapped_in(Model& model, const std::function<void()>& f) {
+  Backend& be = *b_->be;
+  const size_t bytes = b_->avg.size() * sizeof(float);
+  if (b_->saved.empty()) b_->saved = DeviceBuffer<float>(be, b_->avg.size());
+  // Written through device_weights(true): the model's host mirror and any copies it keeps
+  // of its weights (bf16) follow.
+  be.copy(b_->saved.data(), model.device_weights(false), bytes);
+  be.copy(model.device_weights(true), b_->avg.data(), bytes);
+  auto restore = [&] { be.copy(model.device_weights(true), b_->saved.data(), bytes); };
+  try {
+    f();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
 struct AdamW::Moments {
   HostMirror m, v;
   DeviceBuffer<uint64_t> bounds;  // bounds_ on the device

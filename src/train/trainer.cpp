@@ -39,8 +39,9 @@ std::string state_file(const std::string& d) { return (std::filesystem::path(d) 
 std::string metrics_file(const std::string& d) { return (std::filesystem::path(d) / "metrics.jsonl").string(); }
 std::string best_model_file(const std::string& d) { return (std::filesystem::path(d) / "best.safetensors").string(); }
 std::string report_file(const std::string& d) { return (std::filesystem::path(d) / "report.json").string(); }
-
-
+std::string ema_model_file(const std::string& d) {
+  return (std::filesystem::path(d) / "model_ema.safetensors").string();
+}
 
 namespace {
 
@@ -93,7 +94,8 @@ constexpr const char* kReplacedSuffix = ".replaced";
 
 void drop_replaced(const std::string& out_dir) {
   std::error_code ec;
-  for (const std::string& f : {state_file(out_dir), model_file(out_dir), best_model_file(out_dir)})
+  for (const std::string& f :
+       {state_file(out_dir), model_file(out_dir), best_model_file(out_dir), ema_model_file(out_dir)})
     std::filesystem::remove(f + kReplacedSuffix, ec);
 }
 
@@ -113,7 +115,8 @@ std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume
     // would continue the old weights under the new run's log. It is set aside, not
     // deleted, until the new run has a checkpoint of its own (drop_replaced).
     std::error_code ec;
-    for (const std::string& f : {state_file(out_dir), model_file(out_dir), best_model_file(out_dir)})
+    for (const std::string& f :
+         {state_file(out_dir), model_file(out_dir), best_model_file(out_dir), ema_model_file(out_dir)})
       if (!ec && fs::exists(f, ec)) fs::rename(f, f + kReplacedSuffix, ec);
     fs::remove(report_file(out_dir), ec);
     if (ec) throw Error("cannot clear '" + out_dir + "' for a new run: " + ec.message());
@@ -139,7 +142,7 @@ std::string first_non_finite_grad(const Model& model) {
 // last) is scored once on the test set, and report.json says what was chosen and how
 // it did. The test set chooses nothing.
 nlohmann::json finish_report(Model& model, TrainTask& task, const Selection& sel, const std::string& out_dir, int B,
-                             int64_t steps, bool early_stopped, bool score_test) {
+                             int64_t steps, bool early_stopped, bool score_test, ModelEma* ema) {
   if (sel.has_best()) load_weights(model, SafeTensorsFile::load(best_model_file(out_dir)));
   nlohmann::json r = {{"steps", steps},
                       {"train_examples", task.examples()},
@@ -149,6 +152,10 @@ nlohmann::json finish_report(Model& model, TrainTask& task, const Selection& sel
                                     {"by", sel.has_best() ? sel.to_json()["metric"] : nlohmann::json("last step")},
                                     {"validation", sel.best_metrics()}}},
                       {"test", score_test ? task.test_report(model, B) : nlohmann::json()}};
+  // The average of the last step's weights (train.model_ema), scored too: the model a
+  // recipe with it reports.
+  if (ema && score_test && !r["test"].is_null())
+    ema->swapped_in(model, [&] { r["ema"] = {{"test", task.test_report(model, B)}}; });
   write_file_atomic(report_file(out_dir), r.dump(2) + "\n");
   return r;
 }
@@ -241,8 +248,9 @@ TrainSummary train(const TrainOptions& opts) {
   st.rng.seed_with(tc.seed, 2);
   double log_sum = 0.0;
   int64_t log_count = 0;
+  std::vector<float> saved_ema;  // the weights' average a resumed run saved
   if (opts.resume) {
-    st = load_train_state(model, opt, state_file(opts.out_dir));
+    st = load_train_state(model, opt, state_file(opts.out_dir), tc.model_ema > 0 ? &saved_ema : nullptr);
     log_sum = resume_meta.value("log_sum", 0.0);
     log_count = resume_meta.value("log_count", int64_t(0));
     if (lead) {
@@ -253,6 +261,16 @@ TrainSummary train(const TrainOptions& opts) {
     }
   } else if (lead) {
     write_file_atomic(metrics_file(opts.out_dir), "");
+  }
+  // The weights' average (train.model_ema): from the model as it starts, or as saved.
+  std::optional<ModelEma> ema;
+  auto save_ema_model = [&] { ema->swapped_in(model, [&] { save_model(model, ema_model_file(opts.out_dir)); }); };
+  if (tc.model_ema > 0) {
+    ema.emplace(model, tc.model_ema);
+    if (opts.resume) {
+      ema->set_weights(saved_ema);
+      if (lead) save_ema_model();  // as the model file, it follows the state
+    }
   }
   std::optional<MetricsLog> log;
   if (lead) {
@@ -299,11 +317,15 @@ TrainSummary train(const TrainOptions& opts) {
               {"log_count", log_count}};
     if (in.memory) st.run["memory"] = in.memory->name;
     if (in.join_validation) st.run["join_validation"] = true;
+    const std::vector<float> ema_now = ema ? ema->weights() : std::vector<float>();
+    const float* ema_saved = ema ? ema_now.data() : nullptr;
     if (opt.sharded())
-      save_train_state(model, whole_m.data(), whole_v.data(), opt.steps_taken(), st, state_file(opts.out_dir));
+      save_train_state(model, whole_m.data(), whole_v.data(), opt.steps_taken(), st, state_file(opts.out_dir),
+                       ema_saved);
     else
-      save_train_state(model, opt, st, state_file(opts.out_dir));
+      save_train_state(model, opt, st, state_file(opts.out_dir), ema_saved);
     save_model(model, model_file(opts.out_dir));
+    if (ema) save_ema_model();
     drop_replaced(opts.out_dir);
   };
 
@@ -383,6 +405,7 @@ TrainSummary train(const TrainOptions& opts) {
         model, opt, tc.clip, lr, [&] { window_wait += dp.finish_backward(); },
         [&] {
           if (opt.sharded()) dp.allgather_weights();
+          if (ema) ema->update(model);
           if (st.step + 1 < tc.steps) ahead.draw(st.rng);  // while the device runs this step
         },
         comm.size() > 1, rest);
@@ -438,8 +461,16 @@ TrainSummary train(const TrainOptions& opts) {
       if (!ev.is_null()) {
         nlohmann::json line = {{"step", st.step}};
         line.update(ev);
+        std::string note = "step " + std::to_string(st.step) + ": " + task->summarize(ev);
+        // The average's evaluation (every rank, as the model's), logged as ema_<metric>.
+        if (ema) {
+          nlohmann::json ee;
+          ema->swapped_in(model, [&] { ee = task->evaluate(model, eval_B, eval_batches, comm); });
+          for (const auto& [k, v] : ee.items()) line["ema_" + k] = v;
+          note += "; average of the weights: " + task->summarize(ee);
+        }
         write_log(line);
-        if (lead) bar.note("step " + std::to_string(st.step) + ": " + task->summarize(ev));
+        if (lead) bar.note(note);
         sum.val_metrics = ev;
         // Every rank keeps the same selection (the evaluation is reduced); rank 0 writes.
         if (task->selects_on_validation() && selection.update(ev, st.step) && lead)
@@ -469,8 +500,8 @@ TrainSummary train(const TrainOptions& opts) {
   sum.best_step = selection.best_step();
   if (selection.has_best()) sum.best_metrics = selection.best_metrics();
   if (!sum.interrupted && lead)
-    sum.report =
-        finish_report(model, *task, selection, opts.out_dir, eval_B, st.step, sum.early_stopped, opts.score_test);
+    sum.report = finish_report(model, *task, selection, opts.out_dir, eval_B, st.step, sum.early_stopped,
+                               opts.score_test, ema ? &*ema : nullptr);
   sum.steps = st.step;
   sum.train_examples = task->examples();
   sum.elapsed_s = st.elapsed_s;

@@ -55,6 +55,13 @@ __global__ void k_finish(const double* part, int k, double* out) {
   if (threadIdx.x == 0) *out = s;
 }
 
+// __fmul_rn keeps the product its own rounding (nvcc would fuse it into the fmaf's sum
+// otherwise), as the CPU's std::fma(rest, x, avg * decay) has it.
+__global__ void k_ema(float* avg, const float* x, size_t n, float decay, float rest) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) avg[i] = fmaf(rest, x[i], __fmul_rn(avg[i], decay));
+}
+
 __global__ void k_scale(float* x, size_t n, float c) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= c;
@@ -90,6 +97,12 @@ void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm) {
   if (n == 0) return;
   GMLP_LAUNCH(k_clip_scale, blocks_for(int64_t(n)), kThreads)(x, n, sum_squares, max_norm);
   check_launch("clip scale");
+}
+
+void ema_update(float* avg, const float* x, size_t n, float decay, float rest) {
+  if (n == 0) return;
+  GMLP_LAUNCH(k_ema, blocks_for(int64_t(n)), kThreads)(avg, x, n, decay, rest);
+  check_launch("ema update");
 }
 
 void scale(float* x, size_t n, float c) {

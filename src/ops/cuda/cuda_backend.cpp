@@ -487,6 +487,10 @@ class CudaBackend final : public Backend {
     const Entry entry("scale");
     cuda::scale(x, n, c);
   }
+  void ema_update(float* avg, const float* x, size_t n, float decay, float rest) override {
+    const Entry entry("ema_update");
+    cuda::ema_update(avg, x, n, decay, rest);
+  }
 
  private:
   // The host waits for `event` where `pending` says copies behind it have not been waited for.

@@ -200,6 +200,7 @@ void decode_attention(const ops::AttnParams& p, const float* h, const int32_t* s
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const ops::AdamWStep& s);
 void sum_squares(const float* x, size_t n, double* out);
 void clip_scale(float* x, size_t n, const double* sum_squares, float max_norm);
+void ema_update(float* avg, const float* x, size_t n, float decay, float rest);
 void scale(float* x, size_t n, float c);
 
 }  // namespace gmlp::cuda
