@@ -177,6 +177,17 @@ void print_summary(const TrainSummary& s, const std::string& out, const std::str
   if (s.best_step > 0) std::printf("selected: %s (step %lld, by validation)\n", best_model_file(out).c_str(),
                                    (long long)s.best_step);
   print_test_report(s.report);
+  // The weights' average (train.model_ema): its last evaluation, its test score, its file.
+  if (v.contains("ema_val_acc"))
+    std::printf("average of the weights: %s loss %.4f, accuracy %.4f\n", task == "vision" ? "test" : "validation",
+                v["ema_val_loss"].get<double>(), v["ema_val_acc"].get<double>());
+  else if (v.contains("ema_val_loss"))
+    std::printf("average of the weights: val loss %.4f\n", v["ema_val_loss"].get<double>());
+  if (s.report.contains("ema") && s.report["ema"]["test"].is_object())
+    std::printf("average of the weights, test: accuracy %.4f, macro-F1 %.4f\n",
+                s.report["ema"]["test"]["accuracy"].get<double>(), s.report["ema"]["test"]["macro_f1"].get<double>());
+  if (std::filesystem::exists(ema_model_file(out)))
+    std::printf("average of the weights: %s (step %lld)\n", ema_model_file(out).c_str(), (long long)s.steps);
   if (std::filesystem::exists(model_file(out)))
     std::printf("checkpoint: %s (step %lld)\n", model_file(out).c_str(), (long long)s.steps);
   else

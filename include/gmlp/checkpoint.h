@@ -16,7 +16,9 @@ namespace gmlp {
 inline constexpr const char* kConfigKey = "gmlp.config";
 
 // Atomic write of the weights with the config in the metadata.
-void save_model(const Model& model, const std::string& path);
+// weights: host memory of the model's layout to write in place of its own (the weights'
+// average, train.model_ema), or null.
+void save_model(const Model& model, const std::string& path, const float* weights = nullptr);
 // The config stored in a checkpoint's metadata; Error naming the file when absent/bad.
 ModelConfig read_model_config(const SafeTensorsFile& file);
 // Copies every parameter from `file` (tensor names prefixed by `prefix`), insisting on

@@ -106,7 +106,7 @@ class ModelEma {
   void set_weights(const std::vector<float>& host);
   // Runs f (which must not write the weights) with the model holding the average in
   // place of its weights, then gives the model its weights back, f returning or throwing:
-  // to evaluate the average, or write it as a model file.
+  // to evaluate the average. The weights wait in a second copy, allocated for the call.
   void swapped_in(Model& model, const std::function<void()>& f);
 
  private:

@@ -425,7 +425,7 @@ void TrainConfig::validate() const {
               std::to_string(repeated_aug));
   require(std::isfinite(model_ema) && model_ema >= 0 && model_ema < 1,
           "config: 'model_ema' (the weights' average's decay a step) must be in [0, 1), 0 for none, got " +
-              std::to_string(model_ema));
+              std::to_string(model_ema) + (model_ema == 1.f ? " (a decay within 3e-8 of 1 is 1 as a float)" : ""));
   require(repeated_aug == 1 || shuffle,
           "config: 'repeated_aug' repeats the images of train.shuffle's epochs: set 'shuffle' to true too");
   require(patience >= 0, "config: 'patience' must be >= 0 (0 = off), got " + std::to_string(patience));

@@ -27,9 +27,9 @@ void read_params(const Model& model, const SafeTensorsFile& f, const std::string
 }
 }  // namespace
 
-void save_model(const Model& model, const std::string& path) {
+void save_model(const Model& model, const std::string& path, const float* weights) {
   SafeTensorsWriter w;
-  add_params(w, model, model.weights(), "");
+  add_params(w, model, weights ? weights : model.weights(), "");
   w.set_metadata(kConfigKey, model.config().to_json().dump());
   w.set_metadata("format", "pt");  // lets tools that expect PyTorch's marker load it
   w.write(path);

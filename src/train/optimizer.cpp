@@ -18,8 +18,9 @@ struct ModelEma::Buffers {
   DeviceBuffer<float> avg, saved;  // the average; the model's weights while it holds the average
 };
 
-// (1 - decay) in double, then rounded: timm's Python scalar, as PyTorch multiplies a float
-// tensor by it.
+// (1 - decay) of the float decay in double, then rounded, so that decay + rest is 1 to
+// the float (timm takes 1 - decay of the decay as typed, a double: at 0.99996 its rest
+// is 1.3e-4 larger, relatively, and its average of a constant settles that much high).
 ModelEma::ModelEma(Model& model, float decay)
     : b_(std::make_unique<Buffers>()), decay_(decay), rest_(float(1.0 - double(decay))) {
   b_->be = &model.backend();
@@ -57,9 +58,11 @@ void ModelEma::swapped_in(Model& model, const std::function<void()>& f) {
     f();
   } catch (...) {
     restore();
+    b_->saved = {};
     throw;
   }
   restore();
+  b_->saved = {};  // not held through the training: the average's one copy is its cost
 }
 
 struct AdamW::Moments {

@@ -264,12 +264,12 @@ TrainSummary train(const TrainOptions& opts) {
   }
   // The weights' average (train.model_ema): from the model as it starts, or as saved.
   std::optional<ModelEma> ema;
-  auto save_ema_model = [&] { ema->swapped_in(model, [&] { save_model(model, ema_model_file(opts.out_dir)); }); };
   if (tc.model_ema > 0) {
     ema.emplace(model, tc.model_ema);
     if (opts.resume) {
       ema->set_weights(saved_ema);
-      if (lead) save_ema_model();  // as the model file, it follows the state
+      // As the model file, it follows the state.
+      if (lead) save_model(model, ema_model_file(opts.out_dir), saved_ema.data());
     }
   }
   std::optional<MetricsLog> log;
@@ -325,7 +325,7 @@ TrainSummary train(const TrainOptions& opts) {
     else
       save_train_state(model, opt, st, state_file(opts.out_dir), ema_saved);
     save_model(model, model_file(opts.out_dir));
-    if (ema) save_ema_model();
+    if (ema) save_model(model, ema_model_file(opts.out_dir), ema_saved);
     drop_replaced(opts.out_dir);
   };
 
@@ -463,15 +463,18 @@ TrainSummary train(const TrainOptions& opts) {
         line.update(ev);
         std::string note = "step " + std::to_string(st.step) + ": " + task->summarize(ev);
         // The average's evaluation (every rank, as the model's), logged as ema_<metric>.
+        nlohmann::json ema_line = nlohmann::json::object();
         if (ema) {
           nlohmann::json ee;
           ema->swapped_in(model, [&] { ee = task->evaluate(model, eval_B, eval_batches, comm); });
-          for (const auto& [k, v] : ee.items()) line["ema_" + k] = v;
+          for (const auto& [k, v] : ee.items()) ema_line["ema_" + k] = v;
           note += "; average of the weights: " + task->summarize(ee);
         }
+        line.update(ema_line);
         write_log(line);
         if (lead) bar.note(note);
         sum.val_metrics = ev;
+        sum.val_metrics.update(ema_line);
         // Every rank keeps the same selection (the evaluation is reduced); rank 0 writes.
         if (task->selects_on_validation() && selection.update(ev, st.step) && lead)
           save_model(model, best_model_file(opts.out_dir));

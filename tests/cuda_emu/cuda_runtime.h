@@ -173,8 +173,9 @@ inline void __threadfence() {}
 inline float __ldcg(const float* p) { return *p; }
 inline double __ldcg(const double* p) { return *p; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
-// A product rounded on its own (never fused into a sum): a call, which g++ does not fuse.
-inline float __fmul_rn(float a, float b) { return a * b; }
+// A product rounded on its own (never fused into a sum): a call g++ may not inline, so
+// may not fuse.
+__attribute__((noinline)) inline float __fmul_rn(float a, float b) { return a * b; }
 // The special function unit's approximations, exact here: the emulator checks a kernel's
 // logic, and its GELU against the CPU's within the tests' tolerances.
 // Macros, not functions of those names: glibc's math.h declares its own __expf.

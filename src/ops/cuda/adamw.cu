@@ -55,8 +55,8 @@ __global__ void k_finish(const double* part, int k, double* out) {
   if (threadIdx.x == 0) *out = s;
 }
 
-// __fmul_rn keeps the product its own rounding (nvcc would fuse it into the fmaf's sum
-// otherwise), as the CPU's std::fma(rest, x, avg * decay) has it.
+// The product rounded on its own (__fmul_rn: never contracted), then one fmaf, as the
+// CPU's std::fma(rest, x, avg * decay).
 __global__ void k_ema(float* avg, const float* x, size_t n, float decay, float rest) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) avg[i] = fmaf(rest, x[i], __fmul_rn(avg[i], decay));
