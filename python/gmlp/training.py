@@ -123,7 +123,9 @@ def train(config: dict | str | os.PathLike | None = None, data=None, out: str | 
     summary: {"steps", "interrupted", "last_loss", "val" (the last evaluation),
     "elapsed_s", "units_per_s", "model" (the selected checkpoint's path: best.safetensors
     when validation chose one, else the last), "report" (report.json: the selection and
-    the test set's scores; None if interrupted)}.
+    the test set's scores; None if interrupted), "ema_model" (with train.model_ema, the
+    weights' average as a model file, model_ema.safetensors; its evaluations are the
+    ema_* keys of "val", its test score report["ema"]; else None)}.
 
     config: {"model": {...}, "train": {...}} (absent keys keep their defaults; {} is the
         default model) or a config file's path. None with resume=True.

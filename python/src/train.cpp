@@ -50,6 +50,8 @@ py::dict summary_dict(const TrainSummary& s, const std::string& out) {
   // The run's selected model, as a run directory means on the command line.
   d["model"] = std::filesystem::exists(best_model_file(out)) ? best_model_file(out) : model_file(out);
   d["report"] = from_json(s.report);
+  // The weights' average (train.model_ema), a model file of its own; None without one.
+  d["ema_model"] = std::filesystem::exists(ema_model_file(out)) ? py::object(py::str(ema_model_file(out))) : py::none();
   return d;
 }
 

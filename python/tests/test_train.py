@@ -156,6 +156,23 @@ def test_validation_texts_replace_the_split_and_choose_the_checkpoint(tmp_path):
     assert not (tmp_path / "e").exists()
 
 
+def test_the_weights_average_is_evaluated_scored_and_saved(tmp_path):
+    """train.model_ema: the average's evaluations beside the weights' (ema_* in val), its
+    test score in the report, its model file; a run without it has none."""
+    texts, labels = word_texts(48, 0)
+    vt, vl = word_texts(12, 1)
+    config = {"model": CLASSIFY["model"], "train": {**CLASSIFY["train"], "model_ema": 0.8}}
+    s = gmlp.train(config, data=(texts, labels), val=(vt, vl), test=(vt[:6], vl[:6]), out=tmp_path / "a")
+    assert s["val"]["ema_val_examples"] == 12 and 0 <= s["val"]["ema_val_acc"] <= 1
+    assert s["report"]["ema"]["test"]["examples"] == 6
+    assert s["ema_model"] == str(tmp_path / "a" / "model_ema.safetensors")
+    averaged = gmlp.Model.load(s["ema_model"])
+    assert averaged.config == gmlp.Model.load(str(tmp_path / "a" / "model.safetensors")).config
+    plain = gmlp.train(CLASSIFY, data=(texts, labels), val=(vt, vl), test=(vt[:6], vl[:6]), out=tmp_path / "p")
+    assert plain["ema_model"] is None and "ema" not in plain["report"]
+    assert "ema_val_acc" not in plain["val"]
+
+
 def test_a_grid_chooses_by_validation_and_a_refit_is_the_model_tested(tmp_path):
     texts, labels = word_texts(48, 2)
     vt, vl = word_texts(12, 3)
