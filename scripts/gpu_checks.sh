@@ -16,7 +16,8 @@
 #   train      the default LM (configs/default.json) trained on the GPU in fp32 and in
 #              bf16, for their validation losses against each other and the CPU's; then
 #              400 bf16 steps of the annotated LM, its training loop's speed, and 300 of
-#              gMLP-S/16 on image files beside `gmlp bench`'s step of that model
+#              gMLP-S/16 on image files beside `gmlp bench`'s step of that model, and 150
+#              more with DeiT's augmentation (does the host keep up?)
 #   profile    where a step's time goes: gmlp's device time per op (GMLP_CUDA_PROFILE)
 #              and PyTorch's per kernel (torch.profiler), the LM and BERT-size workloads
 #              (profile=vision: another)
@@ -208,6 +209,18 @@ host_side.write_idx_set(pathlib.Path("/tmp/gmlp-images"))'
       step train-vision build/gmlp train --device cuda "${vision[@]}" --data /tmp/gmlp-images \
         --set train.steps=300 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
         --out /tmp/gmlp-vision --overwrite --no-progress
+      # The same run with DeiT's recipe (host_side.py's vision-files-deit: mirror images,
+      # RandAugment, erasing, mixup or CutMix, smoothed targets) in shuffled epochs with
+      # repeated augmentation and the weights' average: its img/s beside train-vision's say
+      # whether the host's augmentation keeps up with the GPU's step (session 54 measured
+      # its cost on a 2-core host only, docs/vision.md).
+      deit=()
+      for kv in $(python3 -c 'import sys; sys.path.insert(0, "bench"); import host_side
+print(" ".join(host_side.VISION_RECIPES["vision-files-deit"]))'); do deit+=(--set "$kv"); done
+      step train-vision-deit build/gmlp train --device cuda "${vision[@]}" --data /tmp/gmlp-images "${deit[@]}" \
+        --set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996 \
+        --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+        --out /tmp/gmlp-vision-deit --overwrite --no-progress
       step bench-vision-64 build/gmlp bench --device cuda "${vision[@]}" --mode train --warmup 5 --repeats 50 ;;
     profile | profile=*)
       w=lm,bert
