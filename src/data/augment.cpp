@@ -325,49 +325,73 @@ void affine_plain(const uint8_t* src, uint8_t* img, int channels, int H, int W, 
 }
 
 #if defined(__x86_64__)
-// The bicubic map with a pixel's four rows in the four lanes of a vector: each row's
-// four taps are one 32-bit load, the 4x4 bytes transposed by one shuffle into the taps'
-// columns, and the cubic across evaluated for the four rows at once, lane by lane the
-// same operations in the same order as cubic(), so the same doubles; the cubic down the
-// four results is cubic() itself. Pixels whose taps leave the image (clipped, repeated
-// rows) and points outside it go by one_pixel. About 1.5 times one_pixel's speed on a
-// 224x224 image here: the two cubics' chains of products still bound it.
+// The cubic of four vectors of taps lane by lane: cubic()'s operations in its order, so
+// each lane its doubles.
+__attribute__((target("avx2"))) inline __m256d cubic4(__m256d v1, __m256d v2, __m256d v3, __m256d v4, __m256d d) {
+  const __m256d neg1 = _mm256_xor_pd(v1, _mm256_set1_pd(-0.0));  // -v1, exactly
+  const __m256d p2 = _mm256_add_pd(neg1, v3);
+  const __m256d p3 = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(2.0), _mm256_sub_pd(v1, v2)), v3), v4);
+  const __m256d p4 = _mm256_add_pd(_mm256_sub_pd(_mm256_add_pd(neg1, v2), v3), v4);
+  return _mm256_add_pd(v2,
+                       _mm256_mul_pd(d, _mm256_add_pd(p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
+}
+
+// A pixel's cubic across its four rows, the rows in the lanes: each row's four taps one
+// 32-bit load, the 4x4 bytes transposed by one shuffle into the taps' columns.
+__attribute__((target("avx2"))) inline __m256d across4(const uint8_t* s, int W, __m256d dx) {
+  // Byte k of row j (loads j at bytes 4j..4j+3) to place 4k + j: column k's four rows.
+  const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  int32_t w[4];
+  for (int j = 0; j < 4; ++j) std::memcpy(&w[j], s + size_t(j) * W, 4);
+  const __m128i cols = _mm_shuffle_epi8(_mm_setr_epi32(w[0], w[1], w[2], w[3]), transpose);
+  return cubic4(_mm256_cvtepi32_pd(_mm_cvtepu8_epi32(cols)),
+                _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 4))),
+                _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 8))),
+                _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 12))), dx);
+}
+
+// The bicubic map four output pixels at a time where all four take their 4x4 taps inside
+// the image: each pixel's cubic across its rows (across4), the four pixels' results
+// transposed so that the cubic down the rows runs for the four pixels in one vector, then
+// clamped and truncated as cubic_byte does, lane by lane the plain form's doubles. Other
+// pixels (clipped taps, repeated rows, points outside) go by one_pixel. About 3 times
+// one_pixel's speed on a 224x224 image here.
 __attribute__((target("avx2"))) void affine_bicubic_avx2(const uint8_t* src, uint8_t* img, int channels, int H, int W,
                                                          const double m[6], const uint8_t* fill) {
   const size_t hw = size_t(H) * W;
-  // Byte k of row j (loads j at bytes 4j..4j+3) to place 4k + j: column k's four rows.
-  const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m256d two = _mm256_set1_pd(2.0);
-  for (int y = 0; y < H; ++y)
-    for (int x = 0; x < W; ++x) {
-      const Sample p = sample_of(m, x, y, H, W);
+  auto interior = [H, W](const Sample& p) {
+    return p.inside && p.xi - 1 >= 0 && p.xi + 2 < W && p.yi - 1 >= 0 && p.yi + 2 < H;
+  };
+  for (int y = 0; y < H; ++y) {
+    int x = 0;
+    for (; x + 4 <= W; x += 4) {
+      const Sample p[4] = {sample_of(m, x, y, H, W), sample_of(m, x + 1, y, H, W), sample_of(m, x + 2, y, H, W),
+                           sample_of(m, x + 3, y, H, W)};
       const size_t at = size_t(y) * W + x;
-      const int bx = p.xi - 1, by = p.yi - 1;
-      if (!p.inside || bx < 0 || bx + 3 >= W || by < 0 || by + 3 >= H) {
-        one_pixel(src, img, channels, H, W, p, at, true, fill);
+      if (!(interior(p[0]) && interior(p[1]) && interior(p[2]) && interior(p[3]))) {
+        for (int k = 0; k < 4; ++k) one_pixel(src, img, channels, H, W, p[k], at + k, true, fill);
         continue;
       }
-      const __m256d d = _mm256_set1_pd(p.dx);
+      const __m256d dy = _mm256_setr_pd(p[0].dy, p[1].dy, p[2].dy, p[3].dy);
       for (int c = 0; c < channels; ++c) {
-        const uint8_t* s = src + size_t(c) * hw + size_t(by) * W + bx;
-        int32_t w[4];
-        for (int j = 0; j < 4; ++j) std::memcpy(&w[j], s + size_t(j) * W, 4);
-        const __m128i cols = _mm_shuffle_epi8(_mm_setr_epi32(w[0], w[1], w[2], w[3]), transpose);
-        const __m256d v1 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(cols));
-        const __m256d v2 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 4)));
-        const __m256d v3 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 8)));
-        const __m256d v4 = _mm256_cvtepi32_pd(_mm_cvtepu8_epi32(_mm_srli_si128(cols, 12)));
-        const __m256d neg1 = _mm256_xor_pd(v1, _mm256_set1_pd(-0.0));  // -v1, exactly
-        const __m256d p2 = _mm256_add_pd(neg1, v3);
-        const __m256d p3 = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(two, _mm256_sub_pd(v1, v2)), v3), v4);
-        const __m256d p4 = _mm256_add_pd(_mm256_sub_pd(_mm256_add_pd(neg1, v2), v3), v4);
-        const __m256d r = _mm256_add_pd(
-            v2, _mm256_mul_pd(d, _mm256_add_pd(p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
-        alignas(32) double v[4];
-        _mm256_store_pd(v, r);
-        img[size_t(c) * hw + at] = cubic_byte(cubic(v[0], v[1], v[2], v[3], p.dy));
+        const uint8_t* s = src + size_t(c) * hw;
+        __m256d h[4];  // pixel k's four rows
+        for (int k = 0; k < 4; ++k)
+          h[k] = across4(s + size_t(p[k].yi - 1) * W + (p[k].xi - 1), W, _mm256_set1_pd(p[k].dx));
+        // Transposed: row j of the four pixels.
+        const __m256d t0 = _mm256_unpacklo_pd(h[0], h[1]), t1 = _mm256_unpackhi_pd(h[0], h[1]);
+        const __m256d t2 = _mm256_unpacklo_pd(h[2], h[3]), t3 = _mm256_unpackhi_pd(h[2], h[3]);
+        const __m256d r0 = _mm256_permute2f128_pd(t0, t2, 0x20), r1 = _mm256_permute2f128_pd(t1, t3, 0x20);
+        const __m256d r2 = _mm256_permute2f128_pd(t0, t2, 0x31), r3 = _mm256_permute2f128_pd(t1, t3, 0x31);
+        __m256d r = cubic4(r0, r1, r2, r3, dy);
+        r = _mm256_min_pd(_mm256_max_pd(r, _mm256_setzero_pd()), _mm256_set1_pd(255.0));
+        const __m128i words = _mm256_cvttpd_epi32(r);  // 0..255: the packs below are exact
+        const int32_t bytes = _mm_cvtsi128_si32(_mm_packus_epi16(_mm_packus_epi32(words, words), words));
+        std::memcpy(img + size_t(c) * hw + at, &bytes, 4);
       }
     }
+    for (; x < W; ++x) one_pixel(src, img, channels, H, W, sample_of(m, x, y, H, W), size_t(y) * W + x, true, fill);
+  }
 }
 
 bool have_avx2() {
