@@ -287,7 +287,10 @@ class VisionTask : public TrainTask {
       }
     }
     const int C = train_.channels, H = train_.height, W = train_.width;
-    ops::parallel_for_if(make_count_, int64_t(make_count_) * int64_t(sz), ops::kParallelValues, [&](int r) {
+    // RandAugment's operations cost far more a value than the copies (a bicubic map's 16
+    // taps): a batch of small images (MNIST's) is threaded for them too.
+    const int64_t per_value = policy_.empty() ? 1 : 16;
+    ops::parallel_for_if(make_count_, int64_t(make_count_) * int64_t(sz) * per_value, ops::kParallelValues, [&](int r) {
       const int b = make_first_ + r;
       const Pick& p = picks_[size_t(b)];
       const auto [dy, dx] = p.shift;
