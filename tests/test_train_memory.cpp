@@ -48,6 +48,20 @@ RandomImages random_images(int n, size_t sz, int classes, unsigned seed) {
   return r;
 }
 
+// A vision task on d's images: tiny_vision(), batch B, shifts of a pixel and mirror
+// images, and what `more` sets of the training config besides; rc holds the run's config.
+std::unique_ptr<TrainTask> augmented_task(const TrainData& d, int B, RunConfig& rc,
+                                          const std::function<void(TrainConfig&)>& more) {
+  rc.model = tiny_vision();
+  rc.train.batch_size = B;
+  rc.train.augment_shift = 1;
+  rc.train.augment_flip = true;
+  more(rc.train);
+  TaskInputs in;
+  in.memory = &d;
+  return make_task(rc, in);
+}
+
 TrainOptions tiny_lm(const std::string& out) {
   TrainOptions o;
   o.run.model.d_model = 8;
@@ -335,15 +349,10 @@ TEST(TrainMemory, AMixedVisionBatchIsItsRowsMixedInPairs) {
     d.images = c.floats ? make_image_set(pixels, labels, C, H, W, 0, "imgs")
                         : make_image_set(bytes, labels, C, H, W, 0, "imgs");
     auto task_of = [&](float mixup, float cutmix, RunConfig& rc) {
-      rc.model = tiny_vision();
-      rc.train.batch_size = B;
-      rc.train.augment_shift = 1;
-      rc.train.augment_flip = true;
-      rc.train.mixup = mixup;
-      rc.train.cutmix = cutmix;
-      TaskInputs in;
-      in.memory = &d;
-      return make_task(rc, in);
+      return augmented_task(d, B, rc, [&](TrainConfig& t) {
+        t.mixup = mixup;
+        t.cutmix = cutmix;
+      });
     };
     RunConfig rc, plain_rc;
     auto mixed = task_of(c.mixup, c.cutmix, rc), plain = task_of(0, 0, plain_rc);
@@ -446,16 +455,7 @@ TEST(TrainMemory, AnErasedVisionBatchIsItsImagesWithNoiseInTheirBoxes) {
     d.images =
         floats ? make_image_set(pixels, labels, C, H, W, 0, "imgs") : make_image_set(bytes, labels, C, H, W, 0, "imgs");
     RunConfig rc;
-    auto task_of = [&] {
-      rc.model = tiny_vision();
-      rc.train.batch_size = B;
-      rc.train.augment_shift = 1;
-      rc.train.augment_flip = true;
-      rc.train.random_erase = 0.6f;
-      TaskInputs in;
-      in.memory = &d;
-      return make_task(rc, in);
-    };
+    auto task_of = [&] { return augmented_task(d, B, rc, [](TrainConfig& t) { t.random_erase = 0.6f; }); };
     auto task = task_of(), part = task_of();
     part->fill_rows(3, 3);
     EXPECT_NE(task->describe().find("60% erased in part"), std::string::npos) << task->describe();
@@ -510,15 +510,10 @@ TEST(TrainMemory, AnAugmentedVisionBatchIsItsImagesWithTheirOperationsApplied) {
     SCOPED_TRACE(spec);
     RunConfig rc;
     auto task_of = [&] {
-      rc.model = tiny_vision();
-      rc.train.batch_size = B;
-      rc.train.augment_shift = 1;
-      rc.train.augment_flip = true;
-      rc.train.auto_augment = spec;
-      rc.train.auto_augment_interpolation = "random";
-      TaskInputs in;
-      in.memory = &d;
-      return make_task(rc, in);
+      return augmented_task(d, B, rc, [&](TrainConfig& t) {
+        t.auto_augment = spec;
+        t.auto_augment_interpolation = "random";
+      });
     };
     auto task = task_of(), part = task_of();
     part->fill_rows(3, 3);

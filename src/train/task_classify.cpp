@@ -190,7 +190,6 @@ class VisionTask : public TrainTask {
         erase_(tc.random_erase),
         policy_(parse_augment_policy(tc.auto_augment, parse_augment_interpolation(tc.auto_augment_interpolation))),
         auto_augment_(tc.auto_augment),
-        repeats_(tc.repeated_aug),
         table_(byte_table(norm, train_.channels)),
         picks_(size_t(B)),
         labels_(size_t(B)),
@@ -231,7 +230,8 @@ class VisionTask : public TrainTask {
            (crop_ > 0 ? ", crops of " + std::to_string(int(std::lround(crop_ * 100))) + "-100% of the area" : "") +
            (flip_ ? ", mirrored half the time" : "") + augmenting() + erasing() + mixing() +
            (train_.streamed() ? ", streamed from their files" : "") + (order_ ? ", shuffled each epoch" : "") +
-           (repeats_ > 1 ? ", each image " + std::to_string(repeats_) + " times an epoch" : "");
+           (order_ && order_->repeats() > 1 ? ", each image " + std::to_string(order_->repeats()) + " times an epoch"
+                                            : "");
   }
   int64_t data_signature() const override { return int64_t(train_.n) * 1000003 + test_.n; }
   // Over the images as the model sees them, normalised: a set read as floats by an earlier
@@ -245,9 +245,8 @@ class VisionTask : public TrainTask {
     // The draws first, each row's in turn: an image, its shift (random_shift's order),
     // its crop, its mirroring, its RandAugment or AutoAugment and its erasing (each only
     // when asked for, so a run without them draws as it did before them); then the
-    // batch's mixing and the erasing noise's
-    // seed, when asked for; then the images, nearly all of a batch's time (gMLP-S/16's 64
-    // images: 12.8 MB of copies), on the team.
+    // batch's mixing and the erasing noise's seed, when asked for; then the images, nearly
+    // all of a batch's time (gMLP-S/16's 64 images: 12.8 MB of copies), on the team.
     for (int b = 0; b < B_; ++b) {
       Pick& p = picks_[size_t(b)];
       p.image = order_ ? int(order_->next()) : int(rng.below(uint64_t(train_.n)));
@@ -481,7 +480,6 @@ class VisionTask : public TrainTask {
   float erase_;                          // random erasing's probability (0: off)
   AugmentPolicy policy_;                 // train.auto_augment's (empty: none)
   std::string auto_augment_;             // as given
-  int repeats_;                          // train.repeated_aug
   uint8_t fill_[3] = {128, 128, 128};    // what its geometric operations bring in
   uint64_t erase_seed_ = 0;              // this batch's erasing noise's
   MixDraw mix_;                          // this batch's mixing

@@ -96,6 +96,7 @@ class EpochOrder {
     return perm_[size_t(j / block * kSpread + (j - start) % spread)];
   }
   void seek(int64_t drawn) { drawn_ = drawn; }
+  int64_t repeats() const { return repeats_; }
 
  private:
   void shuffle(int64_t e) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,11 +93,14 @@ nlohmann::json read_resume(const TrainOptions& opts, RunConfig& rc, TaskInputs& 
 
 constexpr const char* kReplacedSuffix = ".replaced";
 
+// A run's checkpoints, which a new run in its directory sets aside until it has its own.
+std::array<std::string, 4> checkpoint_files(const std::string& out_dir) {
+  return {state_file(out_dir), model_file(out_dir), best_model_file(out_dir), ema_model_file(out_dir)};
+}
+
 void drop_replaced(const std::string& out_dir) {
   std::error_code ec;
-  for (const std::string& f :
-       {state_file(out_dir), model_file(out_dir), best_model_file(out_dir), ema_model_file(out_dir)})
-    std::filesystem::remove(f + kReplacedSuffix, ec);
+  for (const std::string& f : checkpoint_files(out_dir)) std::filesystem::remove(f + kReplacedSuffix, ec);
 }
 
 // Creates and locks the run directory for the run's lifetime; a new run then clears
@@ -115,8 +119,7 @@ std::unique_ptr<DirLock> prepare_run_dir(const std::string& out_dir, bool resume
     // would continue the old weights under the new run's log. It is set aside, not
     // deleted, until the new run has a checkpoint of its own (drop_replaced).
     std::error_code ec;
-    for (const std::string& f :
-         {state_file(out_dir), model_file(out_dir), best_model_file(out_dir), ema_model_file(out_dir)})
+    for (const std::string& f : checkpoint_files(out_dir))
       if (!ec && fs::exists(f, ec)) fs::rename(f, f + kReplacedSuffix, ec);
     fs::remove(report_file(out_dir), ec);
     if (ec) throw Error("cannot clear '" + out_dir + "' for a new run: " + ec.message());
@@ -270,6 +273,7 @@ TrainSummary train(const TrainOptions& opts) {
       ema->set_weights(saved_ema);
       // As the model file, it follows the state.
       if (lead) save_model(model, ema_model_file(opts.out_dir), saved_ema.data());
+      std::vector<float>().swap(saved_ema);  // the device holds it now
     }
   }
   std::optional<MetricsLog> log;
