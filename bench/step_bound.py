@@ -55,7 +55,7 @@ class Step:
         return max(flops / peak, nbytes / bw)
 
 
-def layer(s: Step, c: dict, B: int, first: bool, last: bool) -> None:
+def layer(s: Step, c: dict, B: int, first: bool, last: bool, fused: bool) -> None:
     """One block's passes, forward and backward (block.cpp's bf16 path: an SGU split in
     two, one head, no attention). Stochastic depth (survival_prob < 1) leaves the
     residual to the next block's LayerNorm (residual_keep_layernorm_bf16)."""
@@ -71,7 +71,7 @@ def layer(s: Step, c: dict, B: int, first: bool, last: bool) -> None:
         s.pass_("block LayerNorm forward", M * d * (F32 + BF16))
     s.product("in-projection U = h W1^T", 2 * M * d * f, M * (d + f) * BF16)
     s.pass_("gate LayerNorm forward (GELU on read)", 2 * M * g * BF16)
-    if T % 8:  # mix_tiles.cuh: the product writes F and S, reading G and U1
+    if fused:  # GMLP_CUDA_SPATIAL_COMBINE=on (mix_tiles.cuh): the product writes F and S, reading G and U1
         s.product("spatial product + bias + combine (one kernel)", mix, 4 * M * g * BF16)
     else:
         s.product("spatial product F = W G", mix, 2 * M * g * BF16)
@@ -106,7 +106,7 @@ def params(c: dict) -> int:
     return n + V * d + d * V + V
 
 
-def step(mc: dict, B: int) -> tuple[Step, Step, int]:
+def step(mc: dict, B: int, fused: bool = False) -> tuple[Step, Step, int]:
     """The whole step's passes, and one middle layer's alone."""
     c = gmlp_ref.full_config(mc)
     T, d, L = c["seq_len"], c["d_model"], c["n_layers"]
@@ -120,8 +120,8 @@ def step(mc: dict, B: int) -> tuple[Step, Step, int]:
     else:  # the rows written (the table's few hundred KB stay in L2)
         s.pass_("embedding", M * d * F32)
     for i in range(L):
-        layer(s, c, B, i == 0, i == L - 1)
-    layer(one, c, B, False, False)
+        layer(s, c, B, i == 0, i == L - 1, fused)
+    layer(one, c, B, False, False, fused)
     s.pass_("final LayerNorm forward", 2 * M * d * F32)
     if c["task"] == "vision":
         s.pass_("mean pool, forward and backward", 2 * M * d * F32)
@@ -170,6 +170,10 @@ def main() -> None:
     ap.add_argument("--bf16-tflops", type=float, default=786.0, help="bf16 product ceiling, TFLOP/s (H100)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="the datasheet's dense bf16 peak, for MFU")
     ap.add_argument("--layers", default="", metavar="WORKLOAD", help="also each pass of one layer of this workload")
+    ap.add_argument("--combine-in-product", default="", metavar="WORKLOADS",
+                    help="these workloads' spatial products with the bias + combine in their tiles "
+                         "(GMLP_CUDA_SPATIAL_COMBINE=on; the default until session 55 where T is no multiple of 8: "
+                         "vision), not the default's product then pass")
     ap.add_argument("--measured", nargs="*", default=[], metavar="FILE",
                     help="bench/gpu_bench.py --json results: their gmlp bf16 steps beside the bound")
     args = ap.parse_args()
@@ -184,7 +188,7 @@ def main() -> None:
         w = WORKLOADS[name]
         mc = model_config(w, False)
         B = w["batch"]
-        s, _, _ = step(mc, B)
+        s, _, _ = step(mc, B, name in args.combine_in_product.split(","))
         flops = flops_per_step(mc, B)
         prod = sum(s.seconds(i, bw, peak) for i in s.items if i[0] != "pass")
         pas = sum(s.seconds(i, bw, peak) for i in s.items if i[0] == "pass")
@@ -202,7 +206,7 @@ def main() -> None:
               f"| {mfu * 100:.1f}% | {mfu_dp * 100:.1f}% | {mcell} | {mm} | {ratio} |")
     if args.layers:
         w = WORKLOADS[args.layers]
-        _, one, _ = step(model_config(w, False), w["batch"])
+        _, one, _ = step(model_config(w, False), w["batch"], args.layers in args.combine_in_product.split(","))
         print(f"\nOne layer of {args.layers} (batch {w['batch']}), forward and backward:\n")
         print("| pass or product | GFLOP | MB | bound (µs) |")
         print("|---|---:|---:|---:|")

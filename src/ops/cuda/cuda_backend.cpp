@@ -136,7 +136,7 @@ class CudaBackend final : public Backend {
     const Hold hold(g_one_thread);
     cuda::set_bf16_products(p == Precision::bf16);
     cuda::warp_columns();  // a bad GMLP_CUDA_LN_WARP_COLUMNS fails here, not in a step
-    cuda::spatial_combine_mode();  // and a bad GMLP_CUDA_SPATIAL_COMBINE
+    cuda::spatial_combine_on();  // and a bad GMLP_CUDA_SPATIAL_COMBINE
     bf16_ = p == Precision::bf16;
   }
   bool stores_bf16() const override { return bf16_; }

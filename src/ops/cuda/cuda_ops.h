@@ -32,10 +32,10 @@ void set_bf16_products(bool on);
 // kernels take, or fewer by GMLP_CUDA_LN_WARP_COLUMNS (read once; an error if it is not
 // a number from 0 to that).
 int warp_columns();
-// Where the bf16 SGU forward takes its spatial product and combine together
-// (sgu.cu): GMLP_CUDA_SPATIAL_COMBINE auto or unset (1), on (2), off (0); read at each
+// Whether the bf16 SGU forward takes its spatial product and combine together where
+// they apply (sgu.cu): GMLP_CUDA_SPATIAL_COMBINE "on"; unset or "off", not; read at each
 // call, so that a test can set it; an error naming the variable for any other value.
-int spatial_combine_mode();
+bool spatial_combine_on();
 
 // gemm.cu (cuBLAS; in fp32 no TF32, so results stay within float rounding of the CPU).
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

@@ -407,18 +407,18 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
 // own tiles (CombineEpilogue): where it applies (one head, F held without its bias, no
 // attention, every row 16-byte aligned, S apart from G: the gate may live in S's buffer,
 // block.h, and a block writes its tile of S while the blocks of the other positions
-// still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE allows: "auto" or unset
-// where T is no multiple of 8 (gMLP-S/16's 196: rows of W that cuBLAS reads with its
-// Ampere kernels, docs/bench-gpu.md), "on" wherever it applies, "off" nowhere.
+// still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE is "on". Off by default: on
+// an H200 (session 55) the fused kernel took 233 us a call in gMLP-S/16's step, where
+// cuBLAS's product and the bias + combine pass took 142 together, and the step ran 27.1 ms
+// with it against 23.7 without (docs/bench-gpu.md).
 bool combine_in_product(const ops::SguParams& p, int T, int f, const Dims& d, const uint16_t* U, const uint16_t* F,
                         const uint16_t* S, const float* extra, const MixOperands& o) {
-  const int mode = spatial_combine_mode();
   const uintptr_t bytes = uintptr_t(T) * uintptr_t(o.N) * sizeof(uint16_t);  // S's and G's, [T, B g]
   const uintptr_t s = reinterpret_cast<uintptr_t>(S), g = reinterpret_cast<uintptr_t>(o.G);
   const bool apart = s + bytes <= g || g + bytes <= s;
-  return mode != 0 && (mode == 2 || T % 8 != 0) && p.heads == 1 && !extra && p.store.F_unbiased &&
-         d.g % 8 == 0 && f % 8 == 0 && vec_aligned<8>(U) && vec_aligned<8>(F) && vec_aligned<8>(S) && apart &&
-         o.N < (int64_t(1) << 31) && mix_then_fits(o);
+  return spatial_combine_on() && p.heads == 1 && !extra && p.store.F_unbiased && d.g % 8 == 0 && f % 8 == 0 &&
+         vec_aligned<8>(U) && vec_aligned<8>(F) && vec_aligned<8>(S) && apart && o.N < (int64_t(1) << 31) &&
+         mix_then_fits(o);
 }
 
 // The ops' bodies, over how U and F are held (TU, TF: float, or uint16_t for bf16); S,
@@ -564,12 +564,11 @@ void sgu_backward_mix(const ops::SguParams& p, const ops::SguGrads& g, const flo
     backward_mix_as(p, g, dS, Z, T, B, f, gmean, grstd, F, dZ, G, dF, dG);
 }
 
-int spatial_combine_mode() {
+bool spatial_combine_on() {
   const char* v = std::getenv("GMLP_CUDA_SPATIAL_COMBINE");
-  if (!v || !*v || std::strcmp(v, "auto") == 0) return 1;
-  if (std::strcmp(v, "on") == 0) return 2;
-  if (std::strcmp(v, "off") == 0) return 0;
-  throw Error("GMLP_CUDA_SPATIAL_COMBINE: '" + std::string(v) + "' is not auto, on or off");
+  if (!v || !*v || std::strcmp(v, "off") == 0) return false;
+  if (std::strcmp(v, "on") == 0) return true;
+  throw Error("GMLP_CUDA_SPATIAL_COMBINE: '" + std::string(v) + "' is not on or off");
 }
 
 }  // namespace gmlp::cuda
