@@ -117,6 +117,18 @@ def write_idx_set(folder: pathlib.Path, n: int = 512, side: int = 224, classes: 
         (folder / f"{split}-labels-idx1-ubyte").write_bytes(b"\0\0\x08\x01" + count.to_bytes(4, "big") + labels)
 
 
+def write_image_folder(folder: pathlib.Path, n: int = 512, side: int = 224, classes: int = 10) -> None:
+    """Random colour images as an image folder (train/ and test/, a subfolder a class, PPM
+    files): the RGB counterpart of write_idx_set, three times its bytes an image."""
+    import random
+    rnd = random.Random(1)
+    for split, count in (("train", n), ("test", 16)):
+        for i in range(count):
+            d = folder / split / f"c{i % classes}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:05d}.ppm").write_bytes(f"P6 {side} {side} 255\n".encode() + rnd.randbytes(3 * side * side))
+
+
 # The vision-files runs: as they were, with DeiT's mixing (mirror images, mixup or CutMix
 # each batch, smoothed targets; docs/vision.md), and with its RandAugment and random
 # erasing too; mixup and erasing send each batch up as floats.

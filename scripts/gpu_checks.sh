@@ -17,7 +17,8 @@
 #              bf16, for their validation losses against each other and the CPU's; then
 #              400 bf16 steps of the annotated LM, its training loop's speed, and 300 of
 #              gMLP-S/16 on image files beside `gmlp bench`'s step of that model, and 150
-#              more with DeiT's augmentation (does the host keep up?)
+#              more with DeiT's augmentation (does the host keep up?), then 150 of each
+#              on colour images
 #   profile    where a step's time goes: gmlp's device time per op (GMLP_CUDA_PROFILE)
 #              and PyTorch's per kernel (torch.profiler), the LM and BERT-size workloads
 #              (profile=vision: another)
@@ -221,6 +222,18 @@ print(" ".join(host_side.VISION_RECIPES["vision-files-deit"]))'); do deit+=(--se
         --set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996 \
         --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
         --out /tmp/gmlp-vision-deit --overwrite --no-progress
+      # The host's side again on colour images (512 random 224x224 PPM files, three times
+      # the bytes a row to augment and send up): the plain run and DeiT's recipe.
+      python3 -c 'import pathlib, sys; sys.path.insert(0, "bench"); import host_side
+host_side.write_image_folder(pathlib.Path("/tmp/gmlp-rgb"))'
+      rgb=("${vision[@]}" --set model.image_channels=3)
+      step train-vision-rgb build/gmlp train --device cuda "${rgb[@]}" --data /tmp/gmlp-rgb \
+        --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+        --out /tmp/gmlp-vision-rgb --overwrite --no-progress
+      step train-vision-rgb-deit build/gmlp train --device cuda "${rgb[@]}" --data /tmp/gmlp-rgb "${deit[@]}" \
+        --set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996 \
+        --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+        --out /tmp/gmlp-vision-rgb-deit --overwrite --no-progress
       step bench-vision-64 build/gmlp bench --device cuda "${vision[@]}" --mode train --warmup 5 --repeats 50 ;;
     profile | profile=*)
       w=lm,bert

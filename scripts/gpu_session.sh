@@ -110,6 +110,8 @@ grep -hE '^train' "$work"/train-check.log 2>/dev/null
 grep -hE 'tok/s' "$work"/train-annotated.log 2>/dev/null | tail -n 2 | sed 's/^/annotated LM, gmlp train: /'
 grep -hE 'img/s' "$work"/train-vision.log 2>/dev/null | tail -n 2 | sed 's/^/gMLP-S\/16 from files, gmlp train: /'
 grep -hE 'img/s' "$work"/train-vision-deit.log 2>/dev/null | tail -n 2 | sed 's/^/the same with DeiT'"'"'s augmentation: /'
+grep -hE 'img/s' "$work"/train-vision-rgb.log 2>/dev/null | tail -n 2 | sed 's/^/colour images from files: /'
+grep -hE 'img/s' "$work"/train-vision-rgb-deit.log 2>/dev/null | tail -n 2 | sed 's/^/colour images with DeiT'"'"'s augmentation: /'
 grep -hE 'ms per step' "$work"/bench-vision-64.log 2>/dev/null | sed 's/^/gMLP-S\/16, gmlp bench: /'
 grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
