@@ -153,12 +153,12 @@ def step(mc: dict, B: int, fused: bool = False) -> tuple[Step, Step, int]:
     return s, one, n
 
 
-def measured_steps(files: list) -> dict:
-    """The `gmlp bf16` row's step times (ms) by workload, from bench/gpu_bench.py --json files."""
+def measured_steps(files: list, impl: str = "gmlp bf16") -> dict:
+    """One row's step times (ms) by workload, from bench/gpu_bench.py --json files."""
     out: dict = {}
     for f in files:
         for r in json.loads(pathlib.Path(f).read_text()):
-            if r.get("impl") == "gmlp bf16" and "step_s" in r:
+            if r.get("impl") == impl and "step_s" in r:
                 out.setdefault(r["workload"], []).append(r["step_s"] * 1e3)
     return out
 
@@ -176,9 +176,15 @@ def main() -> None:
                          "vision), not the default's product then pass")
     ap.add_argument("--measured", nargs="*", default=[], metavar="FILE",
                     help="bench/gpu_bench.py --json results: their gmlp bf16 steps beside the bound")
+    ap.add_argument("--measured-impl", default="gmlp bf16", metavar="LABEL",
+                    help="the results' row to set beside the bound (another of gmlp's bf16 rows)")
     args = ap.parse_args()
+    unknown = [n for n in (args.workloads.split(",") + args.combine_in_product.split(",") + [args.layers])
+               if n and n not in WORKLOADS]
+    if unknown:
+        ap.error(f"no workload {', '.join(unknown)} (the workloads: {', '.join(WORKLOADS)})")
     bw, peak = args.copy_tbs * 1e12, args.bf16_tflops * 1e12
-    measured = measured_steps(args.measured)
+    measured = measured_steps(args.measured, args.measured_impl)
     print(f"Ceilings: copy {args.copy_tbs} TB/s, bf16 products {args.bf16_tflops} TFLOP/s; MFU against "
           f"{args.peak_tflops} TFLOP/s.\n")
     print("| workload | model TFLOP a step | products (ms) | other passes: GB, ms | the bound (ms) | MFU at the bound "

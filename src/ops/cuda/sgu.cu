@@ -408,9 +408,9 @@ void for_each_head(const ops::SguParams& p, float* dW, int T, int B, const Dims&
 // attention, every row 16-byte aligned, S apart from G: the gate may live in S's buffer,
 // block.h, and a block writes its tile of S while the blocks of the other positions
 // still read those rows of G) and GMLP_CUDA_SPATIAL_COMBINE is "on". Off by default: on
-// an H200 (session 55) the fused kernel took 233 us a call in gMLP-S/16's step, where
-// cuBLAS's product and the bias + combine pass took 142 together, and the step ran 27.1 ms
-// with it against 23.7 without (docs/bench-gpu.md).
+// an H200 (session 55) the fused kernel took 233 us a call in gMLP-S/16's step, and the
+// step ran 27.1 ms with it against 23.7 without, 115 us a layer: cuBLAS's product and the
+// bias + combine pass took about 118 together (docs/bench-gpu.md).
 bool combine_in_product(const ops::SguParams& p, int T, int f, const Dims& d, const uint16_t* U, const uint16_t* F,
                         const uint16_t* S, const float* extra, const MixOperands& o) {
   const uintptr_t bytes = uintptr_t(T) * uintptr_t(o.N) * sizeof(uint16_t);  // S's and G's, [T, B g]
