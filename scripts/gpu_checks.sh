@@ -234,7 +234,8 @@ host_side.write_image_folder(pathlib.Path("/tmp/gmlp-rgb"))'
         --set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996 \
         --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
         --out /tmp/gmlp-vision-rgb-deit --overwrite --no-progress
-      step bench-vision-64 build/gmlp bench --device cuda "${vision[@]}" --mode train --warmup 5 --repeats 50 ;;
+      step bench-vision-64 build/gmlp bench --device cuda "${vision[@]}" --mode train --warmup 5 --repeats 50
+      step bench-vision-64-rgb build/gmlp bench --device cuda "${rgb[@]}" --mode train --warmup 5 --repeats 50 ;;
     profile | profile=*)
       w=lm,bert
       [[ $s == profile=* ]] && w=${s#profile=}

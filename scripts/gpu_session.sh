@@ -113,6 +113,7 @@ grep -hE 'img/s' "$work"/train-vision-deit.log 2>/dev/null | tail -n 2 | sed 's/
 grep -hE 'img/s' "$work"/train-vision-rgb.log 2>/dev/null | tail -n 2 | sed 's/^/colour images from files: /'
 grep -hE 'img/s' "$work"/train-vision-rgb-deit.log 2>/dev/null | tail -n 2 | sed 's/^/colour images with DeiT'"'"'s augmentation: /'
 grep -hE 'ms per step' "$work"/bench-vision-64.log 2>/dev/null | sed 's/^/gMLP-S\/16, gmlp bench: /'
+grep -hE 'ms per step' "$work"/bench-vision-64-rgb.log 2>/dev/null | sed 's/^/the same in colour, gmlp bench: /'
 grep -hE '^(FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)' "$work"/python.log 2>/dev/null
 grep -hE 'ERROR SUMMARY|^\[  FAILED  \]' "$work"/sanitizer-*.log 2>/dev/null
 grep -hE '^(=+ )?(RACECHECK|SYNCCHECK|ERROR) SUMMARY|^\[  (PASSED|FAILED)  \]' "$work"/racecheck.log 2>/dev/null | sed 's/^/racecheck and synccheck: /'
