@@ -1306,6 +1306,54 @@ TEST(CudaOps, DecodeOpsOverStreamsAtTheirPositions) {
   }
 }
 
+// aMLP's attention over more batch rows than a grid's y holds (65,535 blocks): past
+// that, each block of the softmax and its backward takes every gridDim.y-th batch row.
+// Forward and backward against the CPU, padded rows before the grid's last y and past
+// it (the causal rows take the same loop). Without the loop the launch fails ("invalid
+// configuration argument"). 131,074 blocks a kernel: some 20 s on the emulator.
+TEST(CudaOps, TinyAttentionOverMoreBatchRowsThanAGridColumnHolds) {
+  REQUIRE_GPU();
+  const int T = 2, B = 65537, M = T * B, d = 4, da = 2, dout = 3;
+  const Vec qkvw = randn(size_t(3 * da) * d, 70, 0.5f), qkvb = randn(3 * da, 71), ow = randn(size_t(dout) * da, 72),
+            ob = randn(dout, 73), H = randn(size_t(M) * d, 74), dA = randn(size_t(M) * dout, 75);
+  Ids lengths(size_t(B), T);
+  lengths[5] = lengths[B - 1] = 1;  // one before the grid's last y, one past it
+  Backend& cb = cpu_backend();
+  const ops::AttnParams p{qkvw.data(), qkvb.data(), ow.data(), ob.data(), d, da, dout, false, lengths.data()};
+  Vec qkv(size_t(M) * 3 * da), P(size_t(B) * T * T), O(size_t(M) * da), A(size_t(M) * dout);
+  cb.tiny_attention_forward(p, H.data(), T, B, qkv.data(), P.data(), O.data(), A.data());
+  Vec dH(size_t(M) * d), gq(qkvw.size()), gqb(qkvb.size()), go(ow.size()), gob(ob.size()), dO(size_t(M) * da),
+      dP(size_t(T) * T), dqkv(qkv.size());
+  cb.tiny_attention_backward(p, {gq.data(), gqb.data(), go.data(), gob.data()}, dA.data(), H.data(), T, B, qkv.data(),
+                             P.data(), O.data(), dH.data(), dO.data(), dP.data(), dqkv.data());
+
+  OnDevice dv;
+  const ops::AttnParams q{dv.up(qkvw), dv.up(qkvb), dv.up(ow), dv.up(ob), d, da, dout, false, dv.up(lengths)};
+  const float* dHin = dv.up(H);
+  float *dQkv = dv.up(Vec(qkv.size())), *dP_ = dv.up(Vec(P.size())), *dO_ = dv.up(Vec(O.size())),
+        *dA_ = dv.up(Vec(A.size())), *dH_ = dv.up(Vec(dH.size()));
+  dv.be.tiny_attention_forward(q, dHin, T, B, dQkv, dP_, dO_, dA_);
+  EXPECT_TRUE(test::all_close(dv.down(dP_, P.size()).data(), P.data(), P.size(), kAtol, 1e-4f, "P"));
+  EXPECT_TRUE(test::all_close(dv.down(dA_, A.size()).data(), A.data(), A.size(), kAtol, 1e-4f, "A"));
+  float *dGq = dv.up(Vec(gq.size())), *dGqb = dv.up(Vec(gqb.size())), *dGo = dv.up(Vec(go.size())),
+        *dGob = dv.up(Vec(gob.size()));
+  dv.be.tiny_attention_backward(q, {dGq, dGqb, dGo, dGob}, dv.up(dA), dHin, T, B, dQkv, dP_, dO_, dH_,
+                                dv.up(Vec(dO.size())), dv.up(Vec(P.size())), dv.up(Vec(qkv.size())));
+  EXPECT_TRUE(test::all_close(dv.down(dH_, dH.size()).data(), dH.data(), dH.size(), kAtol, 1e-4f, "dH"));
+  // The weights' gradients sum 131,074 rows, in another order than the CPU's.
+  EXPECT_TRUE(test::all_close(dv.down(dGq, gq.size()).data(), gq.data(), gq.size(), 1e-3f, 1e-4f, "dW_qkv"));
+  // K's bias shifts each score row alike, which the softmax cancels: its gradient is 0
+  // but for rounding, summed over those rows (the CPU's came to 1.6e-3, the device's 1e-5).
+  const Vec gqb_dev = dv.down(dGqb, gqb.size());
+  for (int i = 0; i < 3 * da; ++i)
+    if (i >= da && i < 2 * da)
+      EXPECT_LT(std::abs(gqb_dev[i]) + std::abs(gqb[i]), 1e-2f) << "K's bias " << i;
+    else
+      EXPECT_NEAR(gqb_dev[i], gqb[i], 1e-3f + 1e-4f * std::abs(gqb[i])) << "db_qkv " << i;
+  EXPECT_TRUE(test::all_close(dv.down(dGo, go.size()).data(), go.data(), go.size(), 1e-3f, 1e-4f, "dW_out"));
+  EXPECT_TRUE(test::all_close(dv.down(dGob, gob.size()).data(), gob.data(), gob.size(), 1e-3f, 1e-4f, "db_out"));
+}
+
 TEST(CudaOps, DropoutWithAndWithoutStochasticDepth) {
   REQUIRE_GPU();
   const int T = 7, B = 3, M = T * B, d = 40;
