@@ -2594,6 +2594,72 @@ TEST(CudaGpuOnly, ABenchProfilesItsTimedStepsAlone) {
   EXPECT_EQ(calls.count("download"), 0u) << "and nothing else\n" << r.output;
 }
 
+// Products over operands of more than 2^31 elements, as a large batch's training step
+// makes them (U = h W1^T of [M, f], its weight gradient summing M rows, and the
+// out-projection reading [M, g]): cuBLAS and cuBLASLt take each dimension as an int,
+// and what lies past 2^31 elements is theirs to index. M = 2^21 + 9 rows of 1,032
+// channels: U's 2.16e9 values. Rows at U's start, middle and end, and a few of the
+// weight gradient's sums over all M rows, against double sums of the same bf16 values.
+// On a GPU only (some 5 GB on the device; hours on the emulator).
+TEST(CudaGpuOnly, ProductsPastTwoToThe31ElementsAreTheCpus) {
+  REQUIRE_GPU();
+  using U16 = std::vector<uint16_t>;
+  const int M = (1 << 21) + 9, K = 64, N = 1032, Nout = 8;
+  ASSERT_GT(int64_t(M) * N, int64_t(1) << 31);
+  auto bits = [](const Vec& v) {
+    U16 h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = ops::bf16_bits(v[i]);
+    return h;
+  };
+  const U16 h = bits(randn(size_t(M) * K, 80)), W = bits(randn(size_t(N) * K, 81, 0.2f)),
+            W2 = bits(randn(size_t(Nout) * N, 82, 0.1f));
+  const Vec b2 = randn(Nout, 83), r = randn(size_t(M) * Nout, 84), dW0 = randn(size_t(N) * K, 85);
+  OnDevice d;
+  DeviceBuffer<uint16_t> dh(d.be, h.size()), dW(d.be, W.size()), dW2(d.be, W2.size()), U(d.be, size_t(M) * N);
+  d.be.upload(dh.data(), h.data(), h.size() * sizeof(uint16_t));
+  d.be.upload(dW.data(), W.data(), W.size() * sizeof(uint16_t));
+  d.be.upload(dW2.data(), W2.data(), W2.size() * sizeof(uint16_t));
+  // U = h W^T, rounded to bf16.
+  d.be.gemm_bf16(false, true, M, N, K, dh.data(), K, dW.data(), K, U.data(), N);
+  U16 Uh(size_t(M) * N);
+  d.be.download(Uh.data(), U.data(), Uh.size() * sizeof(uint16_t));
+  for (const int row : {0, M / 2, M - 1})
+    for (int j = 0; j < N; ++j) {
+      double want = 0;
+      for (int k = 0; k < K; ++k)
+        want += double(ops::from_bf16(h[size_t(row) * K + k])) * ops::from_bf16(W[size_t(j) * K + k]);
+      const float got = ops::from_bf16(Uh[size_t(row) * N + j]);
+      ASSERT_NEAR(got, want, 1e-4 + 8e-3 * std::abs(want)) << "U row " << row << " column " << j;
+    }
+  // The weight gradient's form: dW = 0.5 dW0 + U^T h, a sum over all M rows of U.
+  float* g = d.up(dW0);
+  d.be.gemm_bf16(true, false, N, K, M, 1.f, U.data(), N, dh.data(), K, 0.5f, g, K);
+  const Vec gh = d.down(g, dW0.size());
+  for (const auto [j, k] : {std::pair{0, 0}, {N / 2, 17}, {N - 1, K - 1}}) {
+    double want = 0.5 * dW0[size_t(j) * K + k], mag = std::abs(want);
+    for (int64_t row = 0; row < M; ++row) {
+      const double t = double(ops::from_bf16(Uh[size_t(row) * N + j])) * ops::from_bf16(h[size_t(row) * K + k]);
+      want += t;
+      mag += std::abs(t);
+    }
+    EXPECT_NEAR(gh[size_t(j) * K + k], want, 1e-4 * mag) << "dW " << j << ", " << k;
+  }
+  // The out-projection's form through cuBLASLt: y = r + U W2^T + b2, U read as [M, N].
+  float* y = d.up(Vec(r.size()));
+  d.be.linear_residual_bf16(U.data(), M, N, dW2.data(), d.up(b2), Nout, d.up(r), y);
+  const Vec yh = d.down(y, r.size());
+  for (const int row : {0, M / 2, M - 1})
+    for (int o = 0; o < Nout; ++o) {
+      double want = double(r[size_t(row) * Nout + o]) + b2[o], mag = std::abs(want);
+      for (int j = 0; j < N; ++j) {
+        const double t = double(ops::from_bf16(Uh[size_t(row) * N + j])) * ops::from_bf16(W2[size_t(o) * N + j]);
+        want += t;
+        mag += std::abs(t);
+      }
+      EXPECT_NEAR(yh[size_t(row) * Nout + o], want, 1e-4 * mag) << "y row " << row << " output " << o;
+    }
+}
+
 TEST(CudaGenerate, CachedDecodingOfACudaModelEqualsItsForward) {
   REQUIRE_GPU();
   for (const char* name : {"lm", "lm_toeplitz", "lm_amlp"}) {
