@@ -179,8 +179,8 @@ def main() -> None:
     ap.add_argument("--measured-impl", default="gmlp bf16", metavar="LABEL",
                     help="the results' row to set beside the bound (another of gmlp's bf16 rows)")
     args = ap.parse_args()
-    unknown = [n for n in (args.workloads.split(",") + args.combine_in_product.split(",") + [args.layers])
-               if n and n not in WORKLOADS]
+    fused = set(filter(None, args.combine_in_product.split(",")))
+    unknown = [n for n in args.workloads.split(",") + sorted(fused) + [args.layers] if n and n not in WORKLOADS]
     if unknown:
         ap.error(f"no workload {', '.join(unknown)} (the workloads: {', '.join(WORKLOADS)})")
     bw, peak = args.copy_tbs * 1e12, args.bf16_tflops * 1e12
@@ -194,7 +194,7 @@ def main() -> None:
         w = WORKLOADS[name]
         mc = model_config(w, False)
         B = w["batch"]
-        s, _, _ = step(mc, B, name in args.combine_in_product.split(","))
+        s, _, _ = step(mc, B, name in fused)
         flops = flops_per_step(mc, B)
         prod = sum(s.seconds(i, bw, peak) for i in s.items if i[0] != "pass")
         pas = sum(s.seconds(i, bw, peak) for i in s.items if i[0] == "pass")
@@ -212,7 +212,7 @@ def main() -> None:
               f"| {mfu * 100:.1f}% | {mfu_dp * 100:.1f}% | {mcell} | {mm} | {ratio} |")
     if args.layers:
         w = WORKLOADS[args.layers]
-        _, one, _ = step(model_config(w, False), w["batch"], args.layers in args.combine_in_product.split(","))
+        _, one, _ = step(model_config(w, False), w["batch"], args.layers in fused)
         print(f"\nOne layer of {args.layers} (batch {w['batch']}), forward and backward:\n")
         print("| pass or product | GFLOP | MB | bound (µs) |")
         print("|---|---:|---:|---:|")

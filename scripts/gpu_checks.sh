@@ -218,21 +218,19 @@ host_side.write_idx_set(pathlib.Path("/tmp/gmlp-images"))'
       deit=()
       for kv in $(python3 -c 'import sys; sys.path.insert(0, "bench"); import host_side
 print(" ".join(host_side.VISION_RECIPES["vision-files-deit"]))'); do deit+=(--set "$kv"); done
-      step train-vision-deit build/gmlp train --device cuda "${vision[@]}" --data /tmp/gmlp-images "${deit[@]}" \
-        --set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996 \
-        --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+      deit+=(--set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996)
+      # The shorter runs below: 150 steps, logged every 50, no evaluation or checkpoint.
+      short=(--set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50)
+      step train-vision-deit build/gmlp train --device cuda "${vision[@]}" --data /tmp/gmlp-images "${deit[@]}" "${short[@]}" \
         --out /tmp/gmlp-vision-deit --overwrite --no-progress
       # The host's side again on colour images (512 random 224x224 PPM files, three times
       # the bytes a row to augment and send up): the plain run and DeiT's recipe.
       python3 -c 'import pathlib, sys; sys.path.insert(0, "bench"); import host_side
 host_side.write_image_folder(pathlib.Path("/tmp/gmlp-rgb"))'
       rgb=("${vision[@]}" --set model.image_channels=3)
-      step train-vision-rgb build/gmlp train --device cuda "${rgb[@]}" --data /tmp/gmlp-rgb \
-        --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+      step train-vision-rgb build/gmlp train --device cuda "${rgb[@]}" --data /tmp/gmlp-rgb "${short[@]}" \
         --out /tmp/gmlp-vision-rgb --overwrite --no-progress
-      step train-vision-rgb-deit build/gmlp train --device cuda "${rgb[@]}" --data /tmp/gmlp-rgb "${deit[@]}" \
-        --set train.shuffle=true --set train.repeated_aug=3 --set train.model_ema=0.99996 \
-        --set train.steps=150 --set train.eval_every=100000 --set train.ckpt_every=100000 --set train.log_every=50 \
+      step train-vision-rgb-deit build/gmlp train --device cuda "${rgb[@]}" --data /tmp/gmlp-rgb "${deit[@]}" "${short[@]}" \
         --out /tmp/gmlp-vision-rgb-deit --overwrite --no-progress
       step bench-vision-64 build/gmlp bench --device cuda "${vision[@]}" --mode train --warmup 5 --repeats 50
       step bench-vision-64-rgb build/gmlp bench --device cuda "${rgb[@]}" --mode train --warmup 5 --repeats 50 ;;

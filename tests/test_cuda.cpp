@@ -623,6 +623,13 @@ TEST(SeparateMemoryMirror, ImagesOnTheBackendAreReadInPlace) {
 
 // ---- the CUDA backend against the CPU engine
 
+// Values as bf16 bits (ops::bf16_bits, rounded to nearest).
+std::vector<uint16_t> bf16_of(const Vec& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = ops::bf16_bits(v[i]);
+  return h;
+}
+
 // Uploads host vectors to the device and reads them back.
 struct OnDevice {
   Backend& be = backend_for(Device::cuda);
@@ -838,11 +845,6 @@ TEST(CudaOps, Bf16ProductsBothWaysAreProductsOfRoundedInputs) {
 TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
   REQUIRE_GPU();
   using U16 = std::vector<uint16_t>;
-  auto bits = [](const Vec& v) {
-    U16 h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = ops::bf16_bits(v[i]);
-    return h;
-  };
   auto widen = [](const U16& h) {
     Vec v(h.size());
     for (size_t i = 0; i < h.size(); ++i) v[i] = ops::from_bf16(h[i]);
@@ -865,7 +867,8 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
       for (const int K : {71, 0}) {
         const int M = 37, N = 53, pad = 5, off = 3;
         const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-        const U16 A = bits(randn(off + size_t(ta ? K : M) * lda, 1)), B = bits(randn(off + size_t(tb ? N : K) * ldb, 2));
+        const U16 A = bf16_of(randn(off + size_t(ta ? K : M) * lda, 1)),
+                  B = bf16_of(randn(off + size_t(tb ? N : K) * ldb, 2));
         const Vec C0 = randn(off + size_t(M) * ldc, 3);
         const std::string name = std::string(ta ? "A^T" : "A") + (tb ? " B^T" : " B") + " K " + std::to_string(K);
         Vec C = C0, P(C0.size(), 0.f);
@@ -877,7 +880,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
         float* dC = d.up(C0);
         d.be.gemm_bf16(ta, tb, M, N, K, 0.7f, dA + off, lda, dB + off, ldb, 0.3f, dC + off, ldc);
         EXPECT_TRUE(test::all_close(d.down(dC, C.size()).data(), C.data(), C.size(), 1e-4f, 1e-4f, name + " float C"));
-        const U16 C16 = bits(C0);
+        const U16 C16 = bf16_of(C0);
         uint16_t* dC16 = up16(C16);
         d.be.gemm_bf16(ta, tb, M, N, K, dA + off, lda, dB + off, ldb, dC16 + off, ldc);
         const U16 got = down16(dC16, C16.size());
@@ -899,7 +902,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
     const Vec xf = randn(size_t(M) * in, 10), Wf = randn(size_t(out) * in, 11, 0.3f), b = randn(out, 12),
               dy = randn(size_t(M) * out, 13), dx0 = randn(xf.size(), 14), dW0 = randn(Wf.size(), 15),
               db0 = randn(out, 16);
-    const U16 x = bits(xf), W = bits(Wf), dy16 = bits(dy);
+    const U16 x = bf16_of(xf), W = bf16_of(Wf), dy16 = bf16_of(dy);
     Vec y(size_t(M) * out), dx = dx0, dW = dW0, db = db0;
     Backend& cb = cpu_backend();
     cb.linear_forward(widen(x).data(), M, in, widen(W).data(), b.data(), out, y.data());
@@ -948,7 +951,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
   uint16_t* dx16 = up16(U16(x.size()));
   d.be.to_bf16(dx, x.size(), dx16);
   {  // a NaN stays a NaN: which one is the instruction's (ops/bf16.h), not the CPU's
-    U16 got = down16(dx16, x.size()), want = bits(x);
+    U16 got = down16(dx16, x.size()), want = bf16_of(x);
     EXPECT_TRUE(std::isnan(ops::from_bf16(got[2]))) << "NaN rounded to " << got[2];
     got[2] = want[2];
     EXPECT_EQ(got, want);
@@ -959,7 +962,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
     const int count = 70;
     std::vector<ops::Bf16Copy> copies;
     U16 y0(size_t(count) * 410, 0xabcd), want = y0;
-    const U16 xb = bits(x);
+    const U16 xb = bf16_of(x);
     uint16_t* dy = up16(y0);
     for (int k = 0; k < count; ++k) {
       // copy 1 from x[0], over the specials; copy 3 empty
@@ -986,7 +989,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
     uint16_t* v16 = up16(U16(v.size()));
     float* gs = d.up(sums0);
     d.be.to_bf16_summing_columns(d.up(v), M, N, v16, gs, nullptr, 1);
-    EXPECT_EQ(down16(v16, v.size()), bits(v));
+    EXPECT_EQ(down16(v16, v.size()), bf16_of(v));
     EXPECT_TRUE(test::all_close(d.down(gs, N).data(), sums.data(), N, 1e-4f, 1e-4f, "column sums of the floats"));
     // Row r scaled by keep[r % B] as it is read (stochastic depth's dY), as the CPU's
     // scale_rows scales it, in the bits and the sums.
@@ -998,7 +1001,7 @@ TEST(CudaOps, ProductsOverBf16OperandsAndTheLayerNormThatWritesThem) {
       for (int c = 0; c < N; ++c) ssums[size_t(c)] += scaled[size_t(r) * N + c];
     float* gk = d.up(sums0);
     d.be.to_bf16_summing_columns(d.up(v), M, N, v16, gk, d.up(keep), B);
-    EXPECT_EQ(down16(v16, v.size()), bits(scaled));
+    EXPECT_EQ(down16(v16, v.size()), bf16_of(scaled));
     EXPECT_TRUE(test::all_close(d.down(gk, N).data(), ssums.data(), N, 1e-4f, 1e-4f, "column sums, rows scaled"));
   }
   // The LayerNorm writing bf16, rows ld apart, with and without the floats.
@@ -2606,13 +2609,8 @@ TEST(CudaGpuOnly, ProductsPastTwoToThe31ElementsAreTheCpus) {
   using U16 = std::vector<uint16_t>;
   const int M = (1 << 21) + 9, K = 64, N = 1032, Nout = 8;
   ASSERT_GT(int64_t(M) * N, int64_t(1) << 31);
-  auto bits = [](const Vec& v) {
-    U16 h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = ops::bf16_bits(v[i]);
-    return h;
-  };
-  const U16 h = bits(randn(size_t(M) * K, 80)), W = bits(randn(size_t(N) * K, 81, 0.2f)),
-            W2 = bits(randn(size_t(Nout) * N, 82, 0.1f));
+  const U16 h = bf16_of(randn(size_t(M) * K, 80)), W = bf16_of(randn(size_t(N) * K, 81, 0.2f)),
+            W2 = bf16_of(randn(size_t(Nout) * N, 82, 0.1f));
   const Vec b2 = randn(Nout, 83), r = randn(size_t(M) * Nout, 84), dW0 = randn(size_t(N) * K, 85);
   OnDevice d;
   DeviceBuffer<uint16_t> dh(d.be, h.size()), dW(d.be, W.size()), dW2(d.be, W2.size()), U(d.be, size_t(M) * N);
@@ -2635,7 +2633,7 @@ TEST(CudaGpuOnly, ProductsPastTwoToThe31ElementsAreTheCpus) {
   float* g = d.up(dW0);
   d.be.gemm_bf16(true, false, N, K, M, 1.f, U.data(), N, dh.data(), K, 0.5f, g, K);
   const Vec gh = d.down(g, dW0.size());
-  for (const auto [j, k] : {std::pair{0, 0}, {N / 2, 17}, {N - 1, K - 1}}) {
+  for (const auto& [j, k] : {std::pair{0, 0}, {N / 2, 17}, {N - 1, K - 1}}) {
     double want = 0.5 * dW0[size_t(j) * K + k], mag = std::abs(want);
     for (int64_t row = 0; row < M; ++row) {
       const double t = double(ops::from_bf16(Uh[size_t(row) * N + j])) * ops::from_bf16(h[size_t(row) * K + k]);
